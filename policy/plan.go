@@ -1,0 +1,101 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Plan is a validated profile compiled into plain data: what sandbox needs to build the run and what
+// Compare needs to judge it. It holds no YAML and makes no syscalls.
+type Plan struct {
+	Profile    string // the profile's name
+	Hash       string // sha256 of the resolved profile, for annotations and reports
+	Filesystem Filesystem
+	Seccomp    *specs.LinuxSeccomp // nil: no seccomp filter (only when the profile says base: none and lists nothing)
+	Limits     Limits
+	Env        []string // the command's environment, KEY=VALUE, already scrubbed and resolved
+	Network    Network
+	Expect     Expect
+	Timeout    time.Duration // 0: none
+	UID, GID   int           // user the command runs as inside the sandbox
+}
+
+// Filesystem is the file-system side of the sandbox.
+type Filesystem struct {
+	// Landlock rules applied by the shim before execve. Paths are as seen inside the sandbox; a path that
+	// does not exist there is skipped.
+	Read  []string // read and execute
+	Write []string // read, write, create, remove (includes Read rights)
+	// WriteCwd adds the working directory to Write.
+	WriteCwd bool
+	// LandlockDegrade lets the run go on without Landlock when the kernel or the filter cannot apply it.
+	// False (the default) fails closed.
+	LandlockDegrade bool
+	Hidden          []string // paths replaced by an empty directory or /dev/null
+	Shares          []Share  // host paths bind-mounted in
+}
+
+// Share is a host path visible inside the sandbox.
+type Share struct {
+	Host     string
+	Sandbox  string
+	Writable bool
+}
+
+// Limits are resource limits of the sandbox's cgroup and rlimits.
+type Limits struct {
+	MemoryBytes int64   // 0: none
+	Pids        int64   // 0: none
+	CPUs        float64 // 0: none; 1.5 = one and a half cores
+	NoFile      uint64  // RLIMIT_NOFILE; 0: inherit
+	DiskBytes   int64   // size of the overlay's writable layer; 0: sbx's default
+}
+
+// Network modes.
+const (
+	NetNone     = "none"
+	NetContract = "contract"
+)
+
+// Network is the network contract.
+type Network struct {
+	Mode        string    // NetNone or NetContract
+	Allow       []NetRule // egress allowed (addresses or host names)
+	Deny        []NetRule // extra denies on top of the built-in always-deny ranges
+	Except      []NetRule // exact exceptions to the always-deny ranges, named on purpose by the profile
+	DNS         DNS
+	UplinkNetNS string // name or path of the namespace the veth peer goes into; "" = the host's
+}
+
+// NetRule is one destination: exactly one of Host, CIDR is set. An IP is a /32 or /128 CIDR.
+type NetRule struct {
+	Host  string // DNS name, resolved through the DNS filter
+	CIDR  string // "203.0.113.7/32", "2001:db8::/64"
+	Proto string // "tcp" or "udp"
+	Port  int    // 0: any port
+	// PortEnd makes Port..PortEnd a range; 0 means a single port.
+	PortEnd int
+}
+
+// DNS is the DNS filter's configuration.
+type DNS struct {
+	Upstream string   // resolver the filter forwards to, "ip:port"; "" = the host's first nameserver
+	Allow    []string // names (and "*.suffix" wildcards) that resolve; the Host entries of Allow are added
+}
+
+// Expect is what the command may do and leave behind. Anything else is a violation.
+type Expect struct {
+	LeftRunning           bool       // processes may stay alive after the command exits
+	Listeners             []Listener // listeners allowed at the after snapshot
+	DeniedIsViolation     bool       // denied network attempts are violations
+	DNSRefusedIsViolation bool       // refused DNS queries are violations
+	Writes                []string   // globs of sandbox paths writes may land in; nil = anywhere Landlock allows
+	Execs                 []string   // globs of executables that may be run; nil = any
+}
+
+// Listener is an allowed listener, "tcp:8080"; Port 0 means any port; Proto "unix" with Port 0 is "unix:*".
+type Listener struct {
+	Proto string // tcp udp unix (tcp also matches tcp6, udp matches udp6)
+	Port  int
+}
