@@ -1,0 +1,149 @@
+// Command bench times `sbx exec -- true` side by side with runc (a busybox bundle) and bubblewrap from
+// Debian's packages, interleaved in one run so that the machine's noise falls on all of them alike, and
+// prints medians and ratios. It is run by `make bench`, as root.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+type contender struct {
+	name string
+	argv func(i int) []string
+	ms   []float64
+}
+
+func main() {
+	sbx := flag.String("sbx", "bin/sbx", "path of the sbx binary")
+	n := flag.Int("n", 40, "iterations per contender")
+	flag.Parse()
+	if err := benchmark(*sbx, *n); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func benchmark(sbx string, n int) error {
+	sbx, _ = filepath.Abs(sbx)
+	dir, err := os.MkdirTemp("", "sbx-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bundle, err := busyboxBundle(dir)
+	if err != nil {
+		return err
+	}
+	cs := []*contender{
+		{name: "sbx exec -- true", argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
+		{name: "runc run (busybox)", argv: func(i int) []string {
+			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
+		}},
+		{name: "bwrap --unshare-all", argv: func(int) []string {
+			return []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"}
+		}},
+	}
+	for _, c := range cs {
+		if _, err := exec.LookPath(c.argv(0)[0]); err != nil {
+			return fmt.Errorf("%s: %w (make deps installs it)", c.name, err)
+		}
+	}
+	for i := -3; i < n; i++ { // three warm-up rounds, not counted
+		for _, c := range cs {
+			d, err := timeOne(c.argv(i + 3))
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			if i >= 0 {
+				c.ms = append(c.ms, d)
+			}
+		}
+	}
+	report(cs, n)
+	return nil
+}
+
+func timeOne(argv []string) (float64, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	t := time.Now()
+	err := cmd.Run()
+	d := time.Since(t)
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return float64(d.Microseconds()) / 1000, nil
+}
+
+func report(cs []*contender, n int) {
+	fmt.Printf("wall time of one run, %d interleaved runs each (ms)\n", n)
+	fmt.Printf("%-24s %8s %8s %8s %10s\n", "", "median", "p10", "p90", "vs sbx")
+	base := median(cs[0].ms)
+	for _, c := range cs {
+		m := median(c.ms)
+		fmt.Printf("%-24s %8.1f %8.1f %8.1f %9.2fx\n", c.name, m, pct(c.ms, 10), pct(c.ms, 90), m/base)
+	}
+}
+
+func median(v []float64) float64 { return pct(v, 50) }
+
+func pct(v []float64, p int) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+// busyboxBundle makes an OCI bundle whose rootfs holds only Debian's static busybox, for runc.
+func busyboxBundle(dir string) (string, error) {
+	bundle := filepath.Join(dir, "bundle")
+	bin := filepath.Join(bundle, "rootfs", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return "", err
+	}
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		return "", fmt.Errorf("busybox: %w (make deps installs busybox-static)", err)
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(bin, "busybox"), data, 0o755); err != nil {
+		return "", err
+	}
+	for _, name := range []string{"true", "sh"} {
+		if err := os.Symlink("busybox", filepath.Join(bin, name)); err != nil {
+			return "", err
+		}
+	}
+	if out, err := exec.Command("runc", "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("runc spec: %v: %s", err, out)
+	}
+	path := filepath.Join(bundle, "config.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return "", err
+	}
+	spec.Process.Terminal = false
+	spec.Process.Args = []string{"/bin/true"}
+	raw, err = json.MarshalIndent(&spec, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	return bundle, os.WriteFile(path, raw, 0o644)
+}

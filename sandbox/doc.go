@@ -1,0 +1,26 @@
+// Package sandbox owns everything that changes kernel state for one run: the per-run state directory,
+// the overlay root file system, the libcontainer container (namespaces, cgroup, seccomp, mounts), the
+// pause init that reaps orphans, the Landlock shim that restricts the command before execve, and the
+// teardown and garbage collection of all of it.
+//
+// It reads no YAML: it takes a compiled policy.Plan. It observes nothing: package observe reads the
+// sandbox through the pids and paths this package exposes.
+//
+// # Re-execution
+//
+// The sbx binary is re-executed in three roles: libcontainer's "init" (namespace setup), the pause init
+// (pid 1 of the sandbox) and the shim (Landlock, then execve of the command). Every binary that creates
+// sandboxes, test binaries included, must call [Reexec] at the very start of main or TestMain, and lock
+// the main OS thread in an init function (see FIELD-NOTES: a libcontainer goroutine can otherwise leave
+// the main thread in the container's mount namespace).
+//
+// # Layout on the host
+//
+//	/run/sbx/runs/ID/        state of one run: owner file (pid of sbx), lock
+//	/run/sbx/runs/ID/layer   a size-limited tmpfs holding the overlay's upper and work dirs
+//	/run/sbx/runs/ID/rootfs  the overlay: lower = host /, upper = layer/upper
+//	/run/sbx/lc/ID           libcontainer's own state
+//	cgroup /sbx/ID           in every hierarchy
+//
+// A run whose sbx died leaves these behind; [GC] removes them, and [Create] calls it cheaply first.
+package sandbox

@@ -1,0 +1,83 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+)
+
+// ErrNotSupported is matched (errors.Is) by errors about a kernel or filter that cannot give what the
+// profile asks.
+var ErrNotSupported = errors.New("not supported")
+
+// NotSupportedError names a missing kernel feature and what it needs.
+type NotSupportedError struct {
+	Feature string // "landlock"
+	Need    string // "ABI 1", "CONFIG_...", ...
+	Have    string
+}
+
+func (e *NotSupportedError) Error() string {
+	return fmt.Sprintf("%s needs %s, this kernel has %s", e.Feature, e.Need, e.Have)
+}
+
+// Is makes errors.Is(err, ErrNotSupported) true.
+func (e *NotSupportedError) Is(target error) bool { return target == ErrNotSupported }
+
+// landlockConfigs are go-landlock's configurations by ABI. sbx restricts the file system only: the
+// network is the netns and nft contract's job, and Landlock TCP rules would not see MPTCP anyway.
+var landlockConfigs = []landlock.Config{landlock.V1, landlock.V2, landlock.V3, landlock.V4, landlock.V5}
+
+// devFiles are device files every program expects to read and write.
+var devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"}
+
+// applyLandlock restricts this process and what it execs. It never degrades silently: it checks the ABI
+// itself (BestEffort would apply nothing when seccomp answers ENOSYS) and applies the strict
+// configuration of the newest ABI it knows that the kernel has.
+func applyLandlock(cfg shimConfig) error {
+	abi, err := llsys.LandlockGetABIVersion()
+	if err != nil || abi < 1 {
+		have := "none"
+		if err != nil {
+			have = "none (" + err.Error() + ")"
+		}
+		return fmt.Errorf("landlock: %w", &NotSupportedError{Feature: "landlock", Need: "ABI 1", Have: have})
+	}
+	ll := landlockConfigs[min(abi, len(landlockConfigs))-1]
+	devs := landlock.RWFiles(existing(devFiles)...)
+	devDirs := landlock.RWDirs(existing([]string{"/dev/pts", "/dev/shm", "/dev/mqueue"})...)
+	if abi >= 5 {
+		// Terminals need ioctl on their device, a right that only exists from ABI 5.
+		devs, devDirs = devs.WithIoctlDev(), devDirs.WithIoctlDev()
+	}
+	rules := []landlock.Rule{
+		landlock.RODirs(existing(cfg.Read)...),
+		landlock.RWDirs(existing(cfg.Write)...),
+		devs, devDirs,
+	}
+	if err := ll.RestrictPaths(rules...); err != nil {
+		return fmt.Errorf("landlock ABI %d: %w", abi, err)
+	}
+	if abi >= 6 {
+		// Scoping keeps the command from signalling sbx's pause init or reaching abstract sockets
+		// outside its own Landlock domain.
+		if err := landlock.V6.RestrictScoped(); err != nil {
+			return fmt.Errorf("landlock scoping: %w", err)
+		}
+	}
+	return nil
+}
+
+// existing keeps the paths that exist: a profile lists paths such as /lib64 that some systems lack.
+func existing(paths []string) []string {
+	out := paths[:0:0]
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,181 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// defaultDiskBytes bounds the overlay's writable layer when the profile sets no limit.
+const defaultDiskBytes = 1 << 30
+
+// rootfs is the overlay that the sandbox sees as /.
+type rootfs struct {
+	layer  string // tmpfs holding upper and work
+	upper  string
+	work   string
+	merged string
+}
+
+func newRootfs(runDir string) *rootfs {
+	layer := filepath.Join(runDir, "layer")
+	return &rootfs{
+		layer:  layer,
+		upper:  filepath.Join(layer, "upper"),
+		work:   filepath.Join(layer, "work"),
+		merged: filepath.Join(runDir, "rootfs"),
+	}
+}
+
+// mount builds the writable layer on a size-limited tmpfs (so that a command cannot fill the host's
+// disk), hides paths by writing overlay whiteouts and opaque directories into it, and mounts the overlay.
+// The host's / is the only lower layer: other host mounts appear as empty directories.
+func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string) error {
+	if diskBytes <= 0 {
+		diskBytes = defaultDiskBytes
+	}
+	for _, d := range []string{r.layer, r.merged} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("tmpfs", r.layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		fmt.Sprintf("size=%d,mode=0700", diskBytes)); err != nil {
+		return fmt.Errorf("mounting the writable layer: %w", err)
+	}
+	for _, d := range []string{r.upper, r.work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, h := range hidden {
+		if err := hide(r.upper, h, cwd); err != nil {
+			return fmt.Errorf("hiding %s: %w", h, err)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=/,upperdir=%s,workdir=%s,volatile", r.upper, r.work)
+	if err := unix.Mount("overlay", r.merged, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mounting the overlay root: %w", err)
+	}
+	return nil
+}
+
+// unmount undoes mount; it is safe on a partly built or already removed rootfs.
+func (r *rootfs) unmount() error {
+	var errs []error
+	for _, m := range []string{r.merged, r.layer} {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hide makes path (as seen in the sandbox) invisible: a directory becomes an empty opaque directory, a
+// file a whiteout. When the working directory lies below a hidden directory, that directory stays, but
+// everything in it that is not on the way down to the working directory is whited out, so that the
+// command can still work where it was started.
+func hide(upper, path, cwd string) error {
+	path = filepath.Clean(path)
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := copyParents(upper, path); err != nil {
+		return err
+	}
+	target := filepath.Join(upper, path)
+	if !st.IsDir() {
+		return whiteout(target)
+	}
+	if !within(cwd, path) {
+		if err := mkdirLike(target, path); err != nil {
+			return err
+		}
+		return unix.Setxattr(target, "trusted.overlay.opaque", []byte("y"), 0)
+	}
+	return hideAround(upper, path, cwd)
+}
+
+// hideAround whites out every entry of dir except the one leading to cwd, down to cwd itself.
+func hideAround(upper, dir, cwd string) error {
+	if dir == cwd {
+		return nil
+	}
+	if err := mkdirLike(filepath.Join(upper, dir), dir); err != nil {
+		return err
+	}
+	next := strings.SplitN(strings.TrimPrefix(cwd, dir+"/"), "/", 2)[0]
+	if dir == "/" {
+		next = strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() != next {
+			if err := whiteout(filepath.Join(upper, dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return hideAround(upper, filepath.Join(dir, next), cwd)
+}
+
+// within reports whether path is dir or below it.
+func within(path, dir string) bool {
+	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
+}
+
+// copyParents creates path's parent directories in upper with the owner and mode of the host's, since
+// an upper directory's attributes are the ones the merged view shows.
+func copyParents(upper, path string) error {
+	parent := filepath.Dir(path)
+	if parent == "/" {
+		return nil
+	}
+	if err := copyParents(upper, parent); err != nil {
+		return err
+	}
+	return mkdirLike(filepath.Join(upper, parent), parent)
+}
+
+// mkdirLike creates dir (if missing) with the mode, owner and times of the host directory like.
+func mkdirLike(dir, like string) error {
+	st, err := os.Stat(like)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, st.Mode().Perm()); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if err := os.Chown(dir, int(sys.Uid), int(sys.Gid)); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetgid|os.ModeSetuid)); err != nil {
+		return err
+	}
+	return os.Chtimes(dir, st.ModTime(), st.ModTime())
+}
+
+// whiteout creates an overlay whiteout: a character device 0:0.
+func whiteout(path string) error {
+	err := unix.Mknod(path, unix.S_IFCHR, 0)
+	if errors.Is(err, unix.EEXIST) {
+		return nil
+	}
+	return err
+}

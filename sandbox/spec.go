@@ -1,0 +1,109 @@
+package sandbox
+
+import (
+	"fmt"
+
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// shimPath is where the sbx binary is bind-mounted inside the sandbox. /dev is a tmpfs of the
+// container's own, so the mount point leaves no trace in the overlay's writable layer.
+const shimPath = "/dev/.sbx"
+
+// SpecInput is what Spec needs beyond the plan.
+type SpecInput struct {
+	Plan       *policy.Plan
+	ID         string
+	Rootfs     string // host path of the sandbox's root
+	Binary     string // host path of the sbx binary, bind-mounted at shimPath
+	NetNS      string // path of a network namespace to join; "" = a new one with loopback only
+	ResolvConf string // host path bind-mounted at /etc/resolv.conf; "" = none
+	Args       []string
+	Cwd        string
+}
+
+// Spec builds the OCI runtime spec of a sandbox from runc's example spec: namespaces, mounts, masked
+// paths, cgroup limits, rlimits, seccomp, an empty capability set and no_new_privs. Its process is
+// Args; sbx itself runs the pause init with it and the command as a second process.
+func Spec(in SpecInput) *specs.Spec {
+	s := specconv.Example()
+	s.Root = &specs.Root{Path: in.Rootfs}
+	s.Hostname = "sbx"
+	s.Annotations = map[string]string{"org.sbx.profile": in.Plan.Profile, "org.sbx.profile.sha256": in.Plan.Hash}
+	s.Process = &specs.Process{
+		Args:            in.Args,
+		Env:             in.Plan.Env,
+		Cwd:             in.Cwd,
+		User:            specs.User{UID: uint32(in.Plan.UID), GID: uint32(in.Plan.GID)},
+		NoNewPrivileges: true,
+		Capabilities:    &specs.LinuxCapabilities{},
+		Rlimits:         rlimits(in.Plan.Limits),
+	}
+	// Example mounts the cgroup hierarchies; the command has no use for them, and on a v1 host that is
+	// a dozen mounts per run.
+	s.Mounts = s.Mounts[:len(s.Mounts)-1]
+	s.Mounts = append(s.Mounts, specs.Mount{
+		Destination: shimPath, Type: "bind", Source: in.Binary,
+		Options: []string{"bind", "ro", "nosuid", "nodev"},
+	})
+	if in.ResolvConf != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: "/etc/resolv.conf", Type: "bind", Source: in.ResolvConf,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+		})
+	}
+	for _, sh := range in.Plan.Filesystem.Shares {
+		opts := []string{"rbind", "nosuid", "nodev", "ro"}
+		if sh.Writable {
+			opts[3] = "rw"
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: sh.Sandbox, Type: "bind", Source: sh.Host, Options: opts})
+	}
+	s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, "/proc/sched_debug", "/proc/kallsyms", "/proc/sysrq-trigger",
+		"/sys/kernel/debug", "/sys/kernel/security", "/sys/devices/virtual/powercap")
+	s.Linux.Namespaces = []specs.LinuxNamespace{
+		{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+		{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
+		{Type: specs.NetworkNamespace, Path: in.NetNS},
+	}
+	s.Linux.CgroupsPath = "/sbx/" + in.ID
+	s.Linux.Resources = resources(in.Plan.Limits)
+	s.Linux.Seccomp = in.Plan.Seccomp
+	return s
+}
+
+func rlimits(l policy.Limits) []specs.POSIXRlimit {
+	nofile := l.NoFile
+	if nofile == 0 {
+		nofile = 1024
+	}
+	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}}
+}
+
+func resources(l policy.Limits) *specs.LinuxResources {
+	r := &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}}
+	if l.MemoryBytes > 0 {
+		m := l.MemoryBytes
+		r.Memory = &specs.LinuxMemory{Limit: &m}
+	}
+	if l.Pids > 0 {
+		p := l.Pids
+		r.Pids = &specs.LinuxPids{Limit: &p}
+	}
+	if l.CPUs > 0 {
+		period := uint64(100000)
+		quota := int64(l.CPUs * float64(period))
+		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	return r
+}
+
+// shimCommand is the argv that runs the command through the shim.
+func shimCommand(args []string) []string {
+	return append([]string{shimPath, roleShim}, args...)
+}
+
+func specError(err error) error { return fmt.Errorf("building the container config: %w", err) }

@@ -1,0 +1,201 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+)
+
+// cgroupRoot is where the host's cgroup hierarchies are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// runDir is the state directory of one run. Its lock file is flock'ed for as long as the sbx that owns
+// the run lives: the kernel drops the lock when that process dies, which is how GC tells dead runs.
+type runDir struct {
+	dir  string
+	lock *os.File
+}
+
+func runsDir(root string) string { return filepath.Join(root, "runs") }
+
+// claimRunDir creates and locks the state directory of run id.
+func claimRunDir(root, id string) (*runDir, error) {
+	dir := filepath.Join(runsDir(root), id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the state dir: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("creating the state lock: %w", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("locking the state dir: %w", err)
+	}
+	fmt.Fprintf(lock, "%d\n", os.Getpid())
+	return &runDir{dir: dir, lock: lock}, nil
+}
+
+// release removes the run's state directory and drops the lock.
+func (r *runDir) release() error {
+	if r == nil {
+		return nil
+	}
+	err := os.RemoveAll(r.dir)
+	r.lock.Close()
+	if err != nil {
+		return fmt.Errorf("removing the state dir: %w", err)
+	}
+	return nil
+}
+
+// GCResult says what GC found and removed.
+type GCResult struct {
+	Runs    []string // ids of dead runs cleaned up
+	Skipped []string // ids of live runs left alone
+}
+
+// GC removes what runs whose sbx died left behind: processes (by the run's cgroup), the container's
+// state, the overlay and its layer, cgroups and the state dir. Runs whose sbx is alive are not touched.
+func GC(root string) (GCResult, error) {
+	var res GCResult
+	if root == "" {
+		root = DefaultStateRoot
+	}
+	entries, err := os.ReadDir(runsDir(root))
+	if errors.Is(err, os.ErrNotExist) {
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	var errs []error
+	for _, e := range entries {
+		id := e.Name()
+		dead, lock := claimDead(filepath.Join(runsDir(root), id))
+		if !dead {
+			res.Skipped = append(res.Skipped, id)
+			continue
+		}
+		if err := gcRun(root, id); err != nil {
+			errs = append(errs, fmt.Errorf("run %s: %w", id, err))
+		}
+		lock.Close()
+		res.Runs = append(res.Runs, id)
+	}
+	removeCgroupParents()
+	return res, errors.Join(errs...)
+}
+
+// claimDead takes the lock of a run dir if its owner is gone.
+func claimDead(dir string) (bool, *os.File) {
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		// A run dir without a lock is one that died before taking it, or one being created right now:
+		// only take it once it is old enough not to be the latter.
+		st, serr := os.Stat(dir)
+		return serr == nil && time.Since(st.ModTime()) > 10*time.Second, nil
+	}
+	if err != nil {
+		return false, nil
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return false, nil
+	}
+	return true, lock
+}
+
+func gcRun(root, id string) error {
+	var errs []error
+	killCgroup(id)
+	if c, err := libcontainer.Load(filepath.Join(root, "lc"), id); err == nil {
+		c.Signal(unix.SIGKILL)
+		if err := c.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	} else if !errors.Is(err, libcontainer.ErrNotExist) {
+		os.RemoveAll(filepath.Join(root, "lc", id))
+	}
+	run := filepath.Join(runsDir(root), id)
+	if err := newRootfs(run).unmount(); err != nil {
+		errs = append(errs, err)
+	}
+	removeCgroups(id)
+	if err := os.RemoveAll(run); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// killCgroup SIGKILLs every process in the run's cgroups and waits briefly until they are gone.
+func killCgroup(id string) {
+	for range 50 {
+		pids := cgroupPids(id)
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// cgroupPids reads the processes of the run's cgroup in every hierarchy.
+func cgroupPids(id string) []int {
+	seen := map[int]bool{}
+	var pids []int
+	for _, dir := range cgroupDirs("sbx/" + id) {
+		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+				seen[pid] = true
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// cgroupDirs lists rel in every mounted hierarchy where it exists: below each v1 controller and the v2
+// tree of a hybrid host (/sys/fs/cgroup/NAME/rel), or below a v2 tree mounted at the root.
+func cgroupDirs(rel string) []string {
+	var dirs []string
+	candidates := []string{filepath.Join(cgroupRoot, rel)}
+	entries, _ := os.ReadDir(cgroupRoot)
+	for _, e := range entries {
+		candidates = append(candidates, filepath.Join(cgroupRoot, e.Name(), rel))
+	}
+	for _, d := range candidates {
+		if st, err := os.Stat(filepath.Join(d, "cgroup.procs")); err == nil && !st.IsDir() {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// removeCgroups removes the run's (empty) cgroups.
+func removeCgroups(id string) {
+	for _, d := range cgroupDirs("sbx/" + id) {
+		os.Remove(d)
+	}
+}
+
+// removeCgroupParents removes the shared /sbx parent cgroups once no run uses them. A concurrent run's
+// cgroup keeps its parent busy, and rmdir then fails harmlessly.
+func removeCgroupParents() {
+	for _, d := range cgroupDirs("sbx") {
+		os.Remove(d)
+	}
+}
