@@ -1,0 +1,153 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/moby/profiles/seccomp"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// BuiltinDeny is the deny list every profile gets on top of its base, unless its syscalls.allow names
+// an entry. These syscalls reach kernel surfaces a command has no business with inside a sandbox:
+// namespaces and mounts (escapes), keyrings, BPF, tracing other processes, modules, kexec, raw I/O.
+// clone3 is absent on purpose: Docker's default answers it with ENOSYS so that libc falls back to
+// clone, whose namespace flags the default filter checks.
+var BuiltinDeny = []string{
+	"unshare", "setns", "mount", "umount2", "pivot_root",
+	"keyctl", "add_key", "request_key",
+	"bpf", "userfaultfd", "perf_event_open",
+	"ptrace", "process_vm_readv", "process_vm_writev",
+	"init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+	"open_by_handle_at", "name_to_handle_at",
+	"iopl", "ioperm", "swapon", "swapoff", "reboot", "acct", "syslog",
+	"fsopen", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+	"quotactl", "lookup_dcookie",
+}
+
+// shimSyscalls stay allowed whatever the profile says: the shim applies Landlock with them.
+var shimSyscalls = []string{"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}
+
+// extraSyscalls are valid names absent from Docker's profile (obsolete or never allowed there).
+var extraSyscalls = []string{
+	"name_to_handle_at", "nfsservctl", "vhangup", "uselib", "_sysctl", "ustat", "sysfs", "create_module",
+	"get_kernel_syms", "query_module", "afs_syscall", "tuxcall", "security", "vserver", "putpmsg",
+	"getpmsg", "lookup_dcookie", "kexec_file_load", "quotactl_fd", "mount_setattr", "pivot_root",
+}
+
+var knownSyscalls = sync.OnceValue(func() map[string]bool {
+	known := map[string]bool{}
+	for _, rule := range seccomp.DefaultProfile().Syscalls {
+		for _, n := range rule.Names {
+			if n != "" {
+				known[n] = true
+			}
+		}
+	}
+	for _, n := range slices.Concat(BuiltinDeny, shimSyscalls, extraSyscalls) {
+		known[n] = true
+	}
+	return known
+})
+
+var errnoByName = sync.OnceValue(func() map[string]uint {
+	m := map[string]uint{}
+	for e := syscall.Errno(1); e < 200; e++ {
+		if name := unix.ErrnoName(e); name != "" {
+			m[name] = uint(e)
+		}
+	}
+	return m
+})
+
+// denyList is the effective deny list of sc: BuiltinDeny and sc.Deny, minus sc.Allow.
+func denyList(sc SyscallsConfig) []string {
+	var out []string
+	for _, n := range slices.Concat(BuiltinDeny, sc.Deny) {
+		if !slices.Contains(sc.Allow, n) && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// compileSeccomp builds the OCI seccomp section. Base docker-default is moby's default profile for a
+// process without capabilities (capability-gated syscalls excluded); the deny and allow names are then
+// taken out of every rule, the allow names added as one ALLOW rule and the deny names as one ERRNO
+// rule, so that no syscall appears with two actions (libseccomp refuses that).
+func compileSeccomp(sc SyscallsConfig) (*specs.LinuxSeccomp, error) {
+	deny := denyList(sc)
+	errnoName := sc.Errno
+	if errnoName == "" {
+		errnoName = "EPERM"
+	}
+	errno, ok := errnoByName()[errnoName]
+	if !ok {
+		return nil, fmt.Errorf("unknown errno %q", errnoName)
+	}
+	spec := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
+	base, err := seccomp.GetDefaultProfile(spec)
+	if err != nil {
+		return nil, fmt.Errorf("building docker's default seccomp profile: %w", err)
+	}
+	allow := slices.Clone(sc.Allow)
+	if sc.Base == BaseNone {
+		if len(deny) == 0 {
+			return nil, nil
+		}
+		base = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Architectures: base.Architectures, Flags: base.Flags}
+		allow = nil // everything not denied is allowed already
+	} else {
+		allow = append(allow, shimSyscalls...)
+	}
+	out := removeNames(base, slices.Concat(deny, allow))
+	if len(allow) > 0 {
+		slices.Sort(allow)
+		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: slices.Compact(allow), Action: specs.ActAllow})
+	}
+	if len(deny) > 0 {
+		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: deny, Action: specs.ActErrno, ErrnoRet: &errno})
+	}
+	return out, checkSeccomp(out)
+}
+
+// removeNames returns a copy of sc without names in any rule; rules left empty are dropped.
+func removeNames(sc *specs.LinuxSeccomp, names []string) *specs.LinuxSeccomp {
+	out := *sc
+	out.Syscalls = nil
+	for _, rule := range sc.Syscalls {
+		kept := slices.DeleteFunc(slices.Clone(rule.Names), func(n string) bool { return slices.Contains(names, n) })
+		if len(kept) == 0 {
+			continue
+		}
+		rule.Names = kept
+		out.Syscalls = append(out.Syscalls, rule)
+	}
+	return &out
+}
+
+// checkSeccomp refuses a filter naming one syscall under two different actions.
+func checkSeccomp(sc *specs.LinuxSeccomp) error {
+	type action struct {
+		act   specs.LinuxSeccompAction
+		errno uint
+	}
+	seen := map[string]action{}
+	for _, rule := range sc.Syscalls {
+		a := action{act: rule.Action}
+		if rule.ErrnoRet != nil {
+			a.errno = *rule.ErrnoRet
+		}
+		for _, n := range rule.Names {
+			if prev, ok := seen[n]; ok && prev != a {
+				return fmt.Errorf("seccomp: syscall %q has two actions (%s and %s)", n, prev.act, a.act)
+			}
+			seen[n] = a
+		}
+	}
+	return nil
+}
