@@ -4,4 +4,31 @@
 // It changes nothing: it reads /proc and asks netlink sock_diag inside the sandbox's network namespace.
 // It only walks the sandbox's own processes (given by pid), never the whole host, so its cost does not
 // grow with the host.
+//
+// # What it offers
+//
+//   - [Snapshot]: the sandbox's processes (sandbox pid and ppid, exe, comm, argv, uid, start, orphaned,
+//     deleted executable, open fds with what each socket is) and its listening and established sockets,
+//     mapped to their owners through the socket inodes in the processes' fds.
+//   - [LeftRunning]: what is new in an after snapshot and still alive.
+//   - [StartEvents] and [Events.Stop]: every exec between the snapshots, from the kernel's process-events
+//     connector, filtered to the sandbox's fork tree.
+//   - [Changes], [DiffChanges] and [CopyChanges]: files created, modified and deleted, from the overlay's
+//     upper layer.
+//
+// # Limits
+//
+//   - A process that exits within microseconds of its exec may be gone before its exe and argv are read.
+//     Its exec is then kept, marked Incomplete, with what was left (comm while it is a zombie, else only
+//     its pids and time). Measured here: about 0.3% of /bin/true runs.
+//   - Process events reach only sockets in the host's network namespace and need root; StartEvents returns
+//     [ErrHostNetNS] when called from elsewhere. If sbx itself runs inside a container with its own network
+//     namespace, no event arrives at all.
+//   - The TCP socket dump walks the kernel's established-socket hash, which all network namespaces share
+//     unless net.ipv4.tcp_child_ehash_entries gave the sandbox's its own: about 0.2 ms whatever the
+//     namespace holds. MPTCP sockets are not dumped (that would load a kernel module); their TCP subflows
+//     show without an owner.
+//   - File changes are those of the overlay's upper layer: writes through other mounts (shared host paths)
+//     are not seen, and the old contents of a directory replaced as a whole (opaque) are not listed as
+//     deleted.
 package observe

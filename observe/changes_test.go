@@ -1,0 +1,229 @@
+package observe
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// testOverlay is a real overlay mount on a private tmpfs, prepared the way sbx prepares its rootfs.
+type testOverlay struct {
+	lower, upper, merged string
+}
+
+// newTestOverlay builds lower with a few files, pre-creates an opaque /tmp and a whiteout for
+// /etc/shadow in upper (what sbx does before the command runs), and mounts the overlay. Everything is
+// unmounted in t.Cleanup.
+func newTestOverlay(t *testing.T) *testOverlay {
+	t.Helper()
+	requireRoot(t)
+	base := t.TempDir()
+	// A tmpfs of its own: the upper layer needs a filesystem with trusted xattrs, and the unmount in
+	// Cleanup then removes every trace.
+	mount(t, "tmpfs", base, "tmpfs", "size=16m")
+	o := &testOverlay{
+		lower: filepath.Join(base, "lower"), upper: filepath.Join(base, "upper"),
+		merged: filepath.Join(base, "merged"),
+	}
+	work := filepath.Join(base, "work")
+	for _, f := range []string{"etc/keep.conf", "etc/modify.conf", "etc/delete.conf", "etc/shadow",
+		"tmp/hostfile", "usr/bin/tool"} {
+		writeFile(t, filepath.Join(o.lower, f), "lower "+f+"\n")
+	}
+	for _, d := range []string{o.upper + "/tmp", o.upper + "/etc", work, o.merged} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Setxattr(o.upper+"/tmp", "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(o.upper+"/etc/shadow", unix.S_IFCHR, 0); err != nil {
+		t.Fatal(err)
+	}
+	opts := "lowerdir=" + o.lower + ",upperdir=" + o.upper + ",workdir=" + work
+	mount(t, "overlay", o.merged, "overlay", opts)
+	return o
+}
+
+func mount(t *testing.T, source, target, fstype, data string) {
+	t.Helper()
+	if err := unix.Mount(source, target, fstype, 0, data); err != nil {
+		t.Fatalf("mount %s on %s: %v", fstype, target, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(target, 0); err != nil {
+			t.Errorf("unmount %s: %v", target, err)
+		}
+	})
+}
+
+func writeFile(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestChanges modifies the tree through the overlay and checks Changes and DiffChanges.
+func TestChanges(t *testing.T) {
+	o := newTestOverlay(t)
+	before, err := Changes(o.upper, o.lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("before: only sbx's preparation", func(t *testing.T) {
+		// /tmp exists in lower: the opaque dir replaces it and is not listed; the whiteout is a deletion.
+		if got := paths(before.Created); len(got) != 0 {
+			t.Errorf("created = %v, want none", got)
+		}
+		if got := paths(before.Deleted); !slices.Equal(got, []string{"/etc/shadow"}) {
+			t.Errorf("deleted = %v, want [/etc/shadow]", got)
+		}
+	})
+
+	m := o.merged
+	writeFile(t, m+"/tmp/a/b/c.txt", "nested\n")
+	writeFile(t, m+"/etc/new.conf", "new\n")
+	writeFile(t, m+"/etc/modify.conf", "modified, longer\n")
+	writeFile(t, m+"/etc/shadow", "recreated after being hidden\n")
+	mustOK(t, os.Symlink("/etc/new.conf", m+"/tmp/link"))
+	mustOK(t, os.Remove(m+"/etc/delete.conf"))
+	mustOK(t, os.Remove(m+"/usr/bin/tool"))
+	after, err := Changes(o.upper, o.lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, modified, deleted := DiffChanges(before, after)
+
+	tests := []struct {
+		name string
+		got  []FileChange
+		want []string // "path kind size"
+	}{
+		{"created", created, []string{"/etc/new.conf file 4", "/etc/shadow file 29", "/tmp/a dir 0",
+			"/tmp/a/b dir 0", "/tmp/a/b/c.txt file 7", "/tmp/link symlink 13"}},
+		{"modified", modified, []string{"/etc/modify.conf file 17"}},
+		{"deleted", deleted, []string{"/etc/delete.conf file 22", "/usr/bin/tool file 19"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, c := range tt.got {
+				got = append(got, c.Path+" "+c.Kind+" "+itoa(int(c.Size)))
+				if c.Change != tt.name {
+					t.Errorf("%s: Change = %q, want %q", c.Path, c.Change, tt.name)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+		})
+	}
+
+	t.Run("copy", func(t *testing.T) {
+		dest := filepath.Join(t.TempDir(), "changes")
+		all := slices.Concat(created, modified, deleted)
+		mustOK(t, CopyChanges(o.upper, all, dest))
+		files := []struct{ path, want string }{
+			{"tmp/a/b/c.txt", "nested\n"},
+			{"etc/modify.conf", "modified, longer\n"},
+			{"DELETED.txt", "/etc/delete.conf\n/usr/bin/tool\n"},
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(filepath.Join(dest, f.path))
+			if err != nil || string(b) != f.want {
+				t.Errorf("%s: got %q, %v; want %q", f.path, b, err, f.want)
+			}
+		}
+		if l, err := os.Readlink(filepath.Join(dest, "tmp/link")); err != nil || l != "/etc/new.conf" {
+			t.Errorf("tmp/link: got %q, %v; want a symlink to /etc/new.conf", l, err)
+		}
+	})
+}
+
+// TestDiffChanges covers the classification rules on synthetic readings.
+func TestDiffChanges(t *testing.T) {
+	f := func(p, kind, change string, size int64) FileChange {
+		return FileChange{Path: p, Kind: kind, Change: change, Size: size}
+	}
+	tests := []struct {
+		name                              string
+		before, after                     FileChanges
+		wantCreated, wantMod, wantDeleted []string
+	}{
+		{
+			name:   "unchanged entries left out",
+			before: FileChanges{Created: []FileChange{f("/run/x", "file", Created, 3)}},
+			after:  FileChanges{Created: []FileChange{f("/run/x", "file", Created, 3)}},
+		},
+		{
+			name:    "sbx's file rewritten is modified",
+			before:  FileChanges{Created: []FileChange{f("/run/x", "file", Created, 3)}},
+			after:   FileChanges{Created: []FileChange{f("/run/x", "file", Created, 9)}},
+			wantMod: []string{"/run/x"},
+		},
+		{
+			name:        "sbx's file removed is deleted",
+			before:      FileChanges{Created: []FileChange{f("/run/x", "file", Created, 3)}},
+			wantDeleted: []string{"/run/x"},
+		},
+		{
+			name:   "pre-existing dir with a new child is not modified",
+			before: FileChanges{Created: []FileChange{f("/run", "dir", Created, 0)}},
+			after: FileChanges{Created: []FileChange{
+				{Path: "/run", Kind: "dir", Change: Created, ModTime: timeAt(5)},
+				f("/run/new", "file", Created, 1)}},
+			wantCreated: []string{"/run/new"},
+		},
+		{
+			name:        "hidden path recreated is created",
+			before:      FileChanges{Deleted: []FileChange{f("/etc/shadow", "file", Deleted, 10)}},
+			after:       FileChanges{Modified: []FileChange{f("/etc/shadow", "file", Modified, 2)}},
+			wantCreated: []string{"/etc/shadow"},
+		},
+		{
+			name:   "whiteout present before is not a deletion",
+			before: FileChanges{Deleted: []FileChange{f("/etc/shadow", "file", Deleted, 10)}},
+			after:  FileChanges{Deleted: []FileChange{f("/etc/shadow", "file", Deleted, 10)}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, m, d := DiffChanges(&tt.before, &tt.after)
+			for _, x := range []struct {
+				what      string
+				got, want []string
+			}{{"created", paths(c), tt.wantCreated}, {"modified", paths(m), tt.wantMod},
+				{"deleted", paths(d), tt.wantDeleted}} {
+				if !slices.Equal(x.got, x.want) {
+					t.Errorf("%s = %v, want %v", x.what, x.got, x.want)
+				}
+			}
+		})
+	}
+}
+
+func paths(cs []FileChange) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Path)
+	}
+	return out
+}
+
+func mustOK(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func timeAt(sec int64) time.Time { return time.Unix(sec, 0) }

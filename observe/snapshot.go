@@ -1,0 +1,362 @@
+package observe
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// SnapshotOptions names what to look at. The caller knows the sandbox's processes (from its cgroup), so
+// the snapshot never walks the host's /proc.
+type SnapshotOptions struct {
+	// HostPids are the sandbox's processes, as pids of the host's pid namespace.
+	HostPids []int
+	// InitHostPid is the sandbox's pid 1 (sbx's pause reaper). It is left out of the listing because it is
+	// sbx's own, but processes reparented to it are marked Orphaned.
+	InitHostPid int
+	// NetNS is the path of the sandbox's network namespace, e.g. /proc/PID/ns/net. Empty: no sockets.
+	NetNS string
+}
+
+// Snap is what one snapshot saw.
+type Snap struct {
+	Processes   []Process // sorted by sandbox pid; the init is not included
+	Listening   []Socket  // TCP LISTEN, bound unconnected UDP, unix LISTEN
+	Established []Socket  // TCP ESTABLISHED, with the remote end
+	Taken       time.Time // when the snapshot started
+	// Sockets holds every socket of the namespace, including those no fd holds (inode 0).
+	Sockets []Socket
+}
+
+// Snapshot reads the given processes and the sockets of the sandbox's network namespace. Processes that
+// exit during the walk are skipped. The socket dump (mostly kernel time) runs alongside the process
+// walk, which is split over the CPUs: the work is all system calls, and the cost target is wall time. A
+// socket created during the walk may then show in an fd without a description, never a wrong one.
+//
+// Established lists the TCP connections whenever a process of the sandbox holds one; connections no
+// process holds (not yet accepted, closing) are listed only when that is the case too.
+func Snapshot(opts SnapshotOptions) (*Snap, error) {
+	s := &Snap{Taken: time.Now()}
+	type dumped struct {
+		d   *sockDump
+		err error
+	}
+	ch := make(chan dumped, 1)
+	go func() {
+		if opts.NetNS == "" {
+			ch <- dumped{}
+			return
+		}
+		d, err := openSockDump(opts.NetNS)
+		if err == nil {
+			if err = d.waiting(); err != nil {
+				d.close()
+			}
+		}
+		ch <- dumped{d, err}
+	}()
+	raw, procErr := readProcs(opts)
+	sd := <-ch
+	if sd.err != nil {
+		return nil, sd.err
+	}
+	if sd.d != nil {
+		defer sd.d.close()
+	}
+	if procErr != nil {
+		return nil, procErr
+	}
+	if sd.d != nil {
+		if err := completeSockets(sd.d, raw); err != nil {
+			return nil, err
+		}
+		s.Sockets = sd.d.socks
+	}
+	s.Processes = resolveParents(raw, opts.InitHostPid)
+	s.attachSockets()
+	return s, nil
+}
+
+// completeSockets dumps the connected TCP sockets when some fd holds a socket the first dump did not
+// find (a TCP connection, or a kind of socket sock_diag is not asked about, such as netlink).
+func completeSockets(d *sockDump, raw []rawProc) error {
+	known := make(map[uint32]bool, len(d.socks))
+	for _, sock := range d.socks {
+		known[sock.Inode] = true
+	}
+	for _, p := range raw {
+		for _, fd := range p.FDs {
+			if ino := socketInode(fd.Target); ino != 0 && !known[ino] {
+				return d.connected()
+			}
+		}
+	}
+	return nil
+}
+
+// readProcs reads the processes on up to GOMAXPROCS goroutines, each with its own buffers.
+func readProcs(opts SnapshotOptions) ([]rawProc, error) {
+	pids := slices.DeleteFunc(slices.Clone(opts.HostPids), func(p int) bool { return p == opts.InitHostPid })
+	workers := min(runtime.GOMAXPROCS(0), (len(pids)+procsPerWorker-1)/procsPerWorker)
+	if workers <= 1 {
+		return readProcRange(pids)
+	}
+	results := make([][]rawProc, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(pids)/workers, (w+1)*len(pids)/workers
+		wg.Go(func() { results[w], errs[w] = readProcRange(pids[lo:hi]) })
+	}
+	wg.Wait()
+	return slices.Concat(results...), errors.Join(errs...)
+}
+
+// procsPerWorker is the least work worth a goroutine of its own (a process costs ~20 µs to read).
+const procsPerWorker = 8
+
+func readProcRange(pids []int) ([]rawProc, error) {
+	r := newProcReader()
+	raw := make([]rawProc, 0, len(pids))
+	for _, pid := range pids {
+		p, err := r.readProc(pid)
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		raw = append(raw, p)
+	}
+	return raw, nil
+}
+
+// rawProc is a process as read, before its parent is resolved to a sandbox pid.
+type rawProc struct {
+	Process
+	hostPPid int
+}
+
+// readProc reads one process. An error for which gone() holds means it exited meanwhile.
+func (r *procReader) readProc(pid int) (rawProc, error) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	var p rawProc
+	p.HostPid = pid
+	b, err := r.read(dir + "/stat")
+	if err != nil {
+		return p, wrapProc(pid, err)
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return p, err
+	}
+	p.Comm, p.Start, p.hostPPid = st.comm, st.start, st.ppid
+	p.State, p.Started = string(st.state), r.boot.Add(ticksToDuration(st.start))
+	if b, err = r.read(dir + "/status"); err != nil {
+		return p, wrapProc(pid, err)
+	}
+	status, err := parseStatus(b)
+	if err != nil {
+		return p, err
+	}
+	p.Pid, p.UID = status.nspid[len(status.nspid)-1], status.uid
+	if b, err = r.read(dir + "/cmdline"); err != nil {
+		return p, wrapProc(pid, err)
+	}
+	p.Argv = parseCmdline(b)
+	// exe is unreadable for kernel threads and zombies (ENOENT): keep the process with no exe.
+	if exe, err := r.readlink(dir + "/exe"); err == nil {
+		p.Exe, p.Deleted = splitDeleted(exe)
+	}
+	if p.FDs, err = r.readFDs(dir + "/fd"); err != nil {
+		return p, wrapProc(pid, err)
+	}
+	return p, nil
+}
+
+func wrapProc(pid int, err error) error {
+	return fmt.Errorf("read process %d: %w", pid, err)
+}
+
+// readFDs lists the open fds of a process with their targets.
+func (r *procReader) readFDs(dir string) ([]FD, error) {
+	names, err := r.readdirnames(dir)
+	if err != nil {
+		return nil, err
+	}
+	fds := make([]FD, 0, len(names))
+	for _, name := range names {
+		n, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		target, err := r.readlink(dir + "/" + name)
+		if err != nil {
+			// The fd was closed between readdir and readlink: it no longer exists.
+			continue
+		}
+		fds = append(fds, newFD(n, target))
+	}
+	slices.SortFunc(fds, func(a, b FD) int { return a.FD - b.FD })
+	return fds, nil
+}
+
+// newFD classifies one fd. The kernel marks files unlinked while open with " (deleted)"; memfds always
+// carry it, so for them it says nothing and is only stripped.
+func newFD(n int, target string) FD {
+	fd := FD{FD: n, Target: target, Kind: fdKind(target)}
+	if fd.Kind == "file" || fd.Kind == "memfd" || fd.Kind == "dev" {
+		var deleted bool
+		fd.Target, deleted = splitDeleted(target)
+		fd.Deleted = deleted && fd.Kind != "memfd"
+	}
+	return fd
+}
+
+// readdirnames lists a directory with getdents into r's buffer.
+func (r *procReader) readdirnames(dir string) ([]string, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, r.buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(r.buf[:n], -1, names)
+		// proc fills the buffer as far as entries fit: room left for a longest entry means the end.
+		if n+maxDirent < len(r.buf) {
+			return names, nil
+		}
+	}
+}
+
+// resolveParents turns host parent pids into sandbox pids. A parent outside the given set is the init
+// (sandbox pid 1) or outside the sandbox (0). Processes whose parent is the init were reparented to it:
+// sbx starts the command as a separate process, so nothing the command runs has the init as its parent
+// unless its own parent exited.
+func resolveParents(raw []rawProc, initHostPid int) []Process {
+	sandboxPid := make(map[int]int, len(raw)+1)
+	for _, p := range raw {
+		sandboxPid[p.HostPid] = p.Pid
+	}
+	if initHostPid != 0 {
+		sandboxPid[initHostPid] = 1
+	}
+	procs := make([]Process, len(raw))
+	for i, p := range raw {
+		p.PPid = sandboxPid[p.hostPPid]
+		p.Orphaned = p.PPid == 1 && p.HostPid != initHostPid
+		procs[i] = p.Process
+	}
+	slices.SortFunc(procs, func(a, b Process) int { return a.Pid - b.Pid })
+	return procs
+}
+
+// attachSockets describes socket fds and names the owners of listening and established sockets. The
+// owner is the lowest sandbox pid holding the socket (sockets are shared across fork).
+func (s *Snap) attachSockets() {
+	byInode := make(map[uint32]*Socket, len(s.Sockets))
+	for i := range s.Sockets {
+		if s.Sockets[i].Inode != 0 {
+			byInode[s.Sockets[i].Inode] = &s.Sockets[i]
+		}
+	}
+	owner := make(map[uint32]*Process)
+	for i := range s.Processes {
+		p := &s.Processes[i]
+		for j := range p.FDs {
+			fd := &p.FDs[j]
+			ino := socketInode(fd.Target)
+			if ino == 0 {
+				continue
+			}
+			if _, ok := owner[ino]; !ok {
+				owner[ino] = p
+			}
+			if sock := byInode[ino]; sock != nil {
+				fd.Socket = sock.Describe()
+			}
+		}
+	}
+	for i := range s.Sockets {
+		sock := &s.Sockets[i]
+		if p := owner[sock.Inode]; p != nil && sock.Inode != 0 {
+			sock.Pid, sock.Exe = p.Pid, p.Exe
+		}
+		switch {
+		case sock.listening():
+			s.Listening = append(s.Listening, *sock)
+		case strings.HasPrefix(sock.Proto, "tcp") && sock.State == "ESTABLISHED":
+			s.Established = append(s.Established, *sock)
+		}
+	}
+	sortSockets(s.Listening)
+	sortSockets(s.Established)
+}
+
+func sortSockets(socks []Socket) {
+	slices.SortFunc(socks, func(a, b Socket) int {
+		if a.Proto != b.Proto {
+			if a.Proto < b.Proto {
+				return -1
+			}
+			return 1
+		}
+		if a.Port != b.Port {
+			return a.Port - b.Port
+		}
+		if a.Address < b.Address {
+			return -1
+		}
+		if a.Address > b.Address {
+			return 1
+		}
+		return int(a.Inode) - int(b.Inode)
+	})
+}
+
+// LeftRunning returns the processes of after that did not exist in before: new since the before snapshot
+// and still alive once the command exited. A process is the same when its host pid and start time match,
+// so a reused pid counts as new. Zombies are not running and are left out. The command itself is left out when it is still listed (a zombie not yet
+// reaped, or a caller snapshotting too early); the init is never in a Snap.
+func LeftRunning(before, after *Snap, commandHostPid int) []Process {
+	type key struct {
+		pid   int
+		start uint64
+	}
+	old := make(map[key]bool)
+	if before != nil {
+		for _, p := range before.Processes {
+			old[key{p.HostPid, p.Start}] = true
+		}
+	}
+	var left []Process
+	for _, p := range after.Processes {
+		// A zombie has exited already; the init reaps it.
+		if p.HostPid == commandHostPid || p.State == "Z" || p.State == "X" || old[key{p.HostPid, p.Start}] {
+			continue
+		}
+		left = append(left, p)
+	}
+	return left
+}
+
+// maxDirent bounds one linux_dirent64: 19 bytes of header and a name of up to 255 bytes, aligned to 8.
+const maxDirent = 280
