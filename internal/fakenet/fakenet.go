@@ -1,0 +1,311 @@
+// Package fakenet builds a fake upstream network inside a network namespace of its own, for tests of the
+// network contract: a metadata server, LAN hosts, public hosts, a DNS server and UDP echo servers, all on
+// that namespace's lo. A sandbox whose veth peer is placed in this namespace (policy.Network.UplinkNetNS
+// = Net.Name) sees these hosts as its internet; nothing a test sends through it can leave the machine.
+//
+// It is test infrastructure: it needs root, and every Net must be closed.
+package fakenet
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Addresses of the fake hosts.
+const (
+	Metadata4   = "169.254.169.254" // cloud metadata, HTTP on 80
+	Metadata6   = "fd00:ec2::254"   // cloud metadata over IPv6, HTTP on 80
+	MetadataAli = "100.100.100.200" // Alibaba's metadata, HTTP on 80
+	LAN         = "10.0.0.5"        // a LAN host: TCP 22, 5432, 6379; UDP echo 5353
+	Gateway10   = "10.0.0.1"        // typical gateways: TCP 22, 5432, 6379
+	Gateway172  = "172.16.0.1"
+	Gateway192  = "192.168.1.1"
+	Public      = "203.0.113.10"  // fake public host: TCP 443, UDP echo 7
+	Public2     = "198.51.100.20" // another fake public host: TCP 443
+	DNS         = "198.51.100.53" // fake DNS server, port 53
+)
+
+// TCPPorts are served by every fake host (an HTTP server that names the address it was reached on).
+var TCPPorts = []int{22, 80, 443, 5432, 6379}
+
+// UDPPorts are UDP echo ports on every fake IPv4 host.
+var UDPPorts = []int{7, 161, 5353}
+
+// Records are the fake DNS server's A records; TTL is theirs.
+var Records = map[string]string{
+	"allowed.test.":             Public,
+	"other.test.":               Public2,
+	"metadata.google.internal.": Metadata4,
+}
+
+// TTL of the fake DNS answers.
+const TTL = 5
+
+// hosts are the addresses put on the namespace's lo.
+var hosts = []string{Metadata4, Metadata6, MetadataAli, LAN, Gateway10, Gateway172, Gateway192, Public, Public2, DNS}
+
+var counter atomic.Int32
+
+// Net is one fake upstream namespace with its servers.
+type Net struct {
+	Name string // namespace name under /run/netns: pass as UplinkNetNS
+	Path string // namespace file
+
+	closers []io.Closer
+	mu      sync.Mutex
+	queries []string
+	conns   []string
+}
+
+// New creates the namespace "sbx-test-up-<pid>-<n>" and starts the servers.
+func New() (*Net, error) {
+	n := &Net{Name: fmt.Sprintf("sbx-test-up-%d-%d", os.Getpid(), counter.Add(1))}
+	n.Path = filepath.Join("/run/netns", n.Name)
+	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
+		return nil, err
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine, in the fake namespace
+		errc <- n.build()
+	}()
+	if err := <-errc; err != nil {
+		n.Close()
+		return nil, fmt.Errorf("fakenet: %w", err)
+	}
+	return n, nil
+}
+
+// build runs on a locked thread: it moves it into a new namespace, pins it, adds the addresses and opens
+// every socket there.
+func (n *Net) build() error {
+	f, err := os.OpenFile(n.Path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		return err
+	}
+	if err := unix.Mount("/proc/thread-self/ns/net", n.Path, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	if err := addHosts(); err != nil {
+		return err
+	}
+	return n.startServers()
+}
+
+// addHosts brings lo up with every fake address on it.
+func addHosts() error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	for _, h := range hosts {
+		a := netip.MustParseAddr(h)
+		ipn := &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: ipn}); err != nil {
+			return fmt.Errorf("adding %s: %w", h, err)
+		}
+	}
+	return netlink.LinkSetUp(lo)
+}
+
+// startServers opens the sockets on the calling (namespaced) thread and serves them on goroutines.
+func (n *Net) startServers() error {
+	for _, p := range TCPPorts {
+		if err := n.serveHTTP(net.JoinHostPort("::", strconv.Itoa(p))); err != nil {
+			return err
+		}
+	}
+	for _, h := range hosts {
+		if netip.MustParseAddr(h).Is6() {
+			continue
+		}
+		for _, p := range UDPPorts {
+			// One socket per address: a wildcard socket may answer from another address of lo, which a
+			// connected client discards.
+			if err := n.serveEcho(net.JoinHostPort(h, strconv.Itoa(p))); err != nil {
+				return err
+			}
+		}
+	}
+	return n.serveDNS(net.JoinHostPort(DNS, "53"))
+}
+
+// serveHTTP answers every request with the address and port it was reached on, and records connections.
+func (n *Net) serveHTTP(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "fakenet %s\n", r.Context().Value(http.LocalAddrContextKey))
+		}),
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				n.mu.Lock()
+				n.conns = append(n.conns, c.LocalAddr().String())
+				n.mu.Unlock()
+			}
+		},
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go srv.Serve(ln)
+	n.closers = append(n.closers, srv)
+	return nil
+}
+
+// serveEcho sends every datagram back.
+func (n *Net) serveEcho(addr string) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return err
+	}
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			k, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo(buf[:k], from)
+		}
+	}()
+	n.closers = append(n.closers, pc)
+	return nil
+}
+
+// serveDNS answers the names in Records and NXDOMAIN for the rest, recording every name asked.
+func (n *Net) serveDNS(addr string) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		pc.Close()
+		return err
+	}
+	h := dns.HandlerFunc(n.answer)
+	for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
+		started := make(chan struct{})
+		s.NotifyStartedFunc = func() { close(started) }
+		go s.ActivateAndServe()
+		<-started
+		n.closers = append(n.closers, shutdowner{s})
+	}
+	return nil
+}
+
+// answer is the fake DNS server's handler.
+func (n *Net) answer(w dns.ResponseWriter, req *dns.Msg) {
+	m := new(dns.Msg).SetReply(req)
+	for _, q := range req.Question {
+		n.mu.Lock()
+		n.queries = append(n.queries, q.Name)
+		n.mu.Unlock()
+		ip, ok := Records[dns.CanonicalName(q.Name)]
+		switch {
+		case !ok:
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			m.Answer = append(m.Answer, &dns.A{
+				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: TTL},
+				A:   net.ParseIP(ip),
+			})
+		}
+	}
+	w.WriteMsg(m)
+}
+
+// shutdowner adapts a dns.Server to io.Closer.
+type shutdowner struct{ s *dns.Server }
+
+func (s shutdowner) Close() error { return s.s.Shutdown() }
+
+// Queries lists the names the fake DNS server was asked, fully qualified, in order.
+func (n *Net) Queries() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string{}, n.queries...)
+}
+
+// Connections lists the local address ("ip:port") of every TCP connection the fake hosts accepted.
+func (n *Net) Connections() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string{}, n.conns...)
+}
+
+// Links lists the links in the namespace other than lo: after a sandbox ends there should be none.
+func (n *Net) Links() ([]string, error) {
+	var names []string
+	err := RunIn(n.Path, func() error {
+		links, err := netlink.LinkList()
+		for _, l := range links {
+			if l.Attrs().Name != "lo" {
+				names = append(names, l.Attrs().Name)
+			}
+		}
+		return err
+	})
+	return names, err
+}
+
+// Close stops the servers and removes the namespace.
+func (n *Net) Close() error {
+	var errs []error
+	for _, c := range n.closers {
+		errs = append(errs, c.Close())
+	}
+	n.closers = nil
+	if err := unix.Unmount(n.Path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, err)
+	}
+	if err := os.Remove(n.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// RunIn runs f on a fresh OS thread inside the network namespace at path (sockets f creates belong to
+// that namespace). The thread is never unlocked, so it is discarded afterwards. Test binaries should
+// lock the main thread to the main goroutine (runtime.LockOSThread in an init function): a locked
+// goroutine that ends on the main thread cannot discard it and leaves it, and the namespace, pinned.
+func RunIn(path string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		err = unix.Setns(fd, unix.CLONE_NEWNET)
+		unix.Close(fd)
+		if err != nil {
+			errc <- fmt.Errorf("entering %s: %w", path, err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}

@@ -1,0 +1,259 @@
+package netcontract
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Net is the network of one running sandbox. Its methods are safe for concurrent use; Close ends it.
+type Net struct {
+	cfg      Config
+	path     string // bind-mounted namespace file; "" once removed
+	fd       int    // the sandbox's namespace, -1 when not open
+	uplinkFd int
+	host     bool // the uplink is sbx's own namespace: NAT and forwarding are needed
+	plumb    plumbing
+	slot     slot
+	nat      bool
+	resolv   string
+	dns      *dnsFilter
+
+	nftMu sync.Mutex // one netlink conversation at a time on nft
+	nft   *nftables.Conn
+	sets  map[byte]*contractSets
+}
+
+// Setup builds the network of one run: in mode none a namespace with lo up, in mode contract everything
+// described in the package documentation. Nothing runs in the namespace yet; the contract is in force
+// before anything can. On error Setup leaves nothing behind.
+func Setup(cfg Config) (n *Net, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n = &Net{cfg: cfg, fd: -1, uplinkFd: -1}
+	if cfg.Net.Mode != policy.NetContract {
+		if err := n.setupNone(); err != nil {
+			return nil, err
+		}
+		return n, nil
+	}
+	defer func() {
+		if err != nil {
+			n.Close()
+			n = nil
+		}
+	}()
+	return n, n.setupContract()
+}
+
+// setupNone is the fast path run by every sbx exec without a network: a namespace with only lo.
+func (n *Net) setupNone() error {
+	fd, err := newNetNS(n.cfg.nsPath(), func() error {
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return fmt.Errorf("netlink in sandbox namespace: %w", err)
+		}
+		defer h.Close()
+		return loUp(h)
+	})
+	if err != nil {
+		return fmt.Errorf("setting up network namespace: %w", err)
+	}
+	n.fd, n.path = fd, n.cfg.nsPath()
+	return nil
+}
+
+// setupContract builds the plumbing, the contract, the DNS filter and, with the host as uplink, NAT. Each
+// step records what it made in n first, so that Close can undo a partial setup.
+func (n *Net) setupContract() error {
+	var err error
+	if n.uplinkFd, n.host, err = openUplink(n.cfg.Net.UplinkNetNS); err != nil {
+		return err
+	}
+	own, err := hostAddrs(n.host, n.uplinkFd)
+	if err != nil {
+		return err
+	}
+	if n.slot, err = allocSlot(n.cfg.nsPath()); err != nil {
+		return err
+	}
+	n.plumb = n.newPlumbing()
+	if n.fd, err = newNetNS(n.cfg.nsPath(), n.plumb.sandboxSide); err != nil {
+		return fmt.Errorf("setting up network namespace: %w", err)
+	}
+	n.path = n.cfg.nsPath()
+	if err := n.plumb.uplinkSide(); err != nil {
+		return err
+	}
+	if err := n.loadContract(own); err != nil {
+		return err
+	}
+	if err := n.startDNS(); err != nil {
+		return err
+	}
+	if n.host {
+		if err := natAcquire(n.uplinkFd, n.cfg.name(), n.path); err != nil {
+			return err
+		}
+		n.nat = true
+	}
+	return nil
+}
+
+// newPlumbing describes the veth pair of the run's slot.
+func (n *Net) newPlumbing() plumbing {
+	p := plumbing{peerName: n.cfg.name(), uplinkFd: n.uplinkFd, route6: !n.host}
+	p.peer4, p.sbx4, p.peer6, p.sbx6 = n.slot.addrs()
+	p.peerMAC, p.sbxMAC = macs(n.slot.n)
+	return p
+}
+
+// hostAddrs are sbx's own namespace's addresses: the sandbox never reaches the host itself, whichever
+// namespace its uplink is.
+func hostAddrs(isHost bool, uplinkFd int) ([]netip.Prefix, error) {
+	fd := uplinkFd
+	if !isHost {
+		var err error
+		if fd, err = hostNS(); err != nil {
+			return nil, fmt.Errorf("opening sbx's network namespace: %w", err)
+		}
+	}
+	h, err := netlink.NewHandleAt(netns.NsHandle(fd), unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in sbx's network namespace: %w", err)
+	}
+	defer h.Close()
+	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("listing host addresses: %w", err)
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			ip = ip.Unmap()
+			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+	}
+	return out, nil
+}
+
+// loadContract loads the nftables contract into the sandbox's namespace through a lasting connection that
+// Denied and the DNS filter reuse.
+func (n *Net) loadContract(own []netip.Prefix) error {
+	c, err := nftables.New(nftables.WithNetNSFd(n.fd), nftables.AsLasting())
+	if err != nil {
+		return fmt.Errorf("nftables in sandbox namespace: %w", err)
+	}
+	n.nft = c
+	if n.cfg.noContract {
+		return nil
+	}
+	never := append(append([]netip.Prefix{}, alwaysDeny...), own...)
+	never = append(never, n.plumb.peer4.Masked(), n.plumb.peer6.Masked())
+	n.sets, err = loadContract(c, contractInput{
+		dnsFilter: n.plumb.peer4.Addr(),
+		deny:      ruleSpans(n.cfg.Net.Deny),
+		except:    ruleSpans(n.cfg.Net.Except),
+		never:     wholeSpans(never),
+		allow:     ruleSpans(n.cfg.Net.Allow),
+	})
+	return err
+}
+
+// startDNS starts the DNS filter on the peer's address and writes the sandbox's resolv.conf.
+func (n *Net) startDNS() error {
+	d, err := startDNSFilter(dnsFilterConfig{
+		net:      n.cfg.Net,
+		listen:   n.plumb.peer4.Addr(),
+		uplinkFd: n.uplinkFd,
+		learn:    n.learn,
+	})
+	if err != nil {
+		return err
+	}
+	n.dns = d
+	path := filepath.Join(n.cfg.StateDir, "resolv.conf")
+	conf := fmt.Sprintf("# written by sbx: the DNS filter of this run\nnameserver %s\noptions attempts:2 timeout:2\n", n.plumb.peer4.Addr())
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("writing resolv.conf: %w", err)
+	}
+	n.resolv = path
+	return nil
+}
+
+// NetNSPath is the bind-mounted namespace file the container joins (the path of the OCI network
+// namespace). It stays valid until Close.
+func (n *Net) NetNSPath() string { return n.cfg.nsPath() }
+
+// ResolvConf is the host path of the resolv.conf to bind-mount at /etc/resolv.conf in the sandbox; "" in
+// mode none.
+func (n *Net) ResolvConf() string { return n.resolv }
+
+// DNS lists every query the DNS filter saw, in order.
+func (n *Net) DNS() []report.DNSQuery {
+	if n.dns == nil {
+		return []report.DNSQuery{}
+	}
+	return n.dns.queries()
+}
+
+// Close tears the network down: DNS filter, NAT reference, the peer's addresses and slot, the namespace
+// file. The namespace and its veth are freed by the kernel once the last process in it and the last fd
+// are gone; the veth peer therefore disappears from the uplink namespace shortly after Close returns
+// (deleting it here would cost tens of milliseconds). Close is safe to call on a partial setup.
+func (n *Net) Close() error {
+	var errs []error
+	if n.dns != nil {
+		errs = append(errs, n.dns.close())
+		n.dns = nil
+	}
+	if n.nft != nil {
+		n.nftMu.Lock()
+		errs = append(errs, n.nft.CloseLasting())
+		n.nft, n.sets = nil, nil
+		n.nftMu.Unlock()
+	}
+	if n.nat {
+		errs = append(errs, natRelease(n.uplinkFd, n.cfg.name()))
+		n.nat = false
+	}
+	if n.slot.file != "" {
+		errs = append(errs, n.plumb.unaddressPeer(), n.slot.release())
+		n.slot = slot{}
+	}
+	errs = append(errs, n.closeFds()...)
+	if n.resolv != "" {
+		os.Remove(n.resolv)
+		n.resolv = ""
+	}
+	return errors.Join(errs...)
+}
+
+// closeFds releases the namespaces.
+func (n *Net) closeFds() []error {
+	var errs []error
+	if n.fd >= 0 {
+		unix.Close(n.fd)
+		n.fd = -1
+	}
+	if n.path != "" {
+		errs = append(errs, removeNetNS(n.path))
+		n.path = ""
+	}
+	if n.uplinkFd >= 0 {
+		unix.Close(n.uplinkFd)
+		n.uplinkFd = -1
+	}
+	return errs
+}

@@ -1,0 +1,286 @@
+package netcontract
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/sbx-dev/sbx/policy"
+	"golang.org/x/sys/unix"
+)
+
+// Probe target kinds: a deny target passes when it is blocked, an allow target when it is reachable.
+const (
+	KindDeny  = "deny"
+	KindAllow = "allow"
+)
+
+// Probe outcomes.
+const (
+	OutcomeBlocked   = "blocked"   // refused at once, no route, no answer, or the name did not resolve
+	OutcomeReachable = "reachable" // connected, echoed, or the name resolved
+	OutcomeError     = "error"     // the probe itself failed
+)
+
+// Target is one destination the probe tries from inside the sandbox.
+type Target struct {
+	Kind  string // KindDeny or KindAllow
+	Label string // what it stands for: "cloud metadata", "gateway ssh", "allow entry 2"
+	Proto string // "tcp", "udp" or "dns" (Addr is then a name to resolve)
+	Addr  string // IP address, or a host name (resolved first for tcp and udp)
+	Port  int    // 0 for dns
+	// Resolver is the DNS server ("ip:port") for names; "" means the first nameserver of /etc/resolv.conf,
+	// which inside a sandbox is sbx's DNS filter.
+	Resolver string
+}
+
+// Result is what one target gave.
+type Result struct {
+	Target  Target
+	Outcome string // OutcomeBlocked, OutcomeReachable or OutcomeError
+	Pass    bool
+	Detail  string
+}
+
+// String is the probe's line for the target: "DENY cloud metadata 169.254.169.254:80 -> blocked".
+func (r Result) String() string {
+	dest := r.Target.Addr
+	if r.Target.Port != 0 {
+		dest = net.JoinHostPort(dest, strconv.Itoa(r.Target.Port))
+	}
+	if r.Target.Proto != "tcp" {
+		dest = r.Target.Proto + ":" + dest
+	}
+	s := fmt.Sprintf("%s %s %s -> %s", strings.ToUpper(r.Target.Kind), r.Target.Label, dest, r.Outcome)
+	if !r.Pass {
+		s += " (FAIL"
+		if r.Detail != "" {
+			s += ": " + r.Detail
+		}
+		s += ")"
+	}
+	return s
+}
+
+// Passed says whether every result passed.
+func Passed(results []Result) bool {
+	for _, r := range results {
+		if !r.Pass {
+			return false
+		}
+	}
+	return len(results) > 0
+}
+
+// gatewayPorts are services typically found on a LAN gateway or in a private network.
+var gatewayPorts = []struct {
+	port  int
+	label string
+}{{22, "ssh"}, {6379, "redis"}, {5432, "postgres"}}
+
+// ProbeTargets lists the built-in deny targets (cloud metadata by address and by name, typical gateways
+// on ports 22, 6379 and 5432, a UDP target, a random name outside the allow list) and one allow target per
+// allow entry that names a single destination. Wildcard names and address ranges cannot be probed as a
+// whole: a range is probed at its first host address, a wildcard name not at all.
+func ProbeTargets(nw policy.Network) []Target {
+	t := []Target{
+		{Kind: KindDeny, Label: "cloud metadata", Proto: "tcp", Addr: "169.254.169.254", Port: 80},
+		{Kind: KindDeny, Label: "cloud metadata v6", Proto: "tcp", Addr: "fd00:ec2::254", Port: 80},
+		{Kind: KindDeny, Label: "cloud metadata by name", Proto: "dns", Addr: "metadata.google.internal"},
+		{Kind: KindDeny, Label: "cloud metadata alibaba", Proto: "tcp", Addr: "100.100.100.200", Port: 80},
+	}
+	for _, gw := range []string{"10.0.0.1", "172.16.0.1", "192.168.1.1"} {
+		for _, p := range gatewayPorts {
+			t = append(t, Target{Kind: KindDeny, Label: "gateway " + p.label, Proto: "tcp", Addr: gw, Port: p.port})
+		}
+	}
+	t = append(t,
+		Target{Kind: KindDeny, Label: "gateway snmp", Proto: "udp", Addr: "192.168.1.1", Port: 161},
+		Target{Kind: KindDeny, Label: "random name", Proto: "dns", Addr: randomName()},
+	)
+	return append(t, allowTargets(nw)...)
+}
+
+// randomName is a name nobody allows.
+func randomName() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "sbx-probe-" + hex.EncodeToString(b) + ".invalid"
+}
+
+// allowTargets is one target per allow entry and per allowed DNS name.
+func allowTargets(nw policy.Network) []Target {
+	var t []Target
+	for i, r := range nw.Allow {
+		addr := r.Host
+		if r.CIDR != "" {
+			p, err := parsePrefix(r.CIDR)
+			if err != nil {
+				continue
+			}
+			addr = probeAddr(p).String()
+		}
+		if strings.HasPrefix(addr, "*") {
+			continue
+		}
+		proto, port := cmp.Or(r.Proto, "tcp"), r.Port
+		if port == 0 {
+			port = 443
+		}
+		t = append(t, Target{Kind: KindAllow, Label: "allow entry " + strconv.Itoa(i+1), Proto: proto, Addr: addr, Port: port})
+	}
+	for _, name := range nw.DNS.Allow {
+		if !strings.HasPrefix(name, "*") {
+			t = append(t, Target{Kind: KindAllow, Label: "allowed name", Proto: "dns", Addr: name})
+		}
+	}
+	return t
+}
+
+// probeAddr is the address that stands for a prefix: itself for a single host, else the first host.
+func probeAddr(p netip.Prefix) netip.Addr {
+	if p.IsSingleIP() {
+		return p.Addr()
+	}
+	return p.Masked().Addr().Next()
+}
+
+// RunProbe tries every target in turn and judges it. It must run inside the sandbox: in a process that
+// lives in the sandbox's network namespace, or on a goroutine locked to a thread inside it (it opens every
+// socket on the calling goroutine for that reason). timeout bounds each attempt; UDP silence lasts that
+// long.
+func RunProbe(targets []Target, timeout time.Duration) []Result {
+	out := make([]Result, 0, len(targets))
+	for _, t := range targets {
+		r := probe(t, timeout)
+		r.Target = t
+		r.Pass = r.Outcome != OutcomeError && (r.Outcome == OutcomeBlocked) == (t.Kind == KindDeny)
+		out = append(out, r)
+	}
+	return out
+}
+
+// probe tries one target.
+func probe(t Target, timeout time.Duration) Result {
+	if t.Proto == "dns" {
+		addrs, err := resolve(t.Addr, t.Resolver, timeout)
+		if err != nil {
+			return Result{Outcome: OutcomeBlocked, Detail: err.Error()}
+		}
+		return Result{Outcome: OutcomeReachable, Detail: "resolved to " + addrs[0].String()}
+	}
+	addr, err := probeDest(t, timeout)
+	if err != nil {
+		return Result{Outcome: OutcomeError, Detail: err.Error()}
+	}
+	if t.Proto == "udp" {
+		return probeUDP(addr, timeout)
+	}
+	return probeTCP(addr, timeout)
+}
+
+// probeDest is ip:port of a target, resolving a name first.
+func probeDest(t Target, timeout time.Duration) (string, error) {
+	a, err := netip.ParseAddr(t.Addr)
+	if err != nil {
+		addrs, rerr := resolve(t.Addr, t.Resolver, timeout)
+		if rerr != nil {
+			return "", rerr
+		}
+		a = addrs[0]
+	}
+	return net.JoinHostPort(a.String(), strconv.Itoa(t.Port)), nil
+}
+
+// probeTCP connects: a connection is reachable, a reset or an unreachable is blocked, so is silence.
+func probeTCP(addr string, timeout time.Duration) Result {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err == nil {
+		c.Close()
+		return Result{Outcome: OutcomeReachable, Detail: "connected"}
+	}
+	return classify(err)
+}
+
+// probeUDP sends a datagram: an answer is reachable; an ICMP error or silence is blocked.
+func probeUDP(addr string, timeout time.Duration) Result {
+	c, err := net.DialTimeout("udp", addr, timeout)
+	if err != nil {
+		return classify(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("sbx probe\n")); err != nil {
+		return classify(err)
+	}
+	if _, err := c.Read(make([]byte, 512)); err != nil {
+		return classify(err)
+	}
+	return Result{Outcome: OutcomeReachable, Detail: "answered"}
+}
+
+// classify maps a socket error to an outcome.
+func classify(err error) Result {
+	switch {
+	case errors.Is(err, unix.ECONNREFUSED), errors.Is(err, unix.EHOSTUNREACH), errors.Is(err, unix.ENETUNREACH),
+		errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return Result{Outcome: OutcomeBlocked, Detail: err.Error()}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return Result{Outcome: OutcomeBlocked, Detail: "no answer within the timeout"}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return Result{Outcome: OutcomeBlocked, Detail: "no answer within the timeout"}
+	}
+	return Result{Outcome: OutcomeError, Detail: err.Error()}
+}
+
+// resolve asks for A then AAAA records of name; an error means the name did not resolve.
+func resolve(name, server string, timeout time.Duration) ([]netip.Addr, error) {
+	if server == "" {
+		cc, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+		if err != nil || len(cc.Servers) == 0 {
+			return nil, fmt.Errorf("no nameserver in /etc/resolv.conf")
+		}
+		server = net.JoinHostPort(cc.Servers[0], cc.Port)
+	}
+	c := &dns.Client{Timeout: timeout}
+	for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		r, _, err := c.Exchange(new(dns.Msg).SetQuestion(dns.Fqdn(name), qt), server)
+		if err != nil {
+			return nil, fmt.Errorf("resolving %s: %w", name, err)
+		}
+		if r.Rcode != dns.RcodeSuccess {
+			return nil, fmt.Errorf("resolving %s: %s", name, dns.RcodeToString[r.Rcode])
+		}
+		if addrs := answerAddrs(r); len(addrs) > 0 {
+			return addrs, nil
+		}
+	}
+	return nil, fmt.Errorf("resolving %s: no address", name)
+}
+
+// answerAddrs are the A and AAAA records of an answer.
+func answerAddrs(r *dns.Msg) []netip.Addr {
+	var out []netip.Addr
+	for _, rr := range r.Answer {
+		switch v := rr.(type) {
+		case *dns.A:
+			a, _ := netip.AddrFromSlice(v.A)
+			out = append(out, a.Unmap())
+		case *dns.AAAA:
+			a, _ := netip.AddrFromSlice(v.AAAA)
+			out = append(out, a)
+		}
+	}
+	return out
+}

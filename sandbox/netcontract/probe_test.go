@@ -1,0 +1,101 @@
+package netcontract
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/internal/fakenet"
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// probeIn runs the probe for nw inside n, asking n's DNS filter for names.
+func probeIn(t *testing.T, n *Net, nw policy.Network) []Result {
+	t.Helper()
+	targets := ProbeTargets(nw)
+	server := resolver(t, n.ResolvConf())
+	for i := range targets {
+		targets[i].Resolver = server
+	}
+	var res []Result
+	in(t, n, func() { res = RunProbe(targets, 300*time.Millisecond) })
+	return res
+}
+
+// TestProbe: the probe passes on a sound contract, catches a missing contract, and fails when an allow
+// target is unreachable.
+func TestProbe(t *testing.T) {
+	fake := newFake(t)
+	sound := contractNet(fake)
+	unreachable := contractNet(fake)
+	unreachable.Allow = append(unreachable.Allow, policy.NetRule{CIDR: fakenet.Public2, Proto: "tcp", Port: 444})
+	tests := []struct {
+		name       string
+		nw         policy.Network
+		noContract bool
+		wantPass   bool
+		wantFail   string // a label that must fail
+	}{
+		{"sound contract", sound, false, true, ""},
+		{"no contract", sound, true, false, "cloud metadata"},
+		{"allow target unreachable", unreachable, false, false, "allow entry 3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := setup(t, Config{Net: tc.nw, noContract: tc.noContract})
+			res := probeIn(t, n, tc.nw)
+			var lines []string
+			failed := map[string]bool{}
+			for _, r := range res {
+				lines = append(lines, r.String())
+				if !r.Pass {
+					failed[r.Target.Label] = true
+				}
+			}
+			report := strings.Join(lines, "\n")
+			if got := Passed(res); got != tc.wantPass {
+				t.Errorf("Passed = %v, want %v\n%s", got, tc.wantPass, report)
+			}
+			if tc.wantFail != "" && !failed[tc.wantFail] {
+				t.Errorf("%q did not fail\n%s", tc.wantFail, report)
+			}
+			t.Logf("\n%s", report)
+		})
+	}
+}
+
+// TestProbeTargets: the built-in deny targets are there, and one allow target per probe-able entry.
+func TestProbeTargets(t *testing.T) {
+	nw := policy.Network{Allow: []policy.NetRule{
+		{CIDR: "203.0.113.0/24", Port: 443},
+		{Host: "api.example.com", Proto: "tcp", Port: 443},
+		{Host: "*.example.com", Port: 443},
+	}, DNS: policy.DNS{Allow: []string{"pypi.org", "*.pythonhosted.org"}}}
+	var deny, allow []Target
+	for _, tg := range ProbeTargets(nw) {
+		if tg.Kind == KindDeny {
+			deny = append(deny, tg)
+		} else {
+			allow = append(allow, tg)
+		}
+	}
+	want := map[string]bool{"169.254.169.254:80": false, "fd00:ec2::254:80": false, "metadata.google.internal:0": false,
+		"100.100.100.200:80": false, "10.0.0.1:22": false, "172.16.0.1:6379": false, "192.168.1.1:5432": false, "192.168.1.1:161": false}
+	for _, tg := range deny {
+		want[tg.Addr+":"+itoa(tg.Port)] = true
+	}
+	for k, seen := range want {
+		if !seen {
+			t.Errorf("no deny target %s", k)
+		}
+	}
+	wantAllow := []string{"203.0.113.1:443", "api.example.com:443", "pypi.org:0"}
+	if len(allow) != len(wantAllow) {
+		t.Fatalf("allow targets %+v, want %v", allow, wantAllow)
+	}
+	for i, tg := range allow {
+		if got := tg.Addr + ":" + itoa(tg.Port); got != wantAllow[i] {
+			t.Errorf("allow target %d = %s, want %s", i, got, wantAllow[i])
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package netcontract
+
+import "net/netip"
+
+// alwaysDeny are the ranges a sandbox never reaches unless the profile names an exact exception. Cloud
+// metadata addresses are listed on their own although most sit inside a larger range, so that the list
+// reads as the promise it makes.
+var alwaysDeny = mustPrefixes(
+	"169.254.169.254/32", // cloud metadata (AWS, GCP, Azure, ...)
+	"100.100.100.200/32", // cloud metadata (Alibaba)
+	"fd00:ec2::254/128",  // cloud metadata (AWS, IPv6)
+	"0.0.0.0/8",          // "this network"
+	"10.0.0.0/8",         // RFC1918
+	"172.16.0.0/12",      // RFC1918
+	"192.168.0.0/16",     // RFC1918
+	"100.64.0.0/10",      // CGNAT
+	"127.0.0.0/8",        // loopback, reached only through lo (accepted before)
+	"169.254.0.0/16",     // link-local
+	"224.0.0.0/4",        // multicast
+	"240.0.0.0/4",        // reserved and broadcast
+	"::/128",             // unspecified
+	"::1/128",            // loopback
+	"::ffff:0:0/96",      // IPv4-mapped: would sidestep the IPv4 ranges
+	"fc00::/7",           // ULA
+	"fe80::/10",          // link-local
+	"ff00::/8",           // multicast
+)
+
+// mustPrefixes parses a fixed list.
+func mustPrefixes(s ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(s))
+	for i, p := range s {
+		out[i] = netip.MustParsePrefix(p)
+	}
+	return out
+}

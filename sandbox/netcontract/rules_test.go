@@ -1,0 +1,94 @@
+package netcontract
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/sbx-dev/sbx/internal/fakenet"
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// TestRuleOrder: an exact exception opens one always-denied destination and nothing next to it; an
+// extra deny beats an allow; an allow entry cannot open an always-denied range.
+func TestRuleOrder(t *testing.T) {
+	fake := newFake(t)
+	nw := contractNet(fake)
+	nw.Allow = append(nw.Allow, policy.NetRule{CIDR: "10.0.0.0/8", Proto: "tcp"}, policy.NetRule{CIDR: fakenet.Public2, Proto: "tcp", Port: 443})
+	nw.Except = []policy.NetRule{{CIDR: fakenet.LAN, Proto: "tcp", Port: 6379}}
+	nw.Deny = []policy.NetRule{{CIDR: fakenet.Public2 + "/32", Proto: "tcp", Port: 443}}
+	n := setup(t, Config{Net: nw})
+	tests := []struct {
+		addr      string
+		reachable bool
+	}{
+		{fakenet.LAN + ":6379", true},     // the exception
+		{fakenet.LAN + ":5432", false},    // next to it: still denied although 10/8 is "allowed"
+		{fakenet.Public2 + ":443", false}, // allowed, then denied by the extra deny
+		{fakenet.Public + ":443", true},
+	}
+	in(t, n, func() {
+		for _, tc := range tests {
+			if a := tcpGet(tc.addr); a.reachable() != tc.reachable {
+				t.Errorf("%s: %v, want reachable=%v", tc.addr, a, tc.reachable)
+			}
+		}
+	})
+}
+
+// TestValidate: bad configs are refused before anything is built, naming the field.
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"empty id", Config{Net: policy.Network{Mode: policy.NetNone}}},
+		{"long id", Config{ID: "sbx0123456789abc", Net: policy.Network{Mode: policy.NetNone}}},
+		{"bad id", Config{ID: "sbx/../x", Net: policy.Network{Mode: policy.NetNone}}},
+		{"bad mode", Config{ID: "sbx1", Net: policy.Network{Mode: "open"}}},
+		{"no state dir", Config{ID: "sbx1", Net: policy.Network{Mode: policy.NetContract}}},
+		{"host and cidr", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
+			Allow: []policy.NetRule{{Host: "a.test", CIDR: "1.2.3.4/32"}}}}},
+		{"host in deny", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
+			Deny: []policy.NetRule{{Host: "a.test"}}}}},
+		{"bad cidr", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
+			Allow: []policy.NetRule{{CIDR: "1.2.3/8"}}}}},
+		{"bad proto", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
+			Allow: []policy.NetRule{{CIDR: "1.2.3.4", Proto: "icmp"}}}}},
+		{"bad range", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
+			Allow: []policy.NetRule{{CIDR: "1.2.3.4", Port: 90, PortEnd: 80}}}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Setup(tc.cfg); !errors.Is(err, ErrConfig) {
+				t.Errorf("Setup: %v, want ErrConfig", err)
+			}
+		})
+	}
+}
+
+// TestWholeSpansMerge: overlapping always-deny ranges are merged, since interval sets refuse overlaps.
+func TestWholeSpansMerge(t *testing.T) {
+	got := wholeSpans(mustPrefixes("10.0.0.0/8", "10.1.2.3/32", "11.0.0.0/8", "169.254.169.254/32", "169.254.0.0/16", "fc00::/7", "fd00::1/128"))
+	want := [][2]string{{"10.0.0.0", "11.255.255.255"}, {"169.254.0.0", "169.254.255.255"}, {"fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %d spans %v, want %v", len(got), got, want)
+	}
+	for i, w := range want {
+		if got[i].lo != netip.MustParseAddr(w[0]) || got[i].hi != netip.MustParseAddr(w[1]) {
+			t.Errorf("span %d = %s-%s, want %s-%s", i, got[i].lo, got[i].hi, w[0], w[1])
+		}
+	}
+}
+
+// TestKeyLayout: concatenated keys pad every field to 32 bits, in network byte order.
+func TestKeyLayout(t *testing.T) {
+	got := key(netip.MustParseAddr("203.0.113.10"), 6, 443)
+	want := []byte{203, 0, 113, 10, 6, 0, 0, 0, 1, 187, 0, 0}
+	if string(got) != string(want) {
+		t.Errorf("key = %v, want %v", got, want)
+	}
+	if k := key(netip.MustParseAddr("fd00:ec2::254"), 17, 53); len(k) != 24 {
+		t.Errorf("IPv6 key is %d bytes, want 24", len(k))
+	}
+}
