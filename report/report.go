@@ -41,6 +41,9 @@ type Report struct {
 	Network    Network     `json:"network"`
 	Files      Files       `json:"files"`
 	Timings    Timings     `json:"timings_ms"`
+	// Notes say what sbx could not observe in this run ("exec events unavailable: ..."), so that an
+	// empty list is never mistaken for "nothing happened".
+	Notes []string `json:"notes"`
 }
 
 // Violation is one broken expectation.
@@ -94,6 +97,8 @@ type Files struct {
 	Created  []string `json:"created"`
 	Modified []string `json:"modified"`
 	Deleted  []string `json:"deleted"`
+	// Details has one entry per path above, with its kind and size.
+	Details []observe.FileChange `json:"details"`
 }
 
 // Timings are the phases of a run in milliseconds.
@@ -116,6 +121,7 @@ func New(profile string, command []string) *Report {
 		Processes:  Processes{Execs: []observe.Exec{}, LeftRunning: []observe.Process{}},
 		Sockets:    Sockets{Listening: []observe.Socket{}, Established: []observe.Socket{}},
 		Network:    Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
-		Files:      Files{Created: []string{}, Modified: []string{}, Deleted: []string{}},
+		Files:      Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []observe.FileChange{}},
+		Notes:      []string{},
 	}
 }

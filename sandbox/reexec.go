@@ -10,9 +10,8 @@ import (
 
 // Role arguments of the re-executed binary.
 const (
-	roleInit  = "init" // libcontainer's; fixed by libcontainer
-	rolePause = "__sbx_pause"
-	roleShim  = "__sbx_shim"
+	roleInit      = "init"            // libcontainer's; fixed by libcontainer
+	roleSupervise = "__sbx_supervise" // pid 1: starts the command, reaps orphans
 )
 
 // Reexec runs the role the binary was re-executed in and does not return in that case. It returns false
@@ -24,10 +23,24 @@ func Reexec() bool {
 	switch os.Args[1] {
 	case roleInit:
 		libcontainer.Init() // never returns
-	case rolePause:
-		os.Exit(pauseMain())
-	case roleShim:
-		os.Exit(shimMain(os.Args[2:]))
+	case roleSupervise:
+		os.Exit(superviseMain(os.Args[2:]))
+	}
+	if main, ok := roles[os.Args[1]]; ok {
+		os.Exit(main(os.Args[2:]))
 	}
 	return false
+}
+
+// roles are extra roles registered by the program.
+var roles = map[string]func(args []string) int{}
+
+// RegisterRole makes Reexec run main when the binary is started with name as its first argument. Use
+// it, in an init function, for programs that run inside a sandbox as the sbx binary itself (see
+// [SelfCommand]), such as the network probe.
+func RegisterRole(name string, main func(args []string) int) { roles[name] = main }
+
+// SelfCommand is the argv that runs this binary in role name inside a sandbox.
+func SelfCommand(role string, args ...string) []string {
+	return append([]string{shimPath, role}, args...)
 }

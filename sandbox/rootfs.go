@@ -16,6 +16,7 @@ const defaultDiskBytes = 1 << 30
 
 // rootfs is the overlay that the sandbox sees as /.
 type rootfs struct {
+	lower  string // a non-recursive bind of the host's /: the root file system alone
 	layer  string // tmpfs holding upper and work
 	upper  string
 	work   string
@@ -25,6 +26,7 @@ type rootfs struct {
 func newRootfs(runDir string) *rootfs {
 	layer := filepath.Join(runDir, "layer")
 	return &rootfs{
+		lower:  filepath.Join(runDir, "lower"),
 		layer:  layer,
 		upper:  filepath.Join(layer, "upper"),
 		work:   filepath.Join(layer, "work"),
@@ -39,7 +41,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string) error {
 	if diskBytes <= 0 {
 		diskBytes = defaultDiskBytes
 	}
-	for _, d := range []string{r.layer, r.merged} {
+	for _, d := range []string{r.lower, r.layer, r.merged} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
@@ -58,7 +60,15 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string) error {
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=/,upperdir=%s,workdir=%s,volatile", r.upper, r.work)
+	// The lower layer is the root file system without the mounts on it, which is what overlayfs shows of
+	// "/" anyway; the bind gives observe the same view to compare the upper layer with.
+	if err := unix.Mount("/", r.lower, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding the lower layer: %w", err)
+	}
+	if err := unix.Mount("", r.lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("binding the lower layer: %w", err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile", r.lower, r.upper, r.work)
 	if err := unix.Mount("overlay", r.merged, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting the overlay root: %w", err)
 	}
@@ -68,7 +78,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string) error {
 // unmount undoes mount; it is safe on a partly built or already removed rootfs.
 func (r *rootfs) unmount() error {
 	var errs []error
-	for _, m := range []string{r.merged, r.layer} {
+	for _, m := range []string{r.merged, r.layer, r.lower} {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
 		}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/netcontract"
 )
 
 // DefaultStateRoot is where sbx keeps the state of its runs. It lives on /run so that a reboot clears it.
@@ -30,33 +33,48 @@ const DefaultStateRoot = "/run/sbx"
 // ErrSetup is matched by every error of sandbox creation: the sandbox could not be built.
 var ErrSetup = errors.New("sandbox setup failed")
 
-// Config is one sandbox to create.
+// Config is one sandbox to create, with the one command it runs.
 type Config struct {
-	Plan       *policy.Plan
-	Cwd        string // working directory of the command, as seen in the sandbox (the caller's)
-	NetNS      string // network namespace to join; "" = a new one with loopback only
-	ResolvConf string // host file bind-mounted at /etc/resolv.conf; "" = the host's, through the overlay
-	StateRoot  string // "" = DefaultStateRoot
+	Plan      *policy.Plan
+	Command   Command
+	StateRoot string // "" = DefaultStateRoot
 }
 
-// Sandbox is a running sandbox: namespaces, cgroup, overlay root and the pause init.
+// Command is the process the sandbox runs.
+type Command struct {
+	Args     []string
+	Cwd      string // as seen in the sandbox (the caller's)
+	Stdin    io.Reader
+	Stdout   io.Writer
+	Stderr   io.Writer
+	Terminal bool // give the command a terminal of its own; Sandbox.Console is its master side
+}
+
+// Sandbox is a running sandbox: namespaces, cgroup, overlay root, network contract and the supervisor
+// init, which holds the command until Start.
 type Sandbox struct {
 	ID        string
 	cfg       Config
 	run       *runDir
 	rootfs    *rootfs
+	net       *netcontract.Net
 	container *libcontainer.Container
 	init      *libcontainer.Process
 	initPid   int
+	ctl       *os.File // sbx's end of the supervisor's control socket
+	ctlMu     sync.Mutex
+	ctlIn     *bufio.Reader
+	console   *os.File
 }
 
-// Create builds a sandbox and starts its pause init. On error, everything it built is gone again.
+// Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
+// command. On error, everything it built is gone again.
 func Create(cfg Config) (sb *Sandbox, err error) {
 	if cfg.StateRoot == "" {
 		cfg.StateRoot = DefaultStateRoot
 	}
-	if cfg.Plan == nil {
-		return nil, fmt.Errorf("%w: no plan", ErrSetup)
+	if cfg.Plan == nil || len(cfg.Command.Args) == 0 {
+		return nil, fmt.Errorf("%w: no plan or no command", ErrSetup)
 	}
 	id, err := newID()
 	if err != nil {
@@ -73,8 +91,14 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 			err = fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 	}()
-	if err := sb.rootfs.mount(cfg.Plan.Limits.DiskBytes, cfg.Plan.Filesystem.Hidden, cfg.Cwd); err != nil {
+	if err := sb.rootfs.mount(cfg.Plan.Limits.DiskBytes, cfg.Plan.Filesystem.Hidden, cfg.Command.Cwd); err != nil {
 		return sb, err
+	}
+	if cfg.Plan.Network.Mode == policy.NetContract {
+		sb.net, err = netcontract.Setup(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})
+		if err != nil {
+			return sb, fmt.Errorf("setting up the network contract: %w", err)
+		}
 	}
 	return sb, sb.startContainer()
 }
@@ -84,11 +108,13 @@ func (s *Sandbox) startContainer() error {
 	if err != nil {
 		return fmt.Errorf("finding the sbx binary: %w", err)
 	}
-	spec := Spec(SpecInput{
-		Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.merged, Binary: self,
-		NetNS: s.cfg.NetNS, ResolvConf: s.cfg.ResolvConf,
-		Args: []string{shimPath, rolePause}, Cwd: "/",
-	})
+	cmd := s.cfg.Command
+	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.merged, Binary: self,
+		Args: append([]string{shimPath, roleSupervise}, cmd.Args...), Cwd: cmd.Cwd}
+	if s.net != nil {
+		in.NetNS, in.ResolvConf = s.net.NetNSPath(), s.net.ResolvConf()
+	}
+	spec := Spec(in)
 	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: s.ID, Spec: spec})
 	if err != nil {
 		return specError(err)
@@ -97,112 +123,168 @@ func (s *Sandbox) startContainer() error {
 	if err != nil {
 		return fmt.Errorf("creating the container: %w", err)
 	}
+	env, err := s.supervisorEnv()
+	if err != nil {
+		return err
+	}
+	ctl, ctlChild, err := utils.NewSockPair("ctl")
+	if err != nil {
+		return err
+	}
+	defer ctlChild.Close()
+	s.ctl, s.ctlIn = ctl, bufio.NewReader(ctl)
 	s.init = &libcontainer.Process{
-		Args: spec.Process.Args, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/", Init: true,
+		Args: spec.Process.Args, Env: env, Cwd: cmd.Cwd, Init: true,
 		UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID,
+		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
+		ExtraFiles: []*os.File{ctlChild},
+	}
+	var consoleParent *os.File
+	if cmd.Terminal {
+		var consoleChild *os.File
+		if consoleParent, consoleChild, err = utils.NewSockPair("console"); err != nil {
+			return err
+		}
+		defer consoleParent.Close()
+		defer consoleChild.Close()
+		s.init.ConsoleSocket = consoleChild
 	}
 	if err := s.container.Run(s.init); err != nil {
 		return fmt.Errorf("starting the sandbox init: %w", err)
 	}
-	s.initPid, err = s.init.Pid()
-	return err
+	if s.initPid, err = s.init.Pid(); err != nil {
+		return err
+	}
+	if consoleParent != nil {
+		if s.console, err = recvFile(consoleParent); err != nil {
+			return fmt.Errorf("receiving the command's terminal: %w", err)
+		}
+	}
+	return nil
 }
 
-// InitPid is the host pid of the sandbox's pause init (pid 1 inside).
-func (s *Sandbox) InitPid() int { return s.initPid }
-
-// NetNSPath is the sandbox's network namespace as a path on the host.
-func (s *Sandbox) NetNSPath() string { return "/proc/" + strconv.Itoa(s.initPid) + "/ns/net" }
-
-// UpperDir is the overlay's writable layer: every file the command wrote into the root is below it.
-func (s *Sandbox) UpperDir() string { return s.rootfs.upper }
-
-// Pids lists the host pids of every process in the sandbox, the init included.
-func (s *Sandbox) Pids() ([]int, error) { return s.container.Processes() }
-
-// Command is a process to run in the sandbox.
-type Command struct {
-	Args     []string
-	Cwd      string
-	Stdin    io.Reader
-	Stdout   io.Writer
-	Stderr   io.Writer
-	Terminal bool // give the command a terminal of its own; Running.Console is its master side
-}
-
-// Running is a command started in the sandbox.
-type Running struct {
-	Pid     int      // host pid
-	Console *os.File // the terminal's master side when Command.Terminal was set
-	proc    *libcontainer.Process
-}
-
-// Start runs cmd in the sandbox through the shim, which applies Landlock before it execs the command.
-func (s *Sandbox) Start(cmd Command) (*Running, error) {
+// supervisorEnv is the command's environment plus the supervisor's configuration.
+func (s *Sandbox) supervisorEnv() ([]string, error) {
 	fs := s.cfg.Plan.Filesystem
-	sc := shimConfig{Read: fs.Read, Write: fs.Write, Degrade: fs.LandlockDegrade}
+	sc := shimConfig{Read: fs.Read, Write: fs.Write, Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal}
 	if fs.WriteCwd {
-		sc.Write = append(slices.Clone(sc.Write), cmd.Cwd)
+		sc.Write = append(slices.Clone(sc.Write), s.cfg.Command.Cwd)
 	}
 	scJSON, err := json.Marshal(sc)
 	if err != nil {
 		return nil, err
 	}
-	p := &libcontainer.Process{
-		Args:   shimCommand(cmd.Args),
-		Env:    append(slices.Clone(s.cfg.Plan.Env), shimEnv+"="+string(scJSON)),
-		Cwd:    cmd.Cwd,
-		UID:    s.cfg.Plan.UID,
-		GID:    s.cfg.Plan.GID,
-		Stdin:  cmd.Stdin,
-		Stdout: cmd.Stdout,
-		Stderr: cmd.Stderr,
-	}
-	var consoleParent *os.File
-	if cmd.Terminal {
-		var child *os.File
-		consoleParent, child, err = utils.NewSockPair("console")
-		if err != nil {
-			return nil, err
-		}
-		defer consoleParent.Close()
-		defer child.Close()
-		p.ConsoleSocket = child
-	}
-	if err := s.container.Run(p); err != nil {
+	return append(slices.Clone(s.cfg.Plan.Env), shimEnv+"="+string(scJSON)), nil
+}
+
+// InitPid is the host pid of the sandbox's supervisor init (pid 1 inside).
+func (s *Sandbox) InitPid() int { return s.initPid }
+
+// NetNSPath is the sandbox's network namespace as a path on the host.
+func (s *Sandbox) NetNSPath() string { return "/proc/" + strconv.Itoa(s.initPid) + "/ns/net" }
+
+// Network is the sandbox's network contract, nil in mode none.
+func (s *Sandbox) Network() *netcontract.Net { return s.net }
+
+// Console is the master side of the command's terminal, nil unless Command.Terminal was set.
+func (s *Sandbox) Console() *os.File { return s.console }
+
+// UpperDir is the overlay's writable layer: every file the command wrote into the root is below it.
+func (s *Sandbox) UpperDir() string { return s.rootfs.upper }
+
+// LowerDir is the overlay's read-only layer: the host's root file system without the mounts on it.
+func (s *Sandbox) LowerDir() string { return s.rootfs.lower }
+
+// InitExe is the sbx binary's path inside the sandbox: what the supervisor init runs as.
+const InitExe = shimPath
+
+// Pids lists the host pids of every process in the sandbox, the init included.
+func (s *Sandbox) Pids() ([]int, error) { return s.container.Processes() }
+
+// Running is the sandbox's command, started.
+type Running struct {
+	Pid     int // host pid; 0 when the command could not be started, or exited before it was looked up
+	sb      *Sandbox
+	started bool
+	code    int // status when the command could not be started
+}
+
+// Start lets the supervisor run the command. A command that cannot be started (not found, not
+// executable, Landlock refused) is not an error: its Wait returns 127, 126 or 125.
+func (s *Sandbox) Start() (*Running, error) {
+	if err := s.send("go"); err != nil {
 		return nil, fmt.Errorf("starting the command: %w", err)
 	}
-	r := &Running{proc: p}
-	r.Pid, _ = p.Pid()
-	if consoleParent != nil {
-		if r.Console, err = utils.RecvFile(consoleParent); err != nil {
-			p.Signal(unix.SIGKILL)
-			p.Wait()
-			return nil, fmt.Errorf("receiving the command's terminal: %w", err)
+	line, err := s.ctlIn.ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("starting the command: the sandbox init is gone: %w", err)
+	}
+	var n int
+	if _, err := fmt.Sscanf(line, "fail %d", &n); err == nil {
+		return &Running{sb: s, code: n}, nil
+	}
+	if _, err := fmt.Sscanf(line, "pid %d", &n); err != nil {
+		return nil, fmt.Errorf("starting the command: unexpected answer %q", line)
+	}
+	return &Running{Pid: s.hostPid(n), sb: s, started: true}, nil
+}
+
+func (s *Sandbox) send(msg string) error {
+	s.ctlMu.Lock()
+	defer s.ctlMu.Unlock()
+	_, err := io.WriteString(s.ctl, msg+"\n")
+	return err
+}
+
+// hostPid maps a pid of the sandbox's pid namespace to the host's.
+func (s *Sandbox) hostPid(nsPid int) int {
+	pids, _ := s.Pids()
+	for _, pid := range pids {
+		status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				fields := strings.Fields(f)
+				if len(fields) > 0 && fields[len(fields)-1] == strconv.Itoa(nsPid) {
+					return pid
+				}
+				break
+			}
 		}
 	}
-	return r, nil
+	return 0
 }
 
 // Wait waits for the command and returns its status as a shell shows it: the exit code, or 128+N when
 // a signal N killed it.
 func (r *Running) Wait() (int, error) {
-	state, err := r.proc.Wait()
-	if state == nil {
-		return -1, err
+	if !r.started {
+		return r.code, nil
 	}
-	ws, ok := state.Sys().(syscall.WaitStatus)
-	if !ok {
-		return state.ExitCode(), nil
+	line, err := r.sb.ctlIn.ReadString('\n')
+	if err != nil {
+		return -1, fmt.Errorf("waiting for the command: the sandbox init is gone: %w", err)
 	}
+	var raw int
+	if _, err := fmt.Sscanf(line, "exit %d", &raw); err != nil {
+		return -1, fmt.Errorf("waiting for the command: unexpected answer %q", line)
+	}
+	ws := syscall.WaitStatus(raw)
 	if ws.Signaled() {
 		return 128 + int(ws.Signal()), nil
 	}
 	return ws.ExitStatus(), nil
 }
 
-// Signal sends sig to the command.
-func (r *Running) Signal(sig os.Signal) error { return r.proc.Signal(sig) }
+// Signal asks the supervisor to send sig to the command.
+func (r *Running) Signal(sig syscall.Signal) error {
+	if !r.started {
+		return nil
+	}
+	return r.sb.send(fmt.Sprintf("sig %d", int(sig)))
+}
 
 // Destroy kills everything in the sandbox and removes the container, its cgroups, the overlay and the
 // run's state. It is safe on a partly built sandbox and reports every step that failed.
@@ -218,6 +300,18 @@ func (s *Sandbox) Destroy() error {
 		}
 		if err := s.container.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("destroying the container: %w", err))
+		}
+	}
+	if s.ctl != nil {
+		s.ctl.Close()
+	}
+	if s.console != nil {
+		s.console.Close()
+	}
+	if s.net != nil {
+		// After the container: a process still inside would keep the namespace and its veth alive.
+		if err := s.net.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("removing the network contract: %w", err))
 		}
 	}
 	if err := s.rootfs.unmount(); err != nil {
@@ -289,3 +383,23 @@ func processStates(pids []int) (string, bool) {
 
 // Kill sends SIGKILL to a host pid of the sandbox.
 func Kill(pid int) { unix.Kill(pid, unix.SIGKILL) }
+
+// recvFile receives one file descriptor sent over a unix socket (libcontainer sends the terminal's master
+// side this way).
+func recvFile(sock *os.File) (*os.File, error) {
+	oob := make([]byte, unix.CmsgSpace(4))
+	name := make([]byte, 4096)
+	n, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), name, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("expected one control message, got %d (%v)", len(msgs), err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return nil, fmt.Errorf("expected one file descriptor, got %d (%v)", len(fds), err)
+	}
+	return os.NewFile(uintptr(fds[0]), string(name[:n])), nil
+}

@@ -33,7 +33,11 @@ func TestSmoke(t *testing.T) {
 		t.Skip("needs root: creates namespaces, cgroups and mounts")
 	}
 	cwd, _ := os.Getwd()
-	sb, err := Create(Config{Plan: testPlan(t), Cwd: cwd})
+	var out, errb bytes.Buffer
+	sb, err := Create(Config{Plan: testPlan(t), Command: Command{
+		Args: []string{"sh", "-c", "echo hi; id; ls -l /proc/self/ns; ls /root /tmp; cat /proc/self/status | grep -i cap; echo x > /usr/x; echo $?; pwd"},
+		Cwd:  cwd, Stdout: &out, Stderr: &errb,
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +46,7 @@ func TestSmoke(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	var out, errb bytes.Buffer
-	r, err := sb.Start(Command{Args: []string{"sh", "-c", "echo hi; id; ls -l /proc/self/ns; ls /root /tmp; cat /proc/self/status | grep -i cap; echo x > /usr/x; echo $?; pwd"}, Cwd: cwd, Stdout: &out, Stderr: &errb})
+	r, err := sb.Start()
 	if err != nil {
 		t.Fatal(err)
 	}

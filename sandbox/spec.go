@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -27,7 +28,7 @@ type SpecInput struct {
 
 // Spec builds the OCI runtime spec of a sandbox from runc's example spec: namespaces, mounts, masked
 // paths, cgroup limits, rlimits, seccomp, an empty capability set and no_new_privs. Its process is
-// Args; sbx itself runs the pause init with it and the command as a second process.
+// Args; sbx runs its supervisor init with it, which starts the command.
 func Spec(in SpecInput) *specs.Spec {
 	s := specconv.Example()
 	s.Root = &specs.Root{Path: in.Rootfs}
@@ -44,7 +45,7 @@ func Spec(in SpecInput) *specs.Spec {
 	}
 	// Example mounts the cgroup hierarchies; the command has no use for them, and on a v1 host that is
 	// a dozen mounts per run.
-	s.Mounts = s.Mounts[:len(s.Mounts)-1]
+	s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Type == "cgroup" })
 	s.Mounts = append(s.Mounts, specs.Mount{
 		Destination: shimPath, Type: "bind", Source: in.Binary,
 		Options: []string{"bind", "ro", "nosuid", "nodev"},
@@ -99,11 +100,6 @@ func resources(l policy.Limits) *specs.LinuxResources {
 		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
 	}
 	return r
-}
-
-// shimCommand is the argv that runs the command through the shim.
-func shimCommand(args []string) []string {
-	return append([]string{shimPath, roleShim}, args...)
 }
 
 func specError(err error) error { return fmt.Errorf("building the container config: %w", err) }

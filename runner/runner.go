@@ -1,0 +1,286 @@
+// Package runner carries out one sbx run from a compiled plan to a report: it creates the sandbox, takes
+// the before snapshot, runs the command, waits for it (with timeout, signals and cancellation), takes the
+// after snapshot, compares what it saw with the plan's expectations and tears everything down.
+//
+// It is the library form of `sbx exec`; the CLI and the MCP server only add flags and rendering.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/sbx-dev/sbx/observe"
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// Exit statuses of a run besides the command's own.
+const (
+	ExitTimeout = 124
+	ExitSetup   = sandbox.ExitSetup
+)
+
+// DefaultGrace is how long a command gets between a forwarded signal and teardown.
+const DefaultGrace = 2 * time.Second
+
+// settleMax bounds the wait for background children that are still starting when the command exits.
+// Only runs that leave something running wait at all.
+const settleMax = time.Second
+
+// Options is one run.
+type Options struct {
+	Plan    *policy.Plan
+	Args    []string
+	Cwd     string
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Timeout time.Duration // 0: the plan's; both 0: none
+	// Signals are forwarded to the command; the run is torn down DefaultGrace after the first one, or at
+	// once on the second.
+	Signals <-chan os.Signal
+	// Terminal gives the command a terminal of its own; OnConsole gets its master side to wire to the
+	// caller's terminal.
+	Terminal  bool
+	OnConsole func(*os.File)
+	StateRoot string
+	// Changes, when set, is a directory that the files the command created or modified are copied into
+	// before teardown (deletions are listed in its DELETED.txt).
+	Changes string
+}
+
+// Run carries out one run. The error is non-nil only when sbx itself failed (it then matches
+// sandbox.ErrSetup or wraps what failed); the command's own failure is in the report's exit code.
+func Run(ctx context.Context, o Options) (*report.Report, error) {
+	t0 := time.Now()
+	rep := report.New(o.Plan.Profile, o.Args)
+	// The event stream starts before the sandbox so that it sees the command's first exec.
+	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
+	if err != nil {
+		rep.Notes = append(rep.Notes, "exec events unavailable: "+err.Error())
+	}
+	sb, err := sandbox.Create(sandbox.Config{Plan: o.Plan, StateRoot: o.StateRoot, Command: sandbox.Command{
+		Args: o.Args, Cwd: o.Cwd, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Terminal: o.Terminal,
+	}})
+	if err != nil {
+		if events != nil {
+			events.Stop(nil)
+		}
+		return nil, err
+	}
+	r := &run{opts: o, sb: sb, rep: rep, events: events}
+	err = r.execute(ctx, t0)
+	t3 := time.Now()
+	if derr := sb.Destroy(); derr != nil {
+		err = errors.Join(err, fmt.Errorf("tearing down: %w", derr))
+	}
+	rep.Timings.Teardown = ms(time.Since(t3))
+	rep.Timings.Total = ms(time.Since(t0))
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+type run struct {
+	opts        Options
+	sb          *sandbox.Sandbox
+	rep         *report.Report
+	before      *observe.Snap
+	filesBefore *observe.FileChanges
+	events      *observe.Events
+}
+
+func (r *run) execute(ctx context.Context, t0 time.Time) error {
+	var err error
+	if r.before, err = r.snapshot(); err != nil {
+		return err
+	}
+	// sbx's own whiteouts and opaque directories are in the upper layer already: only what changes
+	// from here on is the command's.
+	if r.filesBefore, err = observe.Changes(r.sb.UpperDir(), r.sb.LowerDir()); err != nil {
+		return fmt.Errorf("reading the writable layer: %w", err)
+	}
+	t1 := time.Now()
+	r.rep.Timings.Setup = ms(t1.Sub(t0))
+	if c := r.sb.Console(); c != nil && r.opts.OnConsole != nil {
+		r.opts.OnConsole(c)
+	}
+	cmd, err := r.sb.Start()
+	if err != nil {
+		return err
+	}
+	code, timedOut, err := r.wait(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	r.rep.ExitCode, r.rep.TimedOut = code, timedOut
+	t2 := time.Now()
+	r.rep.Timings.Run = ms(t2.Sub(t1))
+	if !timedOut {
+		if err := r.observe(cmd.Pid); err != nil {
+			return err
+		}
+	}
+	if err := r.observeAfterward(cmd.Pid); err != nil {
+		return err
+	}
+	policy.Compare(r.opts.Plan.Expect, r.rep)
+	r.rep.Timings.Observe = ms(time.Since(t2))
+	return nil
+}
+
+// wait waits for the command, enforcing the timeout, forwarding signals and honouring ctx.
+func (r *run) wait(ctx context.Context, cmd *sandbox.Running) (code int, timedOut bool, err error) {
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := cmd.Wait()
+		done <- result{c, err}
+	}()
+	timeout := r.opts.Timeout
+	if timeout == 0 {
+		timeout = r.opts.Plan.Timeout
+	}
+	var timer <-chan time.Time
+	if timeout > 0 {
+		timer = time.After(timeout)
+	}
+	var grace <-chan time.Time
+	signals := r.opts.Signals
+	for {
+		select {
+		case res := <-done:
+			return res.code, false, nil
+		case <-timer:
+			r.killAll()
+			res := <-done
+			return res.code, true, nil
+		case <-ctx.Done():
+			r.killAll()
+			<-done
+			return 0, false, ctx.Err()
+		case sig := <-signals:
+			if s, ok := sig.(syscall.Signal); ok {
+				cmd.Signal(s)
+			}
+			if grace != nil {
+				r.killAll()
+				res := <-done
+				return res.code, false, nil
+			}
+			grace = time.After(DefaultGrace)
+		case <-grace:
+			r.killAll()
+			res := <-done
+			return res.code, false, nil
+		}
+	}
+}
+
+// killAll kills every process in the sandbox but its init, so that the command's Wait returns.
+func (r *run) killAll() {
+	pids, _ := r.sb.Pids()
+	for _, pid := range pids {
+		if pid != r.sb.InitPid() {
+			sandbox.Kill(pid)
+		}
+	}
+}
+
+func (r *run) snapshot() (*observe.Snap, error) {
+	pids, err := r.sb.Pids()
+	if err != nil {
+		return nil, fmt.Errorf("listing the sandbox's processes: %w", err)
+	}
+	snap, err := observe.Snapshot(observe.SnapshotOptions{HostPids: pids, InitHostPid: r.sb.InitPid(), NetNS: r.sb.NetNSPath()})
+	if err != nil {
+		return nil, fmt.Errorf("taking a snapshot: %w", err)
+	}
+	return snap, nil
+}
+
+// observe takes the after snapshot and fills the report's observations.
+func (r *run) observe(cmdPid int) error {
+	r.sb.Settle(settleMax)
+	after, err := r.snapshot()
+	if err != nil {
+		return err
+	}
+	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(r.before, after, cmdPid))
+	r.rep.Sockets.Listening = nonNil(after.Listening)
+	r.rep.Sockets.Established = nonNil(after.Established)
+	return nil
+}
+
+// observeAfterward collects what needs no live processes: execs, file changes, the network's records.
+func (r *run) observeAfterward(cmdPid int) error {
+	if r.events != nil {
+		execs, err := r.events.Stop([]int{r.sb.InitPid(), cmdPid})
+		if err != nil {
+			r.rep.Notes = append(r.rep.Notes, "exec events: "+err.Error())
+		}
+		if lost := r.events.Lost(); lost > 0 {
+			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("exec events: %d events lost, the exec list may be incomplete", lost))
+		}
+		r.rep.Processes.Execs = nonNil(execs)
+	}
+	if err := r.fileChanges(); err != nil {
+		return err
+	}
+	if n := r.sb.Network(); n != nil {
+		r.rep.Network.Mode = report.NetworkContract
+		denied, err := n.Denied()
+		if err != nil {
+			return fmt.Errorf("reading denied network attempts: %w", err)
+		}
+		r.rep.Network.Denied = nonNil(denied)
+		r.rep.Network.DNS = nonNil(n.DNS())
+	}
+	return nil
+}
+
+// fileChanges lists what the command changed in the writable layer and copies it out if asked.
+func (r *run) fileChanges() error {
+	after, err := observe.Changes(r.sb.UpperDir(), r.sb.LowerDir())
+	if err != nil {
+		return fmt.Errorf("reading the writable layer: %w", err)
+	}
+	created, modified, deleted := observe.DiffChanges(r.filesBefore, after)
+	f := &r.rep.Files
+	f.Details = slices.Concat(created, modified, deleted)
+	f.Created, f.Modified, f.Deleted = paths(created), paths(modified), paths(deleted)
+	if r.opts.Changes != "" {
+		if err := observe.CopyChanges(r.sb.UpperDir(), f.Details, r.opts.Changes); err != nil {
+			return fmt.Errorf("copying the changed files to %s: %w", r.opts.Changes, err)
+		}
+	}
+	return nil
+}
+
+func paths(cs []observe.FileChange) []string {
+	out := make([]string, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, c.Path)
+	}
+	return out
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,107 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/moby/profiles/seccomp"
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+func init() { runtime.LockOSThread() }
+
+func TestMain(m *testing.M) {
+	if sandbox.Reexec() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates namespaces, cgroups and mounts")
+	}
+}
+
+// plan is a small plan built by hand, so that these tests do not depend on the profile parser.
+func plan(t *testing.T) *policy.Plan {
+	sc, err := seccomp.GetDefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &policy.Plan{
+		Profile: "test", Seccomp: sc,
+		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp"},
+		Filesystem: policy.Filesystem{
+			Read: []string{"/"}, Write: []string{"/tmp"}, WriteCwd: true,
+			Hidden: []string{"/root", "/home", "/run", "/tmp", "/var/tmp"},
+		},
+		Limits: policy.Limits{MemoryBytes: 256 << 20, Pids: 128},
+	}
+}
+
+func runCmd(t *testing.T, p *policy.Plan, timeout time.Duration, args ...string) (*Result, string) {
+	t.Helper()
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), Options{
+		Plan: p, Args: args, Cwd: t.TempDir(), Stdout: &out, Stderr: &out, Timeout: timeout,
+		StateRoot: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return &Result{rep}, out.String()
+}
+
+func TestLeftRunning(t *testing.T) {
+	needRoot(t)
+	res, out := runCmd(t, plan(t), 0, "sh", "-c", "nohup sleep 300 >/dev/null 2>&1 & python3 -m http.server 8765 >/dev/null 2>&1 & exit 0")
+	r := res.Report
+	if r.ExitCode != 0 {
+		t.Errorf("exit code %d, want 0 (output %q)", r.ExitCode, out)
+	}
+	if got := len(r.Processes.LeftRunning); got != 2 {
+		t.Fatalf("%d processes left running, want 2: %+v", got, r.Processes.LeftRunning)
+	}
+	if len(r.Sockets.Listening) != 1 || r.Sockets.Listening[0].Port != 8765 {
+		t.Fatalf("listening = %+v, want one on 8765", r.Sockets.Listening)
+	}
+	if exe := r.Sockets.Listening[0].Exe; !bytes.Contains([]byte(exe), []byte("python3")) {
+		t.Errorf("listener owned by %q, want python3", exe)
+	}
+	for _, p := range r.Processes.LeftRunning {
+		if _, err := os.Stat("/proc/" + itoa(p.HostPid)); err == nil {
+			t.Errorf("host pid %d (%v) still exists after the run", p.HostPid, p.Argv)
+		}
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	needRoot(t)
+	start := time.Now()
+	res, _ := runCmd(t, plan(t), 300*time.Millisecond, "sleep", "30")
+	if !res.Report.TimedOut {
+		t.Errorf("timed_out = false, want true")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v for a 300ms timeout", d)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	needRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := Run(ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: t.TempDir()})
+	if err == nil {
+		t.Fatal("Run returned no error for a cancelled context")
+	}
+}
