@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/runner"
+)
+
+type execFlags struct {
+	profile       string
+	jsonOut       string
+	timeout       time.Duration
+	quiet         bool
+	workdir       string
+	violationExit int
+	overrides     policy.Overrides
+}
+
+func newExecCmd(io stdio) *cobra.Command {
+	var f execFlags
+	c := &cobra.Command{
+		Use:   "exec [flags] -- COMMAND [ARG...]",
+		Short: "Run COMMAND in a sandbox and report what it did and left behind",
+		Long: `exec runs COMMAND in a fresh sandbox built from a profile (default: "default": no network,
+the host read-only through an overlay, writes only to /tmp, /var/tmp and the working directory,
+nothing may be left running, no listeners). stdin, stdout and stderr pass through. When the
+command exits, sbx reports what it left behind (on stderr; --json for data), then removes
+everything.
+
+Exit status: the command's own (128+N when signal N killed it) when the verdict is pass;
+` + fmt.Sprint(exitViolation) + ` (see --violation-exit) on a violation; 124 on timeout; 125 when sbx failed;
+126 when COMMAND is not executable; 127 when it is not found.
+
+Examples:
+  sbx exec -- sh -c 'echo hello'
+  sbx exec --json report.json -- sh -c 'nohup sleep 300 & exit 0'
+  sbx exec -p strict --timeout 10s -- python3 script.py`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return &exitError{code: exitSetup, err: errors.New("no command given"),
+					hint: "put the command after --, e.g. sbx exec -- sh -c 'echo hi'"}
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			f.overrides.Timeout = f.timeout
+			return runExec(c.Context(), io, f, args)
+		},
+	}
+	c.Flags().SetInterspersed(false)
+	fl := c.Flags()
+	fl.StringVarP(&f.profile, "profile", "p", "default", "profile to apply: a built-in name or a YAML file")
+	fl.StringVar(&f.jsonOut, "json", "", `also write the JSON report to `+"`FILE`"+` ("-" = stdout)`)
+	fl.DurationVar(&f.timeout, "timeout", 0, "kill the whole sandbox after this `DURATION` (overrides the profile)")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no human report on stderr")
+	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory of the command (default: the current one)")
+	fl.IntVar(&f.violationExit, "violation-exit", exitViolation, "exit `STATUS` when the verdict is violation")
+	fl.StringArrayVar(&f.overrides.Allow, "allow", nil, "allow egress to `DEST` ([udp:]host:port, ip:port, cidr:port); implies network contract")
+	fl.StringArrayVar(&f.overrides.RW, "rw", nil, "share host `PATH` read-write (writes reach the host)")
+	fl.StringArrayVar(&f.overrides.RO, "ro", nil, "share host `PATH` read-only")
+	fl.StringArrayVarP(&f.overrides.Env, "env", "e", nil, "pass `NAME` from the caller, or set NAME=VALUE")
+	return c
+}
+
+func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
+	cwd, err := workdir(f.workdir)
+	if err != nil {
+		return &exitError{code: exitSetup, err: err}
+	}
+	plan, err := compilePlan(f.profile, cwd, f.overrides)
+	if err != nil {
+		return &exitError{code: exitSetup, err: err}
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	defer signal.Stop(sigs)
+	opts := runner.Options{
+		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: io.out, Stderr: io.err, Signals: sigs,
+		StateRoot: stateRoot(),
+	}
+	restore := wireTerminal(&opts)
+	rep, err := runner.Run(ctx, opts)
+	restore()
+	if err != nil {
+		return &exitError{code: exitSetup, err: err}
+	}
+	if err := writeReport(io, f, rep); err != nil {
+		return &exitError{code: exitSetup, err: err}
+	}
+	return &exitError{code: execStatus(rep, f.violationExit)}
+}
+
+// execStatus is the exit status of sbx exec: timeout, then violation, then the command's own.
+func execStatus(rep *report.Report, violationExit int) int {
+	switch {
+	case rep.TimedOut:
+		return exitTimeout
+	case rep.Verdict == report.VerdictViolation:
+		return violationExit
+	}
+	return rep.ExitCode
+}
+
+func workdir(dir string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("reading the working directory: %w", err)
+	}
+	return cwd, nil
+}
+
+// compilePlan loads a profile, applies the flags and compiles it.
+func compilePlan(profile, cwd string, ov policy.Overrides) (*policy.Plan, error) {
+	p, err := policy.Load(profile)
+	if err != nil {
+		return nil, err
+	}
+	return policy.Compile(p, policy.CompileContext{Cwd: cwd, CallerEnv: os.Environ(), Overrides: ov})
+}
+
+func writeReport(io stdio, f execFlags, rep *report.Report) error {
+	if !f.quiet {
+		renderHuman(io.err, rep, isTerminal(io.err))
+	}
+	if f.jsonOut == "" {
+		return nil
+	}
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	if f.jsonOut == "-" {
+		_, err = io.out.Write(data)
+		return err
+	}
+	if err := os.WriteFile(f.jsonOut, data, 0o644); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	return nil
+}
+
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

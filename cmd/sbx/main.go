@@ -1,0 +1,21 @@
+// Command sbx runs a command it does not trust in a throwaway sandbox, records what the command did and
+// left behind, compares that with a profile and tears everything down.
+package main
+
+import (
+	"os"
+	"runtime"
+
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// Lock the main thread: libcontainer switches namespaces on the thread it runs on, and a switched main
+// thread would keep the host's sbx inside the container's mount namespace (FIELD-NOTES).
+func init() { runtime.LockOSThread() }
+
+func main() {
+	if sandbox.Reexec() {
+		return
+	}
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}

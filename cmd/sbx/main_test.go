@@ -1,0 +1,176 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+func init() { runtime.LockOSThread() }
+
+func TestMain(m *testing.M) {
+	if sandbox.Reexec() {
+		return
+	}
+	testscript.Main(m, map[string]func(){
+		"sbx": func() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
+	})
+}
+
+// TestScripts runs the CLI tests in testdata/script: one txtar file per subcommand or feature.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Condition: func(cond string) (bool, error) {
+			switch cond {
+			case "root":
+				return os.Geteuid() == 0, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"jsonhas":     cmdJSONHas,
+			"hostgone":    cmdHostGone,
+			"clean":       cmdClean,
+			"status":      cmdStatus,
+			"linesdiffer": cmdLinesDiffer,
+		},
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("SBX_TEST_SECRET", "hunter2")
+			// Scripts run in parallel: each gets a state root of its own, so that "clean" sees its own runs.
+			env.Setenv(stateRootEnv, filepath.Join(sandbox.DefaultStateRoot+"-test", filepath.Base(env.WorkDir)))
+			return nil
+		},
+	})
+}
+
+// jsonhas FILE PATH [VALUE]: the JSON value at the dotted PATH (list indexes as numbers, "len" for the
+// length of a list) exists, and its JSON encoding contains VALUE when given.
+func cmdJSONHas(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: jsonhas FILE PATH [VALUE]")
+	}
+	var doc any
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile(args[0])), &doc))
+	v, ok := lookup(doc, strings.Split(args[1], "."))
+	if ok && len(args) > 2 {
+		enc, _ := json.Marshal(v)
+		ok = strings.Contains(string(enc), args[2])
+		if !ok && !neg {
+			ts.Fatalf("%s = %s, want it to contain %s", args[1], enc, args[2])
+		}
+	}
+	if ok == neg {
+		ts.Fatalf("jsonhas %s: got %v, want %v", strings.Join(args, " "), ok, !neg)
+	}
+}
+
+func lookup(v any, path []string) (any, bool) {
+	for _, key := range path {
+		switch node := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = node[key]; !ok {
+				return nil, false
+			}
+		case []any:
+			if key == "len" {
+				return float64(len(node)), true
+			}
+			i, err := strconv.Atoi(key)
+			if err != nil || i >= len(node) {
+				return nil, false
+			}
+			v = node[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// status N PROG [ARG...]: PROG exits with status N (stdout and stderr are kept for the next commands).
+func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: status N PROG [ARG...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		got = ee.ExitCode()
+	} else {
+		ts.Check(err)
+	}
+	if (got == want) == neg {
+		ts.Fatalf("exit status %d, want %d", got, want)
+	}
+}
+
+// hostgone FILE: no process listed as left running in the report still exists on the host.
+func cmdHostGone(ts *testscript.TestScript, neg bool, args []string) {
+	var rep struct {
+		Processes struct {
+			LeftRunning []struct {
+				HostPid int `json:"host_pid"`
+			} `json:"left_running"`
+		} `json:"processes"`
+	}
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile(args[0])), &rep))
+	if len(rep.Processes.LeftRunning) == 0 {
+		ts.Fatalf("the report lists nothing left running")
+	}
+	for _, p := range rep.Processes.LeftRunning {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.HostPid)); err == nil {
+			ts.Fatalf("host pid %d still exists", p.HostPid)
+		}
+	}
+}
+
+// clean: nothing of sbx's is left on the host: no run state, no mounts, no cgroups.
+func cmdClean(ts *testscript.TestScript, neg bool, args []string) {
+	ts.Check(checkClean(ts.Getenv(stateRootEnv)))
+}
+
+// checkClean checks that root holds no runs and no mounts.
+func checkClean(root string) error {
+	runs, _ := os.ReadDir(filepath.Join(root, "runs"))
+	if len(runs) > 0 {
+		return fmt.Errorf("%d run state dirs left in %s/runs", len(runs), root)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(line, root+"/") {
+			return fmt.Errorf("mount left behind: %s", line)
+		}
+	}
+	return nil
+}
+
+// linesdiffer A B: A and B have the same number of lines and no line in common at the same position.
+func cmdLinesDiffer(ts *testscript.TestScript, neg bool, args []string) {
+	a := strings.Split(strings.TrimSpace(ts.ReadFile(args[0])), "\n")
+	b := strings.Split(strings.TrimSpace(ts.ReadFile(args[1])), "\n")
+	if len(a) != len(b) {
+		ts.Fatalf("%d lines vs %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] == b[i] {
+			ts.Fatalf("line %d is the same in both: %s", i+1, a[i])
+		}
+	}
+}

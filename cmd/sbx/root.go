@@ -1,0 +1,164 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// Exit statuses of sbx itself (the command's own status passes through otherwise).
+const (
+	exitOK            = 0
+	exitFailure       = 1   // a subcommand's check failed (profile validate, probe)
+	exitTimeout       = 124 // the run's timeout fired
+	exitSetup         = 125 // sbx failed: usage, profile, setup
+	exitNotExecutable = 126
+	exitNotFound      = 127
+	exitViolation     = 100 // default status of a violation verdict (exec --violation-exit)
+)
+
+// stateRootEnv overrides where sbx keeps the state of its runs (tests give each script its own).
+const stateRootEnv = "SBX_STATE_ROOT"
+
+func stateRoot() string { return os.Getenv(stateRootEnv) }
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError ends the process with a given status after its message (if any) is printed.
+type exitError struct {
+	code int
+	err  error  // nil: print nothing
+	hint string // printed as "sbx: hint: ..."
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// stdio is what a subcommand reads and writes; tests pass buffers.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// run executes sbx with args and returns the exit status.
+func run(args []string, in io.Reader, out, errw io.Writer) int {
+	root := newRootCmd(stdio{in, out, errw})
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		ee = &exitError{code: exitSetup, err: err}
+	}
+	if ee.err != nil {
+		printError(errw, ee.err, ee.hint)
+	}
+	return ee.code
+}
+
+// printError prints one "sbx: error:" line and the hints that go with it, age style: lowercase, no
+// trailing period.
+func printError(w io.Writer, err error, hint string) {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	fmt.Fprintf(w, "sbx: error: %s\n", msg)
+	if hint == "" {
+		hint = hintFor(err)
+	}
+	if hint != "" {
+		fmt.Fprintf(w, "sbx: hint: %s\n", hint)
+	}
+}
+
+// hintFor finds a hint for an error from one of sbx's packages.
+func hintFor(err error) string {
+	if h := policy.Hint(err); h != "" {
+		return h
+	}
+	switch {
+	case errors.Is(err, sandbox.ErrNotSupported):
+		return "this kernel lacks a feature the profile requires; see 'Requirements' in README.md"
+	case errors.Is(err, os.ErrPermission), os.Geteuid() != 0 && errors.Is(err, sandbox.ErrSetup):
+		return "sbx creates namespaces, cgroups and mounts: run it as root (sudo sbx ...)"
+	case errors.Is(err, sandbox.ErrSetup):
+		return "run 'sbx gc' to remove what earlier runs left behind, then try again"
+	}
+	return ""
+}
+
+func newRootCmd(io stdio) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "sbx",
+		Short: "Run an untrusted command in a throwaway sandbox and report what it did and left behind",
+		Long: `sbx runs one untrusted command (typically written by an AI model) in a fresh sandbox,
+enforces a profile while it runs, records what it left behind, compares that with the
+profile and tears everything down.
+
+Example:
+  sbx exec -- sh -c 'python3 -m http.server 8000 & exit 0'`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.SetIn(io.in)
+	root.SetOut(io.out)
+	root.SetErr(io.err)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: exitSetup, err: err, hint: fmt.Sprintf("see 'sbx %s --help'", c.Name())}
+	})
+	root.AddCommand(newExecCmd(io), newGCCmd(io), newVersionCmd(io), newProfileCmd())
+	return root
+}
+
+func newVersionCmd(io stdio) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print sbx's version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			fmt.Fprintf(io.out, "sbx %s\n", version)
+			return nil
+		},
+	}
+}
+
+func newGCCmd(io stdio) *cobra.Command {
+	return &cobra.Command{
+		Use:   "gc",
+		Short: "Remove what crashed or killed runs left behind",
+		Long: `gc removes the processes, mounts, cgroups, network namespaces and state of runs whose sbx
+died. Runs in progress are left alone. Every sbx exec also does this first.
+
+Example:
+  sudo sbx gc`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			res, err := sandbox.GC(stateRoot())
+			for _, id := range res.Runs {
+				fmt.Fprintf(io.out, "removed run %s\n", id)
+			}
+			if err != nil {
+				return err
+			}
+			if len(res.Runs) == 0 {
+				fmt.Fprintf(io.out, "nothing to remove (%d runs in progress)\n", len(res.Skipped))
+			}
+			return nil
+		},
+	}
+}

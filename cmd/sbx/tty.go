@@ -1,0 +1,71 @@
+package main
+
+import (
+	"io"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/containerd/console"
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/runner"
+)
+
+// wireTerminal gives the command a terminal of its own when sbx runs on one. The command never gets the
+// caller's terminal itself, so it cannot push input into it (TIOCSTI) or change its settings. The
+// returned function restores the caller's terminal.
+func wireTerminal(o *runner.Options) (restore func()) {
+	in, inOK := o.Stdin.(*os.File)
+	out, outOK := o.Stdout.(*os.File)
+	if !inOK || !outOK || !isTerminal(in) || !isTerminal(out) {
+		return func() {}
+	}
+	cur, err := console.ConsoleFromFile(in)
+	if err != nil {
+		return func() {}
+	}
+	o.Terminal = true
+	copied := make(chan struct{})
+	var master console.Console
+	winch := make(chan os.Signal, 1)
+	o.OnConsole = func(f *os.File) {
+		master, err = console.ConsoleFromFile(f)
+		if err != nil {
+			close(copied)
+			return
+		}
+		cur.SetRaw()
+		resize(cur, master)
+		signal.Notify(winch, unix.SIGWINCH)
+		go func() {
+			for range winch {
+				resize(cur, master)
+			}
+		}()
+		go io.Copy(master, in)
+		go func() {
+			io.Copy(out, master)
+			close(copied)
+		}()
+	}
+	return func() {
+		if master == nil {
+			return
+		}
+		signal.Stop(winch)
+		// Output still in flight is drained briefly; a process left running may hold the terminal open.
+		select {
+		case <-copied:
+		case <-time.After(100 * time.Millisecond):
+		}
+		master.Close()
+		cur.Reset()
+	}
+}
+
+func resize(from, to console.Console) {
+	if size, err := from.Size(); err == nil {
+		to.Resize(size)
+	}
+}
