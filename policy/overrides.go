@@ -19,6 +19,10 @@ type Overrides struct {
 	Disk    string        // --disk SIZE: replaces limits.disk
 	Pids    int64         // --pids: > 0 replaces limits.pids
 	CPUs    float64       // --cpus: > 0 replaces limits.cpu
+	// UplinkNetNS (--uplink-netns) replaces network.uplink_netns; DNSUpstream (--dns-upstream) replaces
+	// network.dns.upstream. Both are for tests and dedicated egress namespaces.
+	UplinkNetNS string
+	DNSUpstream string
 }
 
 // flagError is an *Error about a command-line value; it has no file position.
@@ -59,6 +63,12 @@ func (o Overrides) applyNetwork(q *Profile) error {
 		if !containsValueOf(q.Network.Allow, r) {
 			q.Network.Allow = append(q.Network.Allow, r)
 		}
+	}
+	if o.UplinkNetNS != "" {
+		q.Network.UplinkNetNS = o.UplinkNetNS
+	}
+	if o.DNSUpstream != "" {
+		q.Network.DNS.Upstream = o.DNSUpstream
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +24,8 @@ type execFlags struct {
 	quiet         bool
 	workdir       string
 	violationExit int
+	changes       string
+	probe         bool
 	overrides     policy.Overrides
 }
 
@@ -67,10 +68,12 @@ Examples:
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no human report on stderr")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory of the command (default: the current one)")
 	fl.IntVar(&f.violationExit, "violation-exit", exitViolation, "exit `STATUS` when the verdict is violation")
-	fl.StringArrayVar(&f.overrides.Allow, "allow", nil, "allow egress to `DEST` ([udp:]host:port, ip:port, cidr:port); implies network contract")
 	fl.StringArrayVar(&f.overrides.RW, "rw", nil, "share host `PATH` read-write (writes reach the host)")
 	fl.StringArrayVar(&f.overrides.RO, "ro", nil, "share host `PATH` read-only")
 	fl.StringArrayVarP(&f.overrides.Env, "env", "e", nil, "pass `NAME` from the caller, or set NAME=VALUE")
+	fl.StringVar(&f.changes, "changes", "", "copy the files the command created or changed into `DIR` before teardown")
+	fl.BoolVar(&f.probe, "probe", false, "run sbx probe first and refuse to run the command when the contract does not hold")
+	addNetworkFlags(c, &f.overrides)
 	return c
 }
 
@@ -86,12 +89,17 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if f.probe {
+		if err := probeFirst(ctx, io, f); err != nil {
+			return err
+		}
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 	defer signal.Stop(sigs)
 	opts := runner.Options{
 		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: io.out, Stderr: io.err, Signals: sigs,
-		StateRoot: stateRoot(),
+		StateRoot: stateRoot(), Changes: f.changes,
 	}
 	restore := wireTerminal(&opts)
 	rep, err := runner.Run(ctx, opts)
@@ -140,22 +148,25 @@ func writeReport(io stdio, f execFlags, rep *report.Report) error {
 	if !f.quiet {
 		renderHuman(io.err, rep, isTerminal(io.err))
 	}
-	if f.jsonOut == "" {
+	return writeJSON(io.out, f.jsonOut, rep)
+}
+
+// probeFirst runs the network probe with the run's profile and flags; a breach stops the run.
+func probeFirst(ctx context.Context, io stdio, f execFlags) error {
+	rep, err := runProbe(ctx, probeFlags{profile: f.profile, overrides: f.overrides})
+	if err != nil {
+		return &exitError{code: exitSetup, err: fmt.Errorf("probing the network contract: %w", err)}
+	}
+	if rep.Passed {
 		return nil
 	}
-	data, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
+	for _, r := range rep.Results {
+		if !r.Pass {
+			fmt.Fprintf(io.err, "sbx: probe: %s %s %s:%d -> %s\n", r.Kind, r.Label, r.Addr, r.Port, r.Outcome)
+		}
 	}
-	data = append(data, '\n')
-	if f.jsonOut == "-" {
-		_, err = io.out.Write(data)
-		return err
-	}
-	if err := os.WriteFile(f.jsonOut, data, 0o644); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	return nil
+	return &exitError{code: exitSetup, err: errors.New("the network contract does not hold; the command was not run"),
+		hint: "run sbx probe with the same profile and flags to see every target"}
 }
 
 func isTerminal(w any) bool {

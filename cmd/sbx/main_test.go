@@ -7,11 +7,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/sbx-dev/sbx/internal/fakenet"
 
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -44,6 +49,9 @@ func TestScripts(t *testing.T) {
 			"clean":       cmdClean,
 			"status":      cmdStatus,
 			"linesdiffer": cmdLinesDiffer,
+			"fakenet":     cmdFakenet,
+			"fakequeries": cmdFakeQueries,
+			"nsclean":     cmdNSClean,
 		},
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SBX_TEST_SECRET", "hunter2")
@@ -115,6 +123,62 @@ func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if (got == want) == neg {
 		ts.Fatalf("exit status %d, want %d", got, want)
+	}
+}
+
+// fakenets are the fake upstream namespaces of the running scripts, by script work dir.
+var fakenets sync.Map
+
+// fakenet: build a fake upstream network namespace (fake metadata server, LAN hosts, public hosts, DNS
+// server, all on its lo) and set $FAKENET to its name, for --uplink-netns. It goes when the script ends.
+func cmdFakenet(ts *testscript.TestScript, neg bool, args []string) {
+	n, err := fakenet.New()
+	ts.Check(err)
+	fakenets.Store(ts.Getenv("WORK"), n)
+	ts.Setenv("FAKENET", n.Name)
+	ts.Setenv("FAKEDNS", fakenet.DNS+":53")
+	ts.Defer(func() { n.Close() })
+}
+
+// fakequeries NAME: the fake upstream DNS server saw a query for NAME.
+func cmdFakeQueries(ts *testscript.TestScript, neg bool, args []string) {
+	v, ok := fakenets.Load(ts.Getenv("WORK"))
+	if !ok {
+		ts.Fatalf("no fakenet in this script")
+	}
+	seen := slices.ContainsFunc(v.(*fakenet.Net).Queries(), func(q string) bool {
+		return strings.TrimSuffix(q, ".") == strings.TrimSuffix(args[0], ".")
+	})
+	if seen == neg {
+		ts.Fatalf("fake DNS saw %s: %v, want %v (queries %v)", args[0], seen, !neg, v.(*fakenet.Net).Queries())
+	}
+}
+
+// nsclean: no sbx network namespace or veth is left, in the host and in the script's fakenet.
+func cmdNSClean(ts *testscript.TestScript, neg bool, args []string) {
+	if v, ok := fakenets.Load(ts.Getenv("WORK")); ok {
+		var links []string
+		var err error
+		// The kernel frees a veth peer shortly after its namespace goes.
+		for range 50 {
+			if links, err = v.(*fakenet.Net).Links(); err == nil && len(links) == 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		ts.Check(err)
+		if len(links) > 0 {
+			ts.Fatalf("links left in the fake upstream: %v", links)
+		}
+	}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "sbx") && !strings.HasPrefix(e.Name(), "sbx-test-up") {
+			// Another script's run may be live; only this script's state root says what is ours.
+			if _, err := os.Stat(filepath.Join(ts.Getenv(stateRootEnv), "runs", strings.TrimPrefix(e.Name(), "sbx"))); err == nil {
+				ts.Fatalf("network namespace left: %s", e.Name())
+			}
+		}
 	}
 }
 
