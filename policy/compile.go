@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -54,6 +55,7 @@ func Compile(p *Profile, ctx CompileContext) (*Plan, error) {
 	if t := q.Limits.Timeout; t != nil {
 		plan.Timeout = time.Duration(*t)
 	}
+	plan.UID, plan.GID = defaultUser(ctx.CallerEnv)
 	if u := q.User; u != nil {
 		if u.UID != nil {
 			plan.UID, plan.GID = int(*u.UID), int(*u.UID)
@@ -63,6 +65,32 @@ func Compile(p *Profile, ctx CompileContext) (*Plan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// DefaultUID is the dedicated user a command runs as when the profile names none and sbx was not
+// started through sudo: nobody, which owns nothing on the host.
+const DefaultUID = 65534
+
+// defaultUser is the invoking user when sbx runs through sudo, otherwise DefaultUID. Root only when the
+// profile asks for it: sudo by root itself does not count.
+func defaultUser(callerEnv []string) (uid, gid int) {
+	uid, gid = DefaultUID, DefaultUID
+	if v, err := strconv.Atoi(lookupEnv(callerEnv, "SUDO_UID")); err == nil && v > 0 {
+		uid, gid = v, v
+		if g, err := strconv.Atoi(lookupEnv(callerEnv, "SUDO_GID")); err == nil && g > 0 {
+			gid = g
+		}
+	}
+	return uid, gid
+}
+
+func lookupEnv(env []string, key string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func compileFilesystem(f FilesystemConfig) Filesystem {

@@ -89,7 +89,7 @@ type ExpectConfig struct {
 
 // UserConfig is the user the command runs as.
 type UserConfig struct {
-	UID *int64 `yaml:"uid,omitempty" doc:"user id inside the sandbox; default 0"`
+	UID *int64 `yaml:"uid,omitempty" doc:"user id inside the sandbox; default: the invoking user under sudo, else 65534 (nobody); 0 runs as root"`
 	GID *int64 `yaml:"gid,omitempty" doc:"group id inside the sandbox; default: the uid"`
 }
 

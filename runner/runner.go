@@ -75,6 +75,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		}
 		return nil, err
 	}
+	rep.Notes = append(rep.Notes, sb.Notes...)
 	r := &run{opts: o, sb: sb, rep: rep, events: events}
 	err = r.execute(ctx, t0)
 	t3 := time.Now()

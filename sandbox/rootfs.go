@@ -68,7 +68,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string) error {
 	if err := unix.Mount("", r.lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
 		return fmt.Errorf("binding the lower layer: %w", err)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile", r.lower, r.upper, r.work)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile,metacopy=on", r.lower, r.upper, r.work)
 	if err := unix.Mount("overlay", r.merged, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting the overlay root: %w", err)
 	}
@@ -188,4 +188,68 @@ func whiteout(path string) error {
 		return nil
 	}
 	return err
+}
+
+// maxChown bounds how many entries of the working directory are handed to the command's user. Beyond it
+// only the directory itself is, and the command can create files there but not change existing ones.
+const maxChown = 10000
+
+// giveTo makes dir (a path in the sandbox) writable for uid:gid by changing owners in the overlay, so that
+// the host's files keep theirs. With metacopy, a chown copies up metadata only, not file contents.
+// It reports whether the whole tree could be handed over.
+func (r *rootfs) giveTo(dir string, uid, gid int) (bool, error) {
+	if err := r.traversable(filepath.Dir(dir)); err != nil {
+		return false, err
+	}
+	root := filepath.Join(r.merged, dir)
+	st, err := os.Stat(root)
+	if err != nil || !st.IsDir() || int(st.Sys().(*syscall.Stat_t).Uid) == uid {
+		return true, nil
+	}
+	var paths []string
+	whole := true
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if len(paths) == maxChown {
+			whole = false
+			return filepath.SkipAll
+		}
+		paths = append(paths, p)
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if !whole {
+		paths = paths[:1]
+	}
+	for _, p := range paths {
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return false, fmt.Errorf("handing %s to uid %d: %w", p, uid, err)
+		}
+	}
+	return whole, nil
+}
+
+// traversable lets everyone search dir and its ancestors (as seen in the sandbox), so that an
+// unprivileged user can reach a working directory below, say, a 0700 directory. Names along the path
+// become reachable; no directory becomes listable.
+func (r *rootfs) traversable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		p := filepath.Join(r.merged, d)
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(p, st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetgid)|0o001); err != nil {
+				return fmt.Errorf("opening %s for the command's user: %w", d, err)
+			}
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }

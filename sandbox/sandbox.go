@@ -54,6 +54,7 @@ type Command struct {
 // init, which holds the command until Start.
 type Sandbox struct {
 	ID        string
+	Notes     []string // what the sandbox could only partly do, for the report
 	cfg       Config
 	run       *runDir
 	rootfs    *rootfs
@@ -76,6 +77,8 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if cfg.Plan == nil || len(cfg.Command.Args) == 0 {
 		return nil, fmt.Errorf("%w: no plan or no command", ErrSetup)
 	}
+	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
+	GC(cfg.StateRoot)
 	id, err := newID()
 	if err != nil {
 		return nil, err
@@ -93,6 +96,16 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	}()
 	if err := sb.rootfs.mount(cfg.Plan.Limits.DiskBytes, cfg.Plan.Filesystem.Hidden, cfg.Command.Cwd); err != nil {
 		return sb, err
+	}
+	if cfg.Plan.UID != 0 && cfg.Plan.Filesystem.WriteCwd {
+		// The working directory stays writable for the unprivileged user the command runs as.
+		whole, err := sb.rootfs.giveTo(cfg.Command.Cwd, cfg.Plan.UID, cfg.Plan.GID)
+		if err != nil {
+			return sb, err
+		}
+		if !whole {
+			sb.Notes = append(sb.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, cfg.Plan.UID))
+		}
 	}
 	if cfg.Plan.Network.Mode == policy.NetContract {
 		sb.net, err = netcontract.Setup(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})

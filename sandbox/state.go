@@ -11,6 +11,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/sandbox/netcontract"
 )
 
 // cgroupRoot is where the host's cgroup hierarchies are mounted.
@@ -90,7 +92,9 @@ func GC(root string) (GCResult, error) {
 		lock.Close()
 		res.Runs = append(res.Runs, id)
 	}
-	removeCgroupParents()
+	if len(res.Runs) > 0 {
+		removeCgroupParents()
+	}
 	return res, errors.Join(errs...)
 }
 
@@ -107,6 +111,12 @@ func claimDead(dir string) (bool, *os.File) {
 		return false, nil
 	}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return false, nil
+	}
+	// The owner writes its pid once it holds the lock: an empty lock file belongs to a run between
+	// creating the file and locking it.
+	if st, err := lock.Stat(); err != nil || st.Size() == 0 {
 		lock.Close()
 		return false, nil
 	}
@@ -129,6 +139,9 @@ func gcRun(root, id string) error {
 		errs = append(errs, err)
 	}
 	removeCgroups(id)
+	if err := netcontract.Cleanup("sbx" + id); err != nil {
+		errs = append(errs, err)
+	}
 	if err := os.RemoveAll(run); err != nil {
 		errs = append(errs, err)
 	}
