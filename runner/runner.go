@@ -123,6 +123,14 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 		return err
 	}
 	r.rep.ExitCode, r.rep.TimedOut = code, timedOut
+	hits := r.sb.LimitHits()
+	r.rep.OOMKilled, r.rep.PidsLimitHit = hits.OOMKills > 0, hits.PidsMax > 0
+	if hits.OOMKills > 0 {
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("the memory limit was hit: the OOM killer killed %d process(es)", hits.OOMKills))
+	}
+	if hits.PidsMax > 0 {
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("the pids limit was hit: %d fork(s) refused", hits.PidsMax))
+	}
 	t2 := time.Now()
 	r.rep.Timings.Run = ms(t2.Sub(t1))
 	if !timedOut {

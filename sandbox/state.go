@@ -212,3 +212,37 @@ func removeCgroupParents() {
 		os.Remove(d)
 	}
 }
+
+// LimitHits counts what the sandbox's cgroup limits stopped: processes the OOM killer killed, and forks
+// the pids limit refused.
+type LimitHits struct {
+	OOMKills int
+	PidsMax  int
+}
+
+// LimitHits reads the cgroup's counters (cgroup v1 and v2 alike). Read it before Destroy.
+func (s *Sandbox) LimitHits() LimitHits {
+	var h LimitHits
+	for _, dir := range cgroupDirs("sbx/" + s.ID) {
+		// v1: memory.oom_control; v2: memory.events; both: pids.events.
+		h.OOMKills += counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
+		h.OOMKills += counter(filepath.Join(dir, "memory.events"), "oom_kill")
+		h.PidsMax += counter(filepath.Join(dir, "pids.events"), "max")
+	}
+	return h
+}
+
+// counter reads "key N" from a cgroup's flat keyed file; 0 when absent.
+func counter(file, key string) int {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
