@@ -78,7 +78,10 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, fmt.Errorf("%w: no plan or no command", ErrSetup)
 	}
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
+	tr := newTracer()
+	defer tr.done()
 	GC(cfg.StateRoot)
+	tr.mark("gc")
 	id, err := newID()
 	if err != nil {
 		return nil, err
@@ -97,6 +100,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if err := sb.rootfs.mount(cfg.Plan.Limits.DiskBytes, cfg.Plan.Filesystem.Hidden, cfg.Command.Cwd); err != nil {
 		return sb, err
 	}
+	tr.mark("rootfs")
 	if cfg.Plan.UID != 0 && cfg.Plan.Filesystem.WriteCwd {
 		// The working directory stays writable for the unprivileged user the command runs as.
 		whole, err := sb.rootfs.giveTo(cfg.Command.Cwd, cfg.Plan.UID, cfg.Plan.GID)
@@ -107,16 +111,19 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 			sb.Notes = append(sb.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, cfg.Plan.UID))
 		}
 	}
+	tr.mark("cwd")
 	if cfg.Plan.Network.Mode == policy.NetContract {
 		sb.net, err = netcontract.Setup(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})
 		if err != nil {
 			return sb, fmt.Errorf("setting up the network contract: %w", err)
 		}
 	}
-	return sb, sb.startContainer()
+	tr.mark("network")
+	err = sb.startContainer(tr)
+	return sb, err
 }
 
-func (s *Sandbox) startContainer() error {
+func (s *Sandbox) startContainer(tr *tracer) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the sbx binary: %w", err)
@@ -132,10 +139,12 @@ func (s *Sandbox) startContainer() error {
 	if err != nil {
 		return specError(err)
 	}
+	tr.mark("spec")
 	s.container, err = libcontainer.Create(filepath.Join(s.cfg.StateRoot, "lc"), s.ID, config)
 	if err != nil {
 		return fmt.Errorf("creating the container: %w", err)
 	}
+	tr.mark("lc.create")
 	env, err := s.supervisorEnv()
 	if err != nil {
 		return err
@@ -165,6 +174,7 @@ func (s *Sandbox) startContainer() error {
 	if err := s.container.Run(s.init); err != nil {
 		return fmt.Errorf("starting the sandbox init: %w", err)
 	}
+	tr.mark("lc.run")
 	if s.initPid, err = s.init.Pid(); err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func benchmark(sbx string, n int) error {
 	}
 	for i := -3; i < n; i++ { // three warm-up rounds, not counted
 		for _, c := range cs {
-			d, err := timeOne(c.argv(i + 3))
+			d, err := timeOne(c.argv(i+3), dir)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -73,8 +73,11 @@ func benchmark(sbx string, n int) error {
 	return nil
 }
 
-func timeOne(argv []string) (float64, error) {
+// timeOne runs argv in dir (a scratch directory: sbx's overlay shows the working directory, and the
+// benchmark should not depend on where it was started) and returns its wall time in ms.
+func timeOne(argv []string, dir string) (float64, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	t := time.Now()

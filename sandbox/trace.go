@@ -1,0 +1,33 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// tracer prints the time each step of sandbox creation took when SBX_TRACE is set: a tool for the
+// benchmarks, silent otherwise.
+type tracer struct {
+	on    bool
+	last  time.Time
+	steps []string
+}
+
+func newTracer() *tracer { return &tracer{on: os.Getenv("SBX_TRACE") != "", last: time.Now()} }
+
+func (t *tracer) mark(step string) {
+	if !t.on {
+		return
+	}
+	now := time.Now()
+	t.steps = append(t.steps, fmt.Sprintf("%s %.1fms", step, float64(now.Sub(t.last).Microseconds())/1000))
+	t.last = now
+}
+
+func (t *tracer) done() {
+	if t.on {
+		fmt.Fprintf(os.Stderr, "sbx: trace: %s\n", strings.Join(t.steps, ", "))
+	}
+}
