@@ -61,13 +61,10 @@ func applyLandlock(cfg shimConfig) error {
 	if err := ll.RestrictPaths(rules...); err != nil {
 		return fmt.Errorf("landlock ABI %d: %w", abi, err)
 	}
-	if abi >= 6 {
-		// Scoping keeps the command from signalling sbx's pause init or reaching abstract sockets
-		// outside its own Landlock domain.
-		if err := landlock.V6.RestrictScoped(); err != nil {
-			return fmt.Errorf("landlock scoping: %w", err)
-		}
-	}
+	// No signal or abstract-socket scoping (ABI 6): without TSYNC (ABI 8) go-landlock restricts each
+	// thread on its own, each thread gets a domain of its own, and the command forked from one thread
+	// would be out of reach of the others. The pid and network namespaces already keep the command from
+	// the host's processes and sockets.
 	return nil
 }
 

@@ -66,6 +66,7 @@ type Sandbox struct {
 	ctlMu     sync.Mutex
 	ctlIn     *bufio.Reader
 	console   *os.File
+	pidfd     int // the command's, once started; 0 = none
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
@@ -230,6 +231,7 @@ type Running struct {
 	sb      *Sandbox
 	started bool
 	code    int // status when the command could not be started
+	pidfd   int // the command's pidfd, for signals that cannot hit a reused pid; -1 when none
 }
 
 // Start lets the supervisor run the command. A command that cannot be started (not found, not
@@ -249,7 +251,13 @@ func (s *Sandbox) Start() (*Running, error) {
 	if _, err := fmt.Sscanf(line, "pid %d", &n); err != nil {
 		return nil, fmt.Errorf("starting the command: unexpected answer %q", line)
 	}
-	return &Running{Pid: s.hostPid(n), sb: s, started: true}, nil
+	r := &Running{Pid: s.hostPid(n), sb: s, started: true, pidfd: -1}
+	if r.Pid > 0 {
+		if fd, err := unix.PidfdOpen(r.Pid, 0); err == nil {
+			r.pidfd, s.pidfd = fd, fd // closed by Destroy, not Wait: Signal may race with Wait
+		}
+	}
+	return r, nil
 }
 
 func (s *Sandbox) send(msg string) error {
@@ -301,12 +309,16 @@ func (r *Running) Wait() (int, error) {
 	return ws.ExitStatus(), nil
 }
 
-// Signal asks the supervisor to send sig to the command.
+// Signal sends sig to the command through its pidfd; a command that has exited is not an error.
 func (r *Running) Signal(sig syscall.Signal) error {
-	if !r.started {
+	if r.pidfd < 0 {
 		return nil
 	}
-	return r.sb.send(fmt.Sprintf("sig %d", int(sig)))
+	err := unix.PidfdSendSignal(r.pidfd, sig, nil, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	return err
 }
 
 // Destroy kills everything in the sandbox and removes the container, its cgroups, the overlay and the
@@ -330,6 +342,9 @@ func (s *Sandbox) Destroy() error {
 	}
 	if s.console != nil {
 		s.console.Close()
+	}
+	if s.pidfd > 0 {
+		unix.Close(s.pidfd)
 	}
 	if s.net != nil {
 		// After the container: a process still inside would keep the namespace and its veth alive.

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -39,13 +38,15 @@ type shimConfig struct {
 
 // superviseMain is pid 1 of the sandbox. It waits for sbx's "go" on the control socket, restricts
 // itself with Landlock (the command inherits the domain), starts the command, reports its pid and exit
-// status, forwards signals sbx asks it to, and reaps every orphan until the sandbox is destroyed.
+// status, and reaps every orphan until the sandbox is destroyed.
 //
 // Running the command as the init's child, rather than as a second process that joins the namespaces,
 // spares a whole libcontainer process start per run.
 //
-// Protocol, one line each: sbx sends "go" and "sig N"; the supervisor answers "pid N" (or "fail CODE"
-// after printing the reason on the command's stderr) and later "exit WAITSTATUS".
+// Protocol, one line each: sbx sends "go"; the supervisor answers "pid N" (or "fail CODE" after printing
+// the reason on the command's stderr) and later "exit WAITSTATUS". sbx signals the command itself, from
+// outside: inside, Landlock keeps the supervisor's threads from signalling a child forked by another
+// thread (each thread has a domain of its own without TSYNC).
 func superviseMain(args []string) int {
 	ctl := os.NewFile(ctlFD, "ctl")
 	unix.CloseOnExec(ctlFD)
@@ -71,7 +72,6 @@ func superviseMain(args []string) int {
 		fmt.Fprintf(ctl, "pid %d\n", pid)
 	}
 	detachStdio()
-	go forwardSignals(in, pid)
 	reap(children, func(p int, ws unix.WaitStatus) {
 		if p == pid {
 			fmt.Fprintf(ctl, "exit %d\n", int(ws))
@@ -126,21 +126,6 @@ func detachStdio() {
 		unix.Dup2(int(null.Fd()), fd)
 	}
 	null.Close()
-}
-
-// forwardSignals delivers the signals sbx asks for to the command.
-func forwardSignals(in *bufio.Reader, pid int) {
-	for {
-		line, err := in.ReadString('\n')
-		if err != nil {
-			return
-		}
-		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "sig "); ok && pid > 0 {
-			if sig, err := strconv.Atoi(n); err == nil {
-				unix.Kill(pid, unix.Signal(sig))
-			}
-		}
-	}
 }
 
 // reap waits for every child of pid 1, which the kernel makes of every orphan in the sandbox.
