@@ -34,8 +34,12 @@ lint: deps
 demo: build
 	-./$(BIN) exec -- sh -c 'nohup sleep 300 >/dev/null 2>&1 & python3 -m http.server 8765 >/dev/null 2>&1 & exit 0'
 
+# Whole runs side by side with runc and bwrap, then the after-snapshot with 20 sandbox processes, alone
+# and with 500 idle host processes present, then the network contract's setup alone.
 bench: build
 	$(GO) run -tags $(TAGS) ./internal/cmd/bench -sbx $(BIN)
+	$(GO) test -tags $(TAGS) -run '^$$' -bench 'Snapshot$$|SnapshotBusyHost' -benchtime 200x ./observe
+	$(GO) test -tags $(TAGS) -run '^$$' -bench 'SetupClose' -benchtime 100x ./sandbox/netcontract
 
 clean:
 	rm -rf bin

@@ -50,9 +50,24 @@ func (r *runDir) release() error {
 	if r == nil {
 		return nil
 	}
-	err := os.RemoveAll(r.dir)
+	err := removeRunDir(r.dir)
 	r.lock.Close()
+	return err
+}
+
+// removeRunDir removes a run's state directory, but never while anything is still mounted below it: the
+// overlay's lower layer is the host's root file system.
+func removeRunDir(dir string) error {
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			return fmt.Errorf("not removing the state dir %s: %s is still mounted", dir, f[4])
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("removing the state dir: %w", err)
 	}
 	return nil
@@ -142,7 +157,7 @@ func gcRun(root, id string) error {
 	if err := netcontract.Cleanup("sbx" + id); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.RemoveAll(run); err != nil {
+	if err := removeRunDir(run); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
