@@ -28,19 +28,22 @@ const (
 
 // Report is one run of one command in one sandbox.
 type Report struct {
-	Schema     string      `json:"schema"`
-	Profile    string      `json:"profile"`
-	Command    []string    `json:"command"`
-	ExitCode   int         `json:"exit_code"`
-	TimedOut   bool        `json:"timed_out"`
-	OOMKilled  bool        `json:"oom_killed"`
-	Verdict    string      `json:"verdict"`
-	Violations []Violation `json:"violations"`
-	Processes  Processes   `json:"processes"`
-	Sockets    Sockets     `json:"sockets"`
-	Network    Network     `json:"network"`
-	Files      Files       `json:"files"`
-	Timings    Timings     `json:"timings_ms"`
+	Schema       string      `json:"schema"`
+	Profile      string      `json:"profile"`
+	Command      []string    `json:"command"`
+	ExitCode     int         `json:"exit_code"`
+	TimedOut     bool        `json:"timed_out"`
+	OOMKilled    bool        `json:"oom_killed"`     // the memory limit was hit and the OOM killer killed a process
+	PidsLimitHit bool        `json:"pids_limit_hit"` // the pids limit refused a fork
+	Verdict      string      `json:"verdict"`
+	Violations   []Violation `json:"violations"`
+	Processes    Processes   `json:"processes"`
+	Sockets      Sockets     `json:"sockets"`
+	Network      Network     `json:"network"`
+	Files        Files       `json:"files"`
+	Timings      Timings     `json:"timings_ms"`
+	// Denials are the syscalls and accesses the kernel (seccomp, Landlock) reported refusing.
+	Denials observe.Denials `json:"denials"`
 	// Notes say what sbx could not observe in this run ("exec events unavailable: ..."), so that an
 	// empty list is never mistaken for "nothing happened".
 	Notes []string `json:"notes"`
@@ -123,5 +126,7 @@ func New(profile string, command []string) *Report {
 		Network:    Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
 		Files:      Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []observe.FileChange{}},
 		Notes:      []string{},
+		Denials: observe.Denials{Reason: "not collected", Seccomp: []observe.SeccompDenial{},
+			Landlock: []observe.LandlockDenial{}},
 	}
 }

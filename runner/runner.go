@@ -51,6 +51,9 @@ type Options struct {
 	Terminal  bool
 	OnConsole func(*os.File)
 	StateRoot string
+	// OnStart, when set, is called once the command has started, with its host pid (0 when it could not
+	// be started).
+	OnStart func(pid int)
 	// Changes, when set, is a directory that the files the command created or modified are copied into
 	// before teardown (deletions are listed in its DELETED.txt).
 	Changes string
@@ -77,7 +80,9 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
 	r := &run{opts: o, sb: sb, rep: rep, events: events}
+	denials := observe.StartDenials() // kernel-reported denials: observe/denials.go
 	err = r.execute(ctx, t0)
+	rep.Denials = denials.Stop(observe.ScopeOf(sb.InitPid(), events, rep.Processes.Execs, rep.Processes.LeftRunning))
 	t3 := time.Now()
 	if derr := sb.Destroy(); derr != nil {
 		err = errors.Join(err, fmt.Errorf("tearing down: %w", derr))
@@ -118,6 +123,9 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	if err != nil {
 		return err
 	}
+	if r.opts.OnStart != nil {
+		r.opts.OnStart(cmd.Pid)
+	}
 	code, timedOut, err := r.wait(ctx, cmd)
 	if err != nil {
 		return err
@@ -146,16 +154,18 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	return nil
 }
 
+// waitResult is what the command's Wait gave.
+type waitResult struct {
+	code int
+	err  error
+}
+
 // wait waits for the command, enforcing the timeout, forwarding signals and honouring ctx.
 func (r *run) wait(ctx context.Context, cmd *sandbox.Running) (code int, timedOut bool, err error) {
-	type result struct {
-		code int
-		err  error
-	}
-	done := make(chan result, 1)
+	done := make(chan waitResult, 1)
 	go func() {
 		c, err := cmd.Wait()
-		done <- result{c, err}
+		done <- waitResult{c, err}
 	}()
 	timeout := r.opts.Timeout
 	if timeout == 0 {
@@ -170,41 +180,32 @@ func (r *run) wait(ctx context.Context, cmd *sandbox.Running) (code int, timedOu
 	for {
 		select {
 		case res := <-done:
-			return res.code, false, nil
+			return res.code, false, res.err
 		case <-timer:
-			r.killAll()
-			res := <-done
-			return res.code, true, nil
+			return r.killAll(done), true, nil
 		case <-ctx.Done():
-			r.killAll()
-			<-done
+			r.killAll(done)
 			return 0, false, ctx.Err()
 		case sig := <-signals:
+			if grace != nil {
+				return r.killAll(done), false, nil
+			}
 			if s, ok := sig.(syscall.Signal); ok {
 				cmd.Signal(s)
 			}
-			if grace != nil {
-				r.killAll()
-				res := <-done
-				return res.code, false, nil
-			}
 			grace = time.After(DefaultGrace)
 		case <-grace:
-			r.killAll()
-			res := <-done
-			return res.code, false, nil
+			return r.killAll(done), false, nil
 		}
 	}
 }
 
-// killAll kills every process in the sandbox but its init, so that the command's Wait returns.
-func (r *run) killAll() {
-	pids, _ := r.sb.Pids()
-	for _, pid := range pids {
-		if pid != r.sb.InitPid() {
-			sandbox.Kill(pid)
-		}
-	}
+// killAll kills the whole sandbox at once (SIGKILL to its pid 1 takes every process of its pid namespace
+// along, however fast they fork) and returns the command's status: 137, killed.
+func (r *run) killAll(done <-chan waitResult) int {
+	r.sb.Kill()
+	<-done
+	return 128 + int(syscall.SIGKILL)
 }
 
 func (r *run) snapshot() (*observe.Snap, error) {

@@ -47,6 +47,11 @@ func applyLandlock(cfg shimConfig) error {
 		return fmt.Errorf("landlock: %w", &NotSupportedError{Feature: "landlock", Need: "ABI 1", Have: have})
 	}
 	ll := landlockConfigs[min(abi, len(landlockConfigs))-1]
+	if abi >= 7 {
+		// Denials are logged (to audit, when it is on) for the command too, for the report's denials:
+		// by default Landlock stops logging at the first execve.
+		ll = ll.EnableLoggingForSubprocesses()
+	}
 	devs := landlock.RWFiles(existing(devFiles)...)
 	devDirs := landlock.RWDirs(existing([]string{"/dev/pts", "/dev/shm", "/dev/mqueue"})...)
 	if abi >= 5 {

@@ -419,8 +419,13 @@ func processStates(pids []int) (string, bool) {
 	return b.String(), busy
 }
 
-// Kill sends SIGKILL to a host pid of the sandbox.
-func Kill(pid int) { unix.Kill(pid, unix.SIGKILL) }
+// Kill kills every process in the sandbox: SIGKILL to its pid 1 takes the whole pid namespace along.
+// The sandbox stays until Destroy; the command's Wait then returns an error (its init is gone).
+func (s *Sandbox) Kill() {
+	if s.container != nil {
+		s.container.Signal(unix.SIGKILL)
+	}
+}
 
 // recvFile receives one file descriptor sent over a unix socket (libcontainer sends the terminal's master
 // side this way).

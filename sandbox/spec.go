@@ -73,6 +73,13 @@ func Spec(in SpecInput) *specs.Spec {
 	s.Linux.CgroupsPath = "/sbx/" + in.ID
 	s.Linux.Resources = resources(in.Plan.Limits)
 	s.Linux.Seccomp = in.Plan.Seccomp
+	if sc := in.Plan.Seccomp; sc != nil && !slices.Contains(sc.Flags, specs.LinuxSeccompFlagLog) {
+		// The filter asks the kernel to log what it refuses (to audit, when audit is on) for the report's
+		// denials; without audit this costs nothing.
+		logged := *sc
+		logged.Flags = append(slices.Clone(sc.Flags), specs.LinuxSeccompFlagLog)
+		s.Linux.Seccomp = &logged
+	}
 	return s
 }
 

@@ -3,77 +3,495 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/report"
 )
 
-// renderHuman writes the report for a person: the verdict first, then what was left behind.
+// Limits that keep the human report short; the JSON report always has everything.
+const (
+	argvWidth   = 72 // characters of a process's command line
+	maxFiles    = 10 // paths per kind of file change
+	maxRows     = 20 // rows of any other table
+	maxFDsShown = 12 // fds per process in the tree
+)
+
+// renderHuman writes the report for a person on stderr: the verdict first, then the violations, the tree
+// of what was left running with the fds worth a look, and short tables of everything else. Colour only
+// when w is a terminal and NO_COLOR is unset (https://no-color.org).
 func renderHuman(w io.Writer, r *report.Report, color bool) {
-	paint := func(code, s string) string {
-		if !color {
-			return s
-		}
-		return "\x1b[" + code + "m" + s + "\x1b[0m"
+	if os.Getenv("NO_COLOR") != "" {
+		color = false
 	}
-	verdict := paint("32", "PASS")
+	rr := &renderer{w: w, color: color, now: time.Now()}
+	rr.render(r)
+}
+
+// renderer holds what the sections share: where to write, whether to paint, and the clock ages are
+// measured against (fixed in tests).
+type renderer struct {
+	w     io.Writer
+	color bool
+	now   time.Time
+}
+
+func (rr *renderer) render(r *report.Report) {
+	rr.verdict(r)
+	rr.tree(r.Processes.LeftRunning)
+	rr.sockets("listening", r.Sockets.Listening)
+	rr.sockets("established", r.Sockets.Established)
+	rr.denied(r.Network.Denied)
+	rr.dns(r.Network.DNS)
+	rr.files(r.Files)
+	rr.denials(r.Denials)
+	rr.notes(r.Notes)
+}
+
+// paint wraps s in an SGR colour code when colour is on. Only whole lines and words outside tables are
+// painted, so that escape codes never upset column widths.
+func (rr *renderer) paint(code, s string) string {
+	if !rr.color || s == "" {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+
+const (
+	sgrBold   = "1"
+	sgrDim    = "2"
+	sgrRed    = "31"
+	sgrBoldRd = "1;31"
+	sgrGreen  = "32"
+	sgrYellow = "33"
+)
+
+func (rr *renderer) heading(title string) {
+	fmt.Fprintln(rr.w, rr.paint(sgrBold, title+":"))
+}
+
+func (rr *renderer) verdict(r *report.Report) {
+	verdict := rr.paint(sgrGreen, "PASS")
 	if r.Verdict == report.VerdictViolation {
-		verdict = paint("1;31", "VIOLATION")
+		verdict = rr.paint(sgrBoldRd, "VIOLATION")
 	}
 	status := fmt.Sprintf("exit %d", r.ExitCode)
 	if r.TimedOut {
 		status = "timed out"
 	}
-	fmt.Fprintf(w, "sbx: %s  %s  profile %s  %.0f ms\n", verdict, status, r.Profile, r.Timings.Total)
+	if r.OOMKilled {
+		status += ", out of memory"
+	}
+	fmt.Fprintf(rr.w, "sbx: %s  %s  profile %s  %.0f ms\n", verdict, status, r.Profile, r.Timings.Total)
 	for _, v := range r.Violations {
-		fmt.Fprintf(w, "  ✗ %s: %s\n", v.Rule, v.Message)
-	}
-	if len(r.Processes.LeftRunning) > 0 {
-		fmt.Fprintf(w, "left running:\n")
-		for _, p := range r.Processes.LeftRunning {
-			renderProcess(w, p)
-		}
-	}
-	if len(r.Sockets.Listening) > 0 {
-		fmt.Fprintf(w, "listening:\n")
-		for _, s := range r.Sockets.Listening {
-			fmt.Fprintf(w, "  %-5s %s  pid %d %s\n", s.Proto, hostPort(s), s.Pid, s.Exe)
-		}
+		fmt.Fprintf(rr.w, "  %s %s: %s\n", rr.paint(sgrRed, "✗"), v.Rule, clean(v.Message))
 	}
 }
 
-func renderProcess(w io.Writer, p observe.Process) {
+// tree draws what was left running as a forest: a process under its parent when the parent is left
+// running too, else at the top level (its parent exited, or it is a child of the sandbox's init).
+func (rr *renderer) tree(procs []observe.Process) {
+	if len(procs) == 0 {
+		return
+	}
+	rr.heading("left running")
+	byPid := make(map[int]bool, len(procs))
+	for _, p := range procs {
+		byPid[p.Pid] = true
+	}
+	children := make(map[int][]observe.Process)
+	var roots []observe.Process
+	for _, p := range procs {
+		if p.PPid != p.Pid && byPid[p.PPid] {
+			children[p.PPid] = append(children[p.PPid], p)
+		} else {
+			roots = append(roots, p)
+		}
+	}
+	byPidOrder := func(a, b observe.Process) int { return a.Pid - b.Pid }
+	slices.SortFunc(roots, byPidOrder)
+	for _, c := range children {
+		slices.SortFunc(c, byPidOrder)
+	}
+	seen := make(map[int]bool)
+	for i, p := range roots {
+		rr.node(p, "  ", i == len(roots)-1, true, children, seen)
+	}
+}
+
+// node draws p and, below it, its children. prefix is the indentation drawn so far; top marks a root,
+// which gets no branch of its own.
+func (rr *renderer) node(p observe.Process, prefix string, last, top bool, children map[int][]observe.Process, seen map[int]bool) {
+	if seen[p.Pid] {
+		return // a pid loop in a broken report; draw each process once
+	}
+	seen[p.Pid] = true
+	branch, cont := "", ""
+	if !top {
+		branch, cont = "├─ ", "│  "
+		if last {
+			branch, cont = "└─ ", "   "
+		}
+	}
+	line := fmt.Sprintf("%s  %s", rr.paint(sgrBold, "pid "+strconv.Itoa(p.Pid)), argvString(p.Argv, p.Exe, argvWidth))
+	if flags := rr.processFlags(p); flags != "" {
+		line += "  " + flags
+	}
+	fmt.Fprintf(rr.w, "%s%s%s\n", prefix, branch, line)
+	inner := prefix + cont
+	kids := children[p.Pid]
+	fdPrefix := inner + "   "
+	if len(kids) > 0 {
+		fdPrefix = inner + "│  "
+	}
+	rr.fds(fdPrefix, p.FDs)
+	for i, c := range kids {
+		rr.node(c, inner, i == len(kids)-1, false, children, seen)
+	}
+}
+
+// processFlags says what is unusual about a process, and its age.
+func (rr *renderer) processFlags(p observe.Process) string {
 	var flags []string
 	if p.Orphaned {
-		flags = append(flags, "orphaned")
+		flags = append(flags, rr.paint(sgrYellow, "orphaned"))
 	}
 	if p.Deleted {
-		flags = append(flags, "exe deleted")
+		flags = append(flags, rr.paint(sgrRed, "exe deleted"))
 	}
-	extra := ""
-	if len(flags) > 0 {
-		extra = " (" + strings.Join(flags, ", ") + ")"
+	if renamed(p) {
+		flags = append(flags, rr.paint(sgrYellow, fmt.Sprintf("renamed: comm %q, exe %s", p.Comm, clean(p.Exe))))
 	}
-	fmt.Fprintf(w, "  pid %d  %s%s\n", p.Pid, strings.Join(p.Argv, " "), extra)
-	for _, fd := range p.FDs {
-		if fd.FD <= 2 && fd.Kind == "dev" {
-			continue // the terminal or /dev/null on stdio is not news
+	if p.State == "Z" {
+		flags = append(flags, "zombie")
+	}
+	if !p.Started.IsZero() {
+		flags = append(flags, "up "+age(rr.now.Sub(p.Started)))
+	}
+	if len(flags) == 0 {
+		return ""
+	}
+	return "(" + strings.Join(flags, ", ") + ")"
+}
+
+// commLen is the kernel's limit on a process name (TASK_COMM_LEN without its NUL).
+const commLen = 15
+
+// renamed reports whether a process calls itself something its executable does not explain. The kernel
+// names a process after the file it executed, which for a symlink (python3 -> python3.11) or a script
+// run through its interpreter is not the executable's base name: those names count as explained too.
+func renamed(p observe.Process) bool {
+	if p.Comm == "" || p.Exe == "" {
+		return false
+	}
+	names := []string{p.Exe}
+	if len(p.Argv) > 0 {
+		names = append(names, p.Argv[0])
+	}
+	if len(p.Argv) > 1 {
+		names = append(names, p.Argv[1]) // "#!" scripts: argv is interpreter, script, ...
+	}
+	for _, n := range names {
+		base := filepath.Base(strings.TrimSuffix(n, " (deleted)"))
+		if len(base) > commLen {
+			base = base[:commLen]
 		}
-		desc := fd.Target
+		if base == p.Comm {
+			return false
+		}
+	}
+	return true
+}
+
+// fds lists the fds worth a look: files, sockets, pipes, memfds and anything deleted. stdio on
+// /dev/null or a terminal, devices and anonymous inodes (epoll, eventfd) are only counted.
+func (rr *renderer) fds(prefix string, fds []observe.FD) {
+	shown, hidden := 0, 0
+	for _, fd := range fds {
+		if !interesting(fd) {
+			hidden++
+			continue
+		}
+		if shown == maxFDsShown {
+			hidden++
+			continue
+		}
+		shown++
+		desc := truncate(fd.Target, argvWidth)
 		if fd.Socket != "" {
-			desc = fd.Socket
+			desc = clean(fd.Socket)
 		}
-		fmt.Fprintf(w, "      fd %d → %s\n", fd.FD, desc)
+		if fd.Deleted {
+			desc += " " + rr.paint(sgrRed, "(deleted)")
+		}
+		fmt.Fprintf(rr.w, "%sfd %d → %s\n", prefix, fd.FD, desc)
+	}
+	if hidden > 0 && shown > 0 {
+		fmt.Fprintf(rr.w, "%s%s\n", prefix, rr.paint(sgrDim, fmt.Sprintf("+%d fds not shown (stdio, devices, epoll, ...)", hidden)))
 	}
 }
 
-func hostPort(s observe.Socket) string {
-	if s.Proto == "unix" {
-		return s.Address
+func interesting(fd observe.FD) bool {
+	if fd.Deleted {
+		return true
 	}
-	if strings.Contains(s.Address, ":") {
-		return fmt.Sprintf("[%s]:%d", s.Address, s.Port)
+	switch fd.Kind {
+	case "dev", "anon":
+		return false
 	}
-	return fmt.Sprintf("%s:%d", s.Address, s.Port)
+	return true
+}
+
+// argvString is a command line as a shell would take it back, cut to width with an ellipsis.
+func argvString(argv []string, exe string, width int) string {
+	if len(argv) == 0 {
+		if exe == "" {
+			return "?"
+		}
+		return "[" + exe + "]" // no command line: a kernel-like or zombie process
+	}
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		parts[i] = shellQuote(a)
+	}
+	return truncate(strings.Join(parts, " "), width)
+}
+
+// shellQuote quotes an argument that a shell would split or expand.
+func shellQuote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	if !strings.ContainsAny(s, " \t\n'\"\\$`*?[]{}()<>|&;#~!") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// truncate cuts s to width runes, marking the cut with "…". Control characters are escaped so that a
+// hostile command line cannot drive the terminal.
+func truncate(s string, width int) string {
+	s = clean(s)
+	runes := []rune(s)
+	if len(runes) <= width {
+		return s
+	}
+	return string(runes[:width-1]) + "…"
+}
+
+// clean replaces control characters, which a hostile file or process name could use to drive the
+// terminal, with "?".
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// age is a duration rounded for people: 850ms, 12s, 3m4s, 2h5m.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		return strings.TrimSuffix(d.Round(time.Second).String(), "0s")
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}
+
+// table writes a heading and aligned rows, at most maxRows of them.
+func (rr *renderer) table(title string, header []string, rows [][]string) {
+	if len(rows) == 0 {
+		return
+	}
+	rr.heading(title)
+	tw := tabwriter.NewWriter(rr.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  %s\n", strings.Join(header, "\t"))
+	for i, row := range rows {
+		if i == maxRows {
+			fmt.Fprintf(tw, "  ... and %d more\n", len(rows)-maxRows)
+			break
+		}
+		for j := range row {
+			row[j] = truncate(row[j], argvWidth)
+		}
+		fmt.Fprintf(tw, "  %s\n", strings.Join(row, "\t"))
+	}
+	tw.Flush()
+}
+
+// sockets lists one socket a line, "proto address  pid N exe" (scripts match this form), with the
+// remote end for connected ones.
+func (rr *renderer) sockets(title string, socks []observe.Socket) {
+	if len(socks) == 0 {
+		return
+	}
+	rr.heading(title)
+	for i, s := range socks {
+		if i == maxRows {
+			fmt.Fprintf(rr.w, "  ... and %d more\n", len(socks)-maxRows)
+			break
+		}
+		addr := s.Local()
+		if s.Proto == "unix" && addr == "" {
+			addr = "(unnamed)"
+		}
+		if s.Remote != "" {
+			addr += " -> " + s.Remote
+		}
+		line := fmt.Sprintf("  %-5s %s  pid %s %s", s.Proto, truncate(addr, argvWidth), pidString(s.Pid), clean(s.Exe))
+		fmt.Fprintln(rr.w, strings.TrimRight(line, " "))
+	}
+}
+
+func pidString(pid int) string {
+	if pid == 0 {
+		return "?"
+	}
+	return strconv.Itoa(pid)
+}
+
+func (rr *renderer) denied(ds []report.Denied) {
+	rows := make([][]string, 0, len(ds))
+	for _, d := range ds {
+		rows = append(rows, []string{d.Proto, d.Address, strconv.Itoa(d.Port), strconv.Itoa(d.Count)})
+	}
+	rr.table("denied network", []string{"PROTO", "ADDRESS", "PORT", "COUNT"}, rows)
+}
+
+func (rr *renderer) dns(qs []report.DNSQuery) {
+	rows := make([][]string, 0, len(qs))
+	for _, q := range qs {
+		verdict := "refused"
+		if q.Allowed {
+			verdict = "allowed"
+		}
+		rows = append(rows, []string{q.Name, q.Type, verdict})
+	}
+	rr.table("dns queries", []string{"NAME", "TYPE", "ANSWER"}, rows)
+}
+
+// files lists the changes by kind, each capped at maxFiles, with sizes from the details.
+func (rr *renderer) files(f report.Files) {
+	if len(f.Created)+len(f.Modified)+len(f.Deleted) == 0 {
+		return
+	}
+	detail := make(map[string]observe.FileChange, len(f.Details))
+	for _, d := range f.Details {
+		detail[d.Change+" "+d.Path] = d
+	}
+	type row struct{ change, size, path string }
+	var rows []row
+	for _, kind := range []struct {
+		change string
+		paths  []string
+	}{{"created", f.Created}, {"modified", f.Modified}, {"deleted", f.Deleted}} {
+		for i, p := range kind.paths {
+			if i == maxFiles {
+				rows = append(rows, row{kind.change, "", fmt.Sprintf("... and %d more", len(kind.paths)-maxFiles)})
+				break
+			}
+			r := row{change: kind.change, path: truncate(p, argvWidth)}
+			if d, ok := detail[kind.change+" "+p]; ok {
+				r.size = fileSize(d)
+				if d.Kind == "dir" {
+					r.path += "/"
+				}
+			}
+			rows = append(rows, r)
+		}
+	}
+	width := 0
+	for _, r := range rows {
+		width = max(width, len(r.size))
+	}
+	rr.heading("files")
+	for _, r := range rows {
+		fmt.Fprintf(rr.w, "  %-8s  %*s  %s\n", r.change, width, r.size, r.path)
+	}
+}
+
+func fileSize(d observe.FileChange) string {
+	switch d.Kind {
+	case "dir":
+		return "dir"
+	case "symlink":
+		return "link"
+	case "other":
+		return "special"
+	}
+	return byteSize(d.Size)
+}
+
+// byteSize is a size in binary units, as people read them: 812 B, 4.0 KiB, 1.5 MiB.
+func byteSize(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, unit := float64(n)/1024, "KiB"
+	for _, u := range []string{"MiB", "GiB", "TiB"} {
+		if v < 1024 {
+			break
+		}
+		v, unit = v/1024, u
+	}
+	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
+// denials lists what the kernel refused, or says in one line why it could not tell.
+func (rr *renderer) denials(d observe.Denials) {
+	if !d.Available {
+		if d.Reason != "" {
+			fmt.Fprintln(rr.w, rr.paint(sgrDim, "kernel denials: not reported: "+clean(d.Reason)))
+		}
+		return
+	}
+	// The same refusal by many processes (a loop running one program) is one row.
+	type key struct{ by, exe, what, detail string }
+	var order []key
+	pids, counts := map[key][]int{}, map[key]int{}
+	add := func(k key, pid, n int) {
+		if _, ok := counts[k]; !ok {
+			order = append(order, k)
+		}
+		pids[k] = append(pids[k], pid)
+		counts[k] += n
+	}
+	for _, s := range d.Seccomp {
+		add(key{"seccomp", s.Exe, s.Syscall, s.Action}, s.Pid, s.Count)
+	}
+	for _, l := range d.Landlock {
+		add(key{"landlock", l.Exe, l.Access, l.Path}, l.Pid, l.Count)
+	}
+	rows := make([][]string, 0, len(order))
+	for _, k := range order {
+		pid := pidString(pids[k][0])
+		if n := len(pids[k]); n > 1 {
+			pid = fmt.Sprintf("%d procs", n)
+		}
+		rows = append(rows, []string{k.by, pid, clean(k.exe), k.what, k.detail, strconv.Itoa(counts[k])})
+	}
+	rr.table("kernel denials", []string{"BY", "PID", "EXE", "WHAT", "DETAIL", "COUNT"}, rows)
+}
+
+func (rr *renderer) notes(notes []string) {
+	if len(notes) == 0 {
+		return
+	}
+	rr.heading("notes")
+	for _, n := range notes {
+		fmt.Fprintf(rr.w, "  - %s\n", clean(n))
+	}
 }

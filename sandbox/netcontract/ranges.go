@@ -34,3 +34,7 @@ func mustPrefixes(s ...string) []netip.Prefix {
 	}
 	return out
 }
+
+// AlwaysDeny returns the ranges the contract never lets a sandbox reach unless the profile names an exact
+// exception, cloud metadata first. Other renderings of a profile (Kubernetes NetworkPolicy) use it.
+func AlwaysDeny() []netip.Prefix { return append([]netip.Prefix(nil), alwaysDeny...) }

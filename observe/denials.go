@@ -1,0 +1,568 @@
+package observe
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+)
+
+// Denials is what the kernel refused the sandbox's processes, as it reported it through audit: syscalls
+// refused by the seccomp filter and accesses refused by Landlock. When the kernel cannot report them,
+// Available is false and Reason says why, so that an empty list is never mistaken for "nothing denied".
+// Reason may also be set when only one of the two is reported.
+type Denials struct {
+	Available bool             `json:"available"`
+	Reason    string           `json:"reason,omitempty"`
+	Seccomp   []SeccompDenial  `json:"seccomp"`
+	Landlock  []LandlockDenial `json:"landlock"`
+}
+
+// SeccompDenial is one syscall the filter refused a process, with how many times.
+type SeccompDenial struct {
+	Pid     int    `json:"pid"`      // pid inside the sandbox, 0 when unknown
+	HostPid int    `json:"host_pid"` // pid in the host's pid namespace, as audit reports it
+	Exe     string `json:"exe"`
+	Syscall string `json:"syscall"` // name, or "#N" when the number is unknown
+	Action  string `json:"action"`  // errno, kill_process, kill_thread, trap, log, ...
+	Count   int    `json:"count"`
+}
+
+// LandlockDenial is one access Landlock refused, with how many times.
+type LandlockDenial struct {
+	Pid     int    `json:"pid"`      // pid inside the sandbox, 0 when unknown
+	HostPid int    `json:"host_pid"` // pid in the host's pid namespace, 0 when audit did not say
+	Exe     string `json:"exe"`
+	Access  string `json:"access"` // the kernel's blockers, e.g. "fs.write_file", "fs.make_reg"
+	Path    string `json:"path"`   // the object, as the kernel names it; may be the parent directory
+	Count   int    `json:"count"`
+}
+
+// ErrAuditUnavailable is matched (errors.Is) by the reasons a DenialsCollector cannot report denials.
+var ErrAuditUnavailable = errors.New("kernel denials unavailable")
+
+// Audit record types (include/uapi/linux/audit.h).
+const (
+	auditTrustedApp     = 1121 // AUDIT_TRUSTED_APP: free text from userspace; sbx's end-of-run marker
+	auditSeccomp        = unix.AUDIT_SECCOMP
+	auditSyscall        = unix.AUDIT_SYSCALL
+	auditLandlockAccess = unix.AUDIT_LANDLOCK_ACCESS
+	auditLandlockDomain = unix.AUDIT_LANDLOCK_DOMAIN
+	auditStatusEnabled  = 4 // offset of "enabled" in struct audit_status
+)
+
+// Bounds on what a collector keeps, whatever the host or the command floods audit with.
+const (
+	maxDenialKeys = 4096
+	syncTimeout   = 250 * time.Millisecond
+)
+
+// DenialsCollector listens to the kernel's audit records from StartDenials until Stop, in memory, on a
+// goroutine of its own. It reads the audit multicast group (AUDIT_NLGRP_READLOG, which needs
+// CAP_AUDIT_READ in the initial user namespace and a socket in the initial network namespace) beside
+// auditd, without configuring audit: when audit is off, the kernel logs no denials and the collector
+// says so. What it reports depends on the sandbox asking for the records: a seccomp filter with
+// SECCOMP_FILTER_FLAG_LOG, and Landlock domains with logging after exec (LOG_NEW_EXEC_ON).
+type DenialsCollector struct {
+	reason  error  // why nothing can be reported; nil when records are read
+	partial string // what is missing although records are read
+	fd      int
+	wake    [2]int
+	done    chan struct{}
+	token   string // text of the end-of-run marker
+	synced  chan struct{}
+	once    sync.Once
+	stopped sync.Once
+
+	mu       sync.Mutex
+	seccomp  map[seccompKey]int
+	access   []landlockRecord       // in arrival order, until their pid is known
+	syscalls map[uint64]procOfEvent // serial -> process, for serials of access records
+	domains  map[string]int         // Landlock domain id -> host pid of the process that created it
+	lost     int
+}
+
+type seccompKey struct {
+	pid           int
+	exe           string
+	syscall, arch uint64
+	code          uint64
+}
+
+type landlockRecord struct {
+	serial       uint64
+	domain       string
+	access, path string
+	pid          int // from the record itself, when the kernel puts it there
+	exe          string
+}
+
+type procOfEvent struct {
+	pid int
+	exe string
+}
+
+// StartDenials starts listening. It never fails: a collector that cannot report anything says why
+// in what Stop returns.
+func StartDenials() *DenialsCollector {
+	c := &DenialsCollector{fd: -1, seccomp: map[seccompKey]int{}, syscalls: map[uint64]procOfEvent{},
+		domains: map[string]int{}}
+	if err := c.start(); err != nil {
+		c.reason = err
+		if c.fd >= 0 {
+			unix.Close(c.fd)
+			c.fd = -1
+		}
+	}
+	return c
+}
+
+func (c *DenialsCollector) start() error {
+	enabled, err := auditEnabled()
+	if err != nil {
+		return fmt.Errorf("%w: reading the audit status: %v", ErrAuditUnavailable, err)
+	}
+	if !enabled {
+		return fmt.Errorf("%w: kernel audit is off, so the kernel logs no seccomp or Landlock denials "+
+			"(auditctl -e 1 turns it on; sbx leaves that host setting alone)", ErrAuditUnavailable)
+	}
+	var missing []string
+	if !seccompLogsErrno() {
+		missing = append(missing, "seccomp denials need errno in /proc/sys/kernel/seccomp/actions_logged")
+	}
+	if abi, _ := llsys.LandlockGetABIVersion(); abi < 7 {
+		missing = append(missing, fmt.Sprintf("landlock denials need landlock ABI 7, this kernel has %d", abi))
+	}
+	if len(missing) == 2 {
+		return fmt.Errorf("%w: %s", ErrAuditUnavailable, strings.Join(missing, "; "))
+	}
+	c.partial = strings.Join(missing, "; ")
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_AUDIT)
+	if err != nil {
+		return fmt.Errorf("%w: opening an audit socket: %v", ErrAuditUnavailable, err)
+	}
+	c.fd = fd
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
+	sa := &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (unix.AUDIT_NLGRP_READLOG - 1)}
+	if err := unix.Bind(fd, sa); err != nil {
+		return fmt.Errorf("%w: joining the audit log group (needs CAP_AUDIT_READ in the host's namespaces): %v",
+			ErrAuditUnavailable, err)
+	}
+	if err := unix.Pipe2(c.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return fmt.Errorf("%w: %v", ErrAuditUnavailable, err)
+	}
+	var tok [8]byte
+	_, _ = rand.Read(tok[:])
+	c.token = "sbx-denials-end=" + hex.EncodeToString(tok[:])
+	c.done, c.synced = make(chan struct{}), make(chan struct{})
+	go c.read()
+	return nil
+}
+
+// auditEnabled asks the kernel for its audit status (AUDIT_GET), which any process may read.
+func auditEnabled() (bool, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_AUDIT)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	tv := unix.NsecToTimeval(int64(time.Second))
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	if err := unix.Sendto(fd, auditMsg(unix.AUDIT_GET, 0, nil), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return false, err
+	}
+	buf := make([]byte, 4096)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return false, err
+		}
+		var status []byte
+		var replyErr error
+		eachAuditMsg(buf[:n], func(typ uint16, data []byte) {
+			switch {
+			case typ == unix.AUDIT_GET:
+				status = data
+			case typ == unix.NLMSG_ERROR && len(data) >= 4:
+				if e := int32(binary.NativeEndian.Uint32(data)); e != 0 {
+					replyErr = unix.Errno(-e)
+				}
+			}
+		})
+		switch {
+		case replyErr != nil:
+			return false, replyErr
+		case status != nil && len(status) < auditStatusEnabled+4:
+			return false, errors.New("short audit status")
+		case status != nil:
+			return binary.NativeEndian.Uint32(status[auditStatusEnabled:]) != 0, nil
+		}
+	}
+}
+
+// eachAuditMsg calls fn with each netlink message in b. Audit's lengths are not padded to 4 bytes,
+// which syscall.ParseNetlinkMessage refuses.
+func eachAuditMsg(b []byte, fn func(typ uint16, data []byte)) {
+	for len(b) >= unix.NLMSG_HDRLEN {
+		l := min(int(binary.NativeEndian.Uint32(b)), len(b))
+		if l < unix.NLMSG_HDRLEN {
+			return
+		}
+		fn(binary.NativeEndian.Uint16(b[4:]), b[unix.NLMSG_HDRLEN:l])
+		b = b[min((l+3)&^3, len(b)):]
+	}
+}
+
+func auditMsg(typ uint16, flags uint16, data []byte) []byte {
+	b := make([]byte, unix.NLMSG_HDRLEN+len(data))
+	binary.NativeEndian.PutUint32(b[0:], uint32(len(b)))
+	binary.NativeEndian.PutUint16(b[4:], typ)
+	binary.NativeEndian.PutUint16(b[6:], unix.NLM_F_REQUEST|flags)
+	copy(b[unix.NLMSG_HDRLEN:], data)
+	return b
+}
+
+// seccompLogsErrno reports whether the kernel logs SECCOMP_RET_ERRNO of filters that ask for it, which
+// is how sbx's filter refuses syscalls. The sysctl is the host's: sbx reads it and changes nothing.
+func seccompLogsErrno() bool {
+	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_logged")
+	return err == nil && slices.Contains(strings.Fields(string(b)), "errno")
+}
+
+func (c *DenialsCollector) read() {
+	defer close(c.done)
+	buf := make([]byte, 1<<16)
+	fds := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}, {Fd: int32(c.wake[0]), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		if fds[1].Revents != 0 {
+			return
+		}
+		for {
+			n, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_DONTWAIT)
+			if errors.Is(err, unix.ENOBUFS) {
+				c.mu.Lock()
+				c.lost++
+				c.mu.Unlock()
+				continue
+			}
+			if err != nil {
+				break
+			}
+			eachAuditMsg(buf[:n], c.handle)
+		}
+	}
+}
+
+// handle takes one audit record. Records of one event share a serial: a Landlock denial is an
+// ACCESS record, a DOMAIN record the first time its domain denies something, and a SYSCALL record
+// with the process when the kernel audits the syscall.
+func (c *DenialsCollector) handle(typ uint16, data []byte) {
+	serial, f := parseAuditRecord(data)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch typ {
+	case auditTrustedApp:
+		if bytes.Contains(data, []byte(c.token)) {
+			c.once.Do(func() { close(c.synced) })
+		}
+	case auditSeccomp:
+		k := seccompKey{pid: atoi(f["pid"]), exe: f["exe"], syscall: hexOrDec(f["syscall"], 10),
+			arch: hexOrDec(f["arch"], 16), code: hexOrDec(f["code"], 16)}
+		if _, ok := c.seccomp[k]; !ok && len(c.seccomp) >= maxDenialKeys {
+			c.lost++
+			return
+		}
+		c.seccomp[k]++
+	case auditLandlockAccess:
+		if len(c.access) >= maxDenialKeys*4 {
+			c.lost++
+			return
+		}
+		path := f["path"]
+		if path == "" {
+			path = f["name"]
+		}
+		c.access = append(c.access, landlockRecord{serial: serial, domain: f["domain"], access: f["blockers"],
+			path: path, pid: atoi(f["pid"]), exe: f["exe"]})
+	case auditLandlockDomain:
+		if f["status"] == "allocated" {
+			c.domains[f["domain"]] = atoi(f["pid"])
+		}
+	case auditSyscall:
+		if n := len(c.access); n > 0 && c.access[n-1].serial == serial {
+			c.syscalls[serial] = procOfEvent{pid: atoi(f["pid"]), exe: f["exe"]}
+		}
+	}
+}
+
+// DenialsScope says which processes are the sandbox's.
+type DenialsScope struct {
+	// HostPids are the host pids of the sandbox's processes: its init and every process seen in it.
+	HostPids []int
+	// SandboxPid maps a host pid to the pid inside the sandbox, where known.
+	SandboxPid map[int]int
+}
+
+// ScopeOf gathers the sandbox's processes from what a run observed: the init's host pid, the process
+// tree of the exec events (forks that never exec'd included), the execs and the processes left running.
+func ScopeOf(initHostPid int, ev *Events, execs []Exec, left []Process) DenialsScope {
+	s := DenialsScope{HostPids: []int{initHostPid}, SandboxPid: map[int]int{initHostPid: 1}}
+	if ev != nil {
+		s.HostPids = append(s.HostPids, ev.tree(initHostPid)...)
+	}
+	for _, x := range execs {
+		s.HostPids = append(s.HostPids, x.HostPid)
+		if x.Pid != 0 {
+			s.SandboxPid[x.HostPid] = x.Pid
+		}
+	}
+	for _, p := range left {
+		s.HostPids = append(s.HostPids, p.HostPid)
+		s.SandboxPid[p.HostPid] = p.Pid
+	}
+	slices.Sort(s.HostPids)
+	s.HostPids = slices.Compact(s.HostPids)
+	return s
+}
+
+// tree returns the host pids of root's descendants by the recorded fork events, once Stop has ended
+// the recording.
+func (e *Events) tree(root int) []int {
+	select {
+	case <-e.done:
+	default:
+		return nil // still recording: the log is the reader's
+	}
+	in := map[int]bool{root: true}
+	var out []int
+	for _, ev := range e.log {
+		if ev.what == procEventFork && in[ev.parent] && !in[ev.pid] {
+			in[ev.pid] = true
+			out = append(out, ev.pid)
+		}
+	}
+	return out
+}
+
+// Stop waits until the kernel has delivered every record queued before it (by sending a marker
+// through audit and waiting for it to come back, at most 250 ms), ends the collection and returns the
+// denials of the processes in scope. The marker is an AUDIT_TRUSTED_APP record, so a host that runs
+// auditd keeps one "sbx-denials-end=..." line per run in its log.
+func (c *DenialsCollector) Stop(scope DenialsScope) Denials {
+	d := Denials{Seccomp: []SeccompDenial{}, Landlock: []LandlockDenial{}}
+	if c.reason != nil {
+		d.Reason = strings.TrimPrefix(c.reason.Error(), ErrAuditUnavailable.Error()+": ")
+		return d
+	}
+	c.stopped.Do(c.stop)
+	return c.collect(scope)
+}
+
+// collect filters and counts what was recorded.
+func (c *DenialsCollector) collect(scope DenialsScope) Denials {
+	d := Denials{Available: true, Reason: c.partial}
+	in := make(map[int]bool, len(scope.HostPids))
+	for _, p := range scope.HostPids {
+		in[p] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d.Seccomp = c.seccompDenials(in, scope.SandboxPid)
+	d.Landlock = c.landlockDenials(in, scope.SandboxPid)
+	if c.lost > 0 {
+		d.Reason = strings.TrimPrefix(d.Reason+fmt.Sprintf("; %d audit records lost, the lists may be incomplete", c.lost), "; ")
+	}
+	return d
+}
+
+// stop syncs with the kernel's audit queue and ends the reader.
+func (c *DenialsCollector) stop() {
+	// The kernel overwrites the last byte of a user message with a NUL: send one.
+	msg := auditMsg(auditTrustedApp, 0, append([]byte(c.token), 0))
+	if err := unix.Sendto(c.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err == nil {
+		select {
+		case <-c.synced:
+		case <-time.After(syncTimeout):
+			c.mu.Lock()
+			c.partial = strings.TrimPrefix(c.partial+"; the kernel's audit queue did not drain in time", "; ")
+			c.mu.Unlock()
+		}
+	}
+	_, _ = unix.Write(c.wake[1], []byte{0})
+	<-c.done
+	unix.Close(c.fd)
+	unix.Close(c.wake[0])
+	unix.Close(c.wake[1])
+}
+
+// ignoredSeccomp says whether a refusal is the filter's compatibility answer rather than a denial:
+// Docker's default answers clone3 with ENOSYS so that libc and Go fall back to clone, on every fork.
+// (Audit records carry the action without its errno, so any errno refusal of clone3 is dropped.)
+func ignoredSeccomp(name string, code uint64) bool {
+	return name == "clone3" && code&0xffff0000 == 0x00050000
+}
+
+func (c *DenialsCollector) seccompDenials(in map[int]bool, sandboxPid map[int]int) []SeccompDenial {
+	out := []SeccompDenial{}
+	for k, n := range c.seccomp {
+		if !in[k.pid] {
+			continue
+		}
+		name := syscallName(k.syscall, k.arch)
+		if ignoredSeccomp(name, k.code) {
+			continue
+		}
+		out = append(out, SeccompDenial{Pid: sandboxPid[k.pid], HostPid: k.pid, Exe: k.exe, Syscall: name,
+			Action: seccompAction(k.code), Count: n})
+	}
+	slices.SortFunc(out, func(a, b SeccompDenial) int {
+		return cmpFirst(a.HostPid-b.HostPid, strings.Compare(a.Syscall, b.Syscall), strings.Compare(a.Action, b.Action))
+	})
+	return out
+}
+
+func (c *DenialsCollector) landlockDenials(in map[int]bool, sandboxPid map[int]int) []LandlockDenial {
+	type key struct {
+		pid               int
+		exe, access, path string
+	}
+	counts := map[key]int{}
+	var order []key
+	for _, r := range c.access {
+		if creator, ok := c.domains[r.domain]; !ok || !in[creator] {
+			continue
+		}
+		k := key{pid: r.pid, exe: r.exe, access: r.access, path: r.path}
+		if p, ok := c.syscalls[r.serial]; ok && k.pid == 0 {
+			k.pid, k.exe = p.pid, p.exe
+		}
+		if counts[k] == 0 {
+			order = append(order, k)
+		}
+		counts[k]++
+	}
+	out := []LandlockDenial{}
+	for _, k := range order {
+		out = append(out, LandlockDenial{Pid: sandboxPid[k.pid], HostPid: k.pid, Exe: k.exe, Access: k.access,
+			Path: k.path, Count: counts[k]})
+	}
+	return out
+}
+
+func cmpFirst(cs ...int) int {
+	for _, c := range cs {
+		if c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// auditArchs maps audit's arch values to libseccomp's.
+var auditArchs = map[uint64]libseccomp.ScmpArch{
+	unix.AUDIT_ARCH_X86_64: libseccomp.ArchAMD64, unix.AUDIT_ARCH_I386: libseccomp.ArchX86,
+	unix.AUDIT_ARCH_AARCH64: libseccomp.ArchARM64, unix.AUDIT_ARCH_ARM: libseccomp.ArchARM,
+	unix.AUDIT_ARCH_RISCV64: libseccomp.ArchRISCV64, unix.AUDIT_ARCH_PPC64LE: libseccomp.ArchPPC64LE,
+	unix.AUDIT_ARCH_S390X: libseccomp.ArchS390X,
+}
+
+func syscallName(nr, arch uint64) string {
+	if a, ok := auditArchs[arch]; ok {
+		if name, err := libseccomp.ScmpSyscall(nr).GetNameByArch(a); err == nil {
+			return name
+		}
+	}
+	return "#" + strconv.FormatUint(nr, 10)
+}
+
+// seccompAction names the filter's return value as the seccomp sysctls do.
+func seccompAction(code uint64) string {
+	switch code & 0xffff0000 {
+	case 0x80000000:
+		return "kill_process"
+	case 0x00000000:
+		return "kill_thread"
+	case 0x00030000:
+		return "trap"
+	case 0x00050000:
+		return "errno" // audit gives the action only, not which errno the filter returned
+	case 0x7fc00000:
+		return "user_notif"
+	case 0x7ff00000:
+		return "trace"
+	case 0x7ffc0000:
+		return "log"
+	}
+	return fmt.Sprintf("0x%x", code)
+}
+
+// untrusted are the fields the kernel writes with audit_log_untrustedstring: quoted, or hex when the
+// value holds a space, a quote or a control character.
+var untrusted = map[string]bool{"exe": true, "comm": true, "path": true, "name": true, "cwd": true}
+
+// parseAuditRecord splits "audit(SEC.MS:SERIAL): k=v k="v" ..." into its serial and fields.
+func parseAuditRecord(data []byte) (uint64, map[string]string) {
+	s := strings.TrimRight(string(data), "\x00\n")
+	var serial uint64
+	if rest, ok := strings.CutPrefix(s, "audit("); ok {
+		if head, tail, ok := strings.Cut(rest, "): "); ok {
+			if _, ser, ok := strings.Cut(head, ":"); ok {
+				serial, _ = strconv.ParseUint(ser, 10, 64)
+			}
+			s = tail
+		}
+	}
+	f := map[string]string{}
+	for s != "" {
+		s = strings.TrimLeft(s, " ")
+		k, rest, ok := strings.Cut(s, "=")
+		if !ok || strings.Contains(k, " ") {
+			break
+		}
+		var v string
+		if strings.HasPrefix(rest, `"`) {
+			end := strings.IndexByte(rest[1:], '"')
+			if end < 0 {
+				v, s = rest[1:], ""
+			} else {
+				v, s = rest[1:end+1], rest[end+2:]
+			}
+		} else {
+			v, s, _ = strings.Cut(rest, " ")
+			if untrusted[k] && v != "(null)" {
+				if b, err := hex.DecodeString(v); err == nil {
+					v = string(b)
+				}
+			}
+		}
+		if _, dup := f[k]; !dup {
+			f[k] = v
+		}
+	}
+	return serial, f
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+func hexOrDec(s string, base int) uint64 {
+	n, _ := strconv.ParseUint(strings.TrimPrefix(s, "0x"), base, 64)
+	return n
+}
