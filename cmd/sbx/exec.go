@@ -20,6 +20,7 @@ import (
 type execFlags struct {
 	profile       string
 	jsonOut       string
+	format        reportFormat
 	timeout       time.Duration
 	quiet         bool
 	workdir       string
@@ -64,6 +65,8 @@ Examples:
 	fl := c.Flags()
 	fl.StringVarP(&f.profile, "profile", "p", "default", "profile to apply: a built-in name or a YAML file")
 	fl.StringVar(&f.jsonOut, "json", "", `also write the JSON report to `+"`FILE`"+` ("-" = stdout)`)
+	fl.Var(&f.format, "format", `what --json writes: sbx (the sbx.report/v1 JSON) or ocsf (OCSF events as JSON lines)`)
+	c.PreRunE = func(*cobra.Command, []string) error { return f.format.check(f.jsonOut) }
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the whole sandbox after this `DURATION` (overrides the profile)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no human report on stderr")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory of the command (default: the current one)")
@@ -147,6 +150,9 @@ func compilePlan(profile, cwd string, ov policy.Overrides) (*policy.Plan, error)
 func writeReport(io stdio, f execFlags, rep *report.Report) error {
 	if !f.quiet {
 		renderHuman(io.err, rep, isTerminal(io.err))
+	}
+	if f.format == formatOCSF {
+		return writeOCSF(io.out, f.jsonOut, rep)
 	}
 	return writeJSON(io.out, f.jsonOut, rep)
 }

@@ -121,7 +121,7 @@ Example:
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitSetup, err: err, hint: fmt.Sprintf("see 'sbx %s --help'", c.Name())}
 	})
-	root.AddCommand(newExecCmd(io), newProbeCmd(io), newGCCmd(io), newVersionCmd(io), newProfileCmd())
+	root.AddCommand(newExecCmd(io), newProbeCmd(io), newGCCmd(io), newVersionCmd(io), newProfileCmd(), newMCPCmd(io), newSpecCmd(io), newExportCmd(io))
 	return root
 }
 

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	goio "io"
+	"net"
+	"net/http"
+	"os/signal"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/mcpserver"
+)
+
+type mcpFlags struct {
+	profiles    []string
+	http        string
+	anyAddr     bool
+	workdir     string
+	maxTimeout  time.Duration
+	keep        int
+	outputCap   int
+	concurrency int
+}
+
+func newMCPCmd(io stdio) *cobra.Command {
+	var f mcpFlags
+	c := &cobra.Command{
+		Use:   "mcp [flags]",
+		Short: "Serve sbx to agents over the Model Context Protocol (stdio or HTTP)",
+		Long: `mcp serves sbx as an MCP server: an agent calls the tool sbx_run with a command and gets
+back the sbx.report/v1 report (verdict, violations, what was left running or listening, refused
+network attempts, file changes) with the command's stdout and stderr. Tools sbx_list_profiles,
+sbx_explain_profile and sbx_get_report go with it. Serves stdio by default; --http serves the
+streamable HTTP transport on a loopback address.
+
+A caller may pick one of the offered profiles (-p, repeatable; default: every built-in, "default"
+first) and narrow its network, never widen it. See docs/AGENTS.md.
+
+Examples:
+  claude mcp add sbx -- sudo sbx mcp
+  sudo sbx mcp -p default -p python-build -w ~/project --max-timeout 10m
+  sudo sbx mcp --http 127.0.0.1:8765`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runMCP(c.Context(), io, f)
+		},
+	}
+	fl := c.Flags()
+	fl.StringArrayVarP(&f.profiles, "profile", "p", nil, "offer this `PROFILE` (built-in name or YAML file); repeatable, the first is the default")
+	fl.StringVar(&f.http, "http", "", "serve streamable HTTP on `ADDR` (host:port, loopback unless --listen-any) instead of stdio")
+	fl.BoolVar(&f.anyAddr, "listen-any", false, "allow --http on a non-loopback address (the endpoint has no authentication)")
+	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands whose call names none (default: the current one)")
+	fl.DurationVar(&f.maxTimeout, "max-timeout", 10*time.Minute, "cap every run at `DURATION` (0: no cap)")
+	fl.IntVar(&f.keep, "keep", mcpserver.DefaultKeepReports, "keep the last `N` reports for sbx_get_report")
+	fl.IntVar(&f.outputCap, "output-cap", mcpserver.DefaultOutputCap, "bytes of stdout and of stderr a result carries")
+	fl.IntVar(&f.concurrency, "concurrency", mcpserver.DefaultMaxConcurrent, "runs at a time; further calls wait")
+	return c
+}
+
+func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
+	if f.http != "" {
+		if err := checkLoopback(f.http, f.anyAddr); err != nil {
+			return err
+		}
+	}
+	cwd, err := workdir(f.workdir)
+	if err != nil {
+		return &exitError{code: exitSetup, err: err}
+	}
+	srv, err := mcpserver.New(mcpserver.Config{
+		Profiles: f.profiles, Cwd: cwd, MaxTimeout: f.maxTimeout, KeepReports: f.keep, OutputCap: f.outputCap,
+		MaxConcurrent: f.concurrency, StateRoot: stateRoot(), Version: version,
+	})
+	if err != nil {
+		return &exitError{code: exitSetup, err: err}
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	defer stop()
+	if f.http == "" {
+		err = srv.Run(ctx, &mcp.IOTransport{Reader: readCloser{io.in}, Writer: writeCloser{io.out}})
+	} else {
+		err = serveHTTP(ctx, io, srv, f.http)
+	}
+	if err != nil && ctx.Err() == nil {
+		return &exitError{code: exitSetup, err: err}
+	}
+	return nil
+}
+
+// checkLoopback refuses a non-loopback listen address unless asked for: the endpoint runs commands
+// for whoever reaches it.
+func checkLoopback(addr string, anyAddr bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return &exitError{code: exitSetup, err: fmt.Errorf("--http %q: %w", addr, err), hint: "write --http 127.0.0.1:8765"}
+	}
+	if host == "localhost" || anyAddr {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return &exitError{code: exitSetup, err: fmt.Errorf("--http %s is not a loopback address", addr),
+		hint: "the endpoint has no authentication: use 127.0.0.1:PORT, or add --listen-any behind a proxy that authenticates"}
+}
+
+func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, nil)
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(io.err, "sbx: serving MCP on http://%s/\n", ln.Addr())
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// readCloser and writeCloser let the server's stdio (or a test's buffers) serve as an IOTransport
+// without closing the process's own descriptors.
+type readCloser struct{ r goio.Reader }
+
+func (r readCloser) Read(p []byte) (int, error) { return r.r.Read(p) }
+func (readCloser) Close() error                 { return nil }
+
+type writeCloser struct{ w goio.Writer }
+
+func (w writeCloser) Write(p []byte) (int, error) { return w.w.Write(p) }
+func (writeCloser) Close() error                  { return nil }

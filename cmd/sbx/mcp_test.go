@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// mcpSession starts `sbx mcp` (this test binary, which testscript.Main put on PATH as sbx) and connects
+// the SDK's client to it over stdio. Progress messages are collected in *progress.
+func mcpSession(t *testing.T, stateRoot string, progress *[]string, mu *sync.Mutex) *mcp.ClientSession {
+	t.Helper()
+	bin, err := exec.LookPath("sbx")
+	if err != nil {
+		t.Fatalf("sbx is not on PATH (testscript.Main puts it there): %v", err)
+	}
+	cmd := exec.Command(bin, "mcp", "-w", t.TempDir())
+	cmd.Env = append(os.Environ(), stateRootEnv+"="+stateRoot)
+	cmd.Stderr = os.Stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "sbx-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			*progress = append(*progress, req.Params.Message)
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connecting to sbx mcp: %v", err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
+// callRun calls sbx_run and decodes its structured content.
+func callRun(ctx context.Context, t *testing.T, sess *mcp.ClientSession, args map[string]any) (*mcp.CallToolResult, map[string]any) {
+	t.Helper()
+	params := &mcp.CallToolParams{Name: "sbx_run", Arguments: args}
+	params.SetProgressToken("run-1")
+	res, err := sess.CallTool(ctx, params)
+	if err != nil {
+		t.Fatalf("sbx_run %v: %v", args, err)
+	}
+	var out map[string]any
+	if res.StructuredContent != nil {
+		data, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(data, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return res, out
+}
+
+// TestMCP drives `sbx mcp` over stdio with the SDK's client: it lists the tools, runs a command that
+// leaves a listener behind and reads the violation from the structured content, checks that a
+// non-zero exit is a result and a widened network a refusal, and that a cancelled call leaves nothing
+// running.
+func TestMCP(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: sbx creates namespaces, cgroups and mounts")
+	}
+	root := filepath.Join(sandbox.DefaultStateRoot+"-test", "mcp-"+filepath.Base(t.TempDir()))
+	t.Cleanup(func() { os.RemoveAll(root) })
+	var mu sync.Mutex
+	var progress []string
+	sess := mcpSession(t, root, &progress, &mu)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	t.Run("tools", func(t *testing.T) { checkTools(ctx, t, sess) })
+
+	var id string
+	t.Run("listener left behind", func(t *testing.T) {
+		res, out := callRun(ctx, t, sess, map[string]any{
+			"command": "python3 -m http.server 8765 >/dev/null 2>&1 & sleep 0.5; echo started; exit 0",
+		})
+		if res.IsError {
+			t.Fatalf("tool error: %v", res.Content)
+		}
+		if out["schema"] != "sbx.report/v1" || out["verdict"] != "violation" || out["exit_code"] != 0.0 {
+			t.Errorf("schema %v verdict %v exit_code %v, want sbx.report/v1 violation 0", out["schema"], out["verdict"], out["exit_code"])
+		}
+		if out["stdout"] != "started\n" || out["stdout_truncated"] != false {
+			t.Errorf("stdout %q truncated %v, want \"started\\n\" false", out["stdout"], out["stdout_truncated"])
+		}
+		listening, _ := json.Marshal(out["sockets"].(map[string]any)["listening"])
+		if !bytes.Contains(listening, []byte(`"port":8765`)) {
+			t.Errorf("sockets.listening = %s, want the listener on 8765", listening)
+		}
+		text := res.Content[0].(*mcp.TextContent).Text
+		if !strings.Contains(text, "VIOLATION") || !strings.Contains(text, "sockets.listening") {
+			t.Errorf("text summary %q names neither the verdict nor the rule", text)
+		}
+		id, _ = out["id"].(string)
+		checkHostGone(t, out)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(progress) < 2 || !strings.HasPrefix(progress[0], "starting") || !strings.HasPrefix(progress[len(progress)-1], "finished") {
+			t.Errorf("progress = %q, want starting ... finished", progress)
+		}
+	})
+
+	t.Run("non-zero exit is a result", func(t *testing.T) {
+		res, out := callRun(ctx, t, sess, map[string]any{"argv": []string{"sh", "-c", "echo oops >&2; exit 3"}})
+		if res.IsError || out["exit_code"] != 3.0 || out["verdict"] != "pass" || out["stderr"] != "oops\n" {
+			t.Errorf("IsError %v exit_code %v verdict %v stderr %q, want false 3 pass \"oops\\n\"", res.IsError, out["exit_code"], out["verdict"], out["stderr"])
+		}
+	})
+
+	t.Run("widening the network is refused", func(t *testing.T) {
+		res, _ := callRun(ctx, t, sess, map[string]any{"command": "true", "network": map[string]any{"allow": []string{"example.com:443"}}})
+		if !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "never widen") {
+			t.Errorf("IsError %v content %v, want a refusal", res.IsError, res.Content)
+		}
+	})
+
+	t.Run("past report by id", func(t *testing.T) {
+		res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "sbx_get_report", Arguments: map[string]any{"id": id}})
+		if err != nil || res.IsError {
+			t.Fatalf("sbx_get_report %s: %v %v", id, err, res)
+		}
+		rr, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: "sbx://reports/" + id})
+		if err != nil || !strings.Contains(rr.Contents[0].Text, `"verdict": "violation"`) {
+			t.Errorf("resource sbx://reports/%s: %v", id, err)
+		}
+	})
+
+	t.Run("cancel tears down", func(t *testing.T) { checkCancel(ctx, t, sess, root) })
+}
+
+func checkTools(ctx context.Context, t *testing.T, sess *mcp.ClientSession) {
+	res, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string]*mcp.Tool{}
+	for _, tool := range res.Tools {
+		tools[tool.Name] = tool
+	}
+	for name, readOnly := range map[string]bool{"sbx_run": false, "sbx_list_profiles": true, "sbx_explain_profile": true, "sbx_get_report": true} {
+		tool, ok := tools[name]
+		if !ok {
+			t.Errorf("tool %s missing", name)
+			continue
+		}
+		if got := tool.Annotations != nil && tool.Annotations.ReadOnlyHint; got != readOnly {
+			t.Errorf("%s: readOnlyHint %v, want %v", name, got, readOnly)
+		}
+	}
+	if run := tools["sbx_run"]; run != nil && run.OutputSchema == nil {
+		t.Errorf("sbx_run declares no output schema")
+	}
+}
+
+// checkHostGone: no process the report lists as left running exists on the host any more.
+func checkHostGone(t *testing.T, out map[string]any) {
+	left := out["processes"].(map[string]any)["left_running"].([]any)
+	if len(left) == 0 {
+		t.Errorf("nothing listed as left running")
+	}
+	for _, p := range left {
+		pid := int(p.(map[string]any)["host_pid"].(float64))
+		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
+			t.Errorf("host pid %d of a left-running process still exists", pid)
+		}
+	}
+}
+
+// checkCancel starts a command that would run for minutes, cancels the call once its process is seen
+// on the host, and checks that the process, the run's state and its mounts are gone.
+func checkCancel(ctx context.Context, t *testing.T, sess *mcp.ClientSession, root string) {
+	const marker = "31337"
+	callCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := sess.CallTool(callCtx, &mcp.CallToolParams{Name: "sbx_run", Arguments: map[string]any{
+			"command": "sleep " + marker + "1 & sleep " + marker + "2",
+		}})
+		done <- err
+	}()
+	if !waitFor(20*time.Second, func() bool { return len(sleepers(marker)) == 2 }) {
+		cancel()
+		t.Fatalf("the command's processes never showed up on the host")
+	}
+	pids := sleepers(marker)
+	cancel()
+	if err := <-done; err == nil {
+		t.Errorf("a cancelled call returned no error")
+	}
+	if !waitFor(10*time.Second, func() bool { return len(sleepers(marker)) == 0 && checkClean(root) == nil }) {
+		t.Errorf("after cancel: processes %v still running (were %v); clean: %v", sleepers(marker), pids, checkClean(root))
+	}
+}
+
+// sleepers returns the host pids of "sleep MARKER*" processes.
+func sleepers(marker string) []string {
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		if err == nil && bytes.HasPrefix(b, []byte("sleep\x00"+marker)) {
+			out = append(out, filepath.Base(filepath.Dir(f)))
+		}
+	}
+	return out
+}
+
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}

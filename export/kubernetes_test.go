@@ -1,0 +1,233 @@
+package export
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// schemaFor maps apiVersion/kind to the schema file in testdata/schemas.
+var schemaFor = map[string]string{
+	"v1/Pod":                             "pod-v1.json",
+	"v1/ConfigMap":                       "configmap-v1.json",
+	"networking.k8s.io/v1/NetworkPolicy": "networkpolicy-networking-v1.json",
+	"cilium.io/v2/CiliumNetworkPolicy":   "ciliumnetworkpolicy-cilium-v2.json",
+	"extensions.agents.x-k8s.io/v1alpha1/SandboxTemplate": "sandboxtemplate-extensions-v1alpha1.json",
+}
+
+func compile(t *testing.T, name string, allow ...string) *policy.Plan {
+	t.Helper()
+	p, err := policy.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := policy.Compile(p, policy.CompileContext{Cwd: "/work", Overrides: policy.Overrides{Allow: allow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// docs splits a YAML stream into JSON-shaped documents.
+func docs(t *testing.T, data []byte) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		// through JSON, so that numbers and maps look as a schema validator expects
+		b, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+}
+
+func validate(t *testing.T, doc map[string]any) {
+	t.Helper()
+	if err := validateErr(t, doc); err != nil {
+		t.Error(err)
+	}
+}
+
+func validateErr(t *testing.T, doc map[string]any) error {
+	t.Helper()
+	key := doc["apiVersion"].(string) + "/" + doc["kind"].(string)
+	file, ok := schemaFor[key]
+	if !ok {
+		t.Fatalf("no schema for %s", key)
+	}
+	data, err := os.ReadFile(filepath.Join("testdata", "schemas", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s jsonschema.Schema
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.Resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Validate(doc); err != nil {
+		return fmt.Errorf("%s does not validate against %s: %v", key, file, err)
+	}
+	return nil
+}
+
+// TestSchemasBite: the schemas reject a misspelt field and a wrong enum, so that passing means something.
+func TestSchemasBite(t *testing.T) {
+	out, _, err := Kubernetes(compile(t, "python-build"), KubeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func([]map[string]any){
+		"pod typo": func(ds []map[string]any) {
+			ds[1]["spec"].(map[string]any)["automountServiceAcountToken"] = false
+		},
+		"seccomp type": func(ds []map[string]any) {
+			ds[1]["spec"].(map[string]any)["securityContext"].(map[string]any)["seccompProfile"] = map[string]any{"type": "localhost"}
+		},
+		"cilium protocol": func(ds []map[string]any) {
+			ds[3]["spec"].(map[string]any)["egress"].([]any)[1].(map[string]any)["toPorts"] = []any{map[string]any{"ports": []any{map[string]any{"port": "443", "protocol": "tcp"}}}}
+		},
+	} {
+		ds := docs(t, out)
+		mutate(ds)
+		bad := 0
+		for _, d := range ds {
+			if validateErr(t, d) != nil {
+				bad++
+			}
+		}
+		if bad != 1 {
+			t.Errorf("%s: %d documents fail validation, want 1", name, bad)
+		}
+	}
+}
+
+func kinds(ds []map[string]any) string {
+	var k []string
+	for _, d := range ds {
+		k = append(k, d["kind"].(string))
+	}
+	return strings.Join(k, ",")
+}
+
+// TestKubernetes: every document validates against its schema, the expected objects are there, and
+// the fidelity report names what does not carry over.
+func TestKubernetes(t *testing.T) {
+	tests := []struct {
+		name      string
+		plan      *policy.Plan
+		opts      KubeOptions
+		wantKinds string
+		want      map[string]string // fidelity feature → status
+	}{
+		{"default", compile(t, "default"), KubeOptions{}, "ConfigMap,Pod,NetworkPolicy",
+			map[string]string{"filesystem.landlock": NotExpressible, "expect": NotExpressible, "limits.pids": NotExpressible,
+				"network.mode": Translated, "syscalls": Translated, "limits.memory": Translated}},
+		{"hosts", compile(t, "python-build"), KubeOptions{}, "ConfigMap,Pod,NetworkPolicy,CiliumNetworkPolicy",
+			map[string]string{"filesystem.landlock": NotExpressible, "network.dns": Partial, "network.allow tcp:pypi.org:443": Translated,
+				"network.metadata": Translated}},
+		{"cidr", compile(t, "contract", "0.0.0.0/0:443", "10.1.2.3:5432"), KubeOptions{}, "ConfigMap,Pod,NetworkPolicy",
+			map[string]string{"network.allow tcp:0.0.0.0/0:443": Translated, "network.allow tcp:10.1.2.3:5432": NotExpressible}},
+		{"agent-sandbox", compile(t, "strict"), KubeOptions{AgentSandbox: true, RuntimeClass: "gvisor"}, "ConfigMap,SandboxTemplate,NetworkPolicy",
+			map[string]string{"limits.timeout": Translated, "filesystem.landlock": NotExpressible}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, fid, err := Kubernetes(tt.plan, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := docs(t, out)
+			if got := kinds(ds); got != tt.wantKinds {
+				t.Errorf("kinds %s, want %s", got, tt.wantKinds)
+			}
+			for _, d := range ds {
+				validate(t, d)
+			}
+			for feature, status := range tt.want {
+				if got := fid.Status(feature); got != status {
+					t.Errorf("fidelity %s: %q, want %q", feature, got, status)
+				}
+			}
+		})
+	}
+}
+
+// TestKubernetesContent checks the security-relevant values, not only their shape.
+func TestKubernetesContent(t *testing.T) {
+	out, _, err := Kubernetes(compile(t, "python-build"), KubeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := docs(t, out)
+	pod, np, cnp := ds[1], ds[2], ds[3]
+	for path, want := range map[string]string{
+		"spec.automountServiceAccountToken":                          "false",
+		"spec.securityContext.runAsNonRoot":                          "true",
+		"spec.securityContext.seccompProfile.type":                   `"Localhost"`,
+		"spec.securityContext.seccompProfile.localhostProfile":       `"sbx/python-build.json"`,
+		"spec.containers.0.securityContext.allowPrivilegeEscalation": "false",
+		"spec.containers.0.securityContext.capabilities.drop":        `["ALL"]`,
+		"spec.containers.0.resources.limits.memory":                  `"2Gi"`,
+	} {
+		if got := at(pod, path); got != want {
+			t.Errorf("pod %s = %s, want %s", path, got, want)
+		}
+	}
+	if got := at(np, "spec.egress"); !strings.Contains(got, `"k8s-app":"kube-dns"`) {
+		t.Errorf("NetworkPolicy egress %s lets no DNS through", got)
+	}
+	for _, want := range []string{`"matchName":"pypi.org"`, `"port":"443"`, `"169.254.169.254/32"`, `"dns":[`} {
+		if got := at(cnp, "spec"); !strings.Contains(got, want) {
+			t.Errorf("CiliumNetworkPolicy spec lacks %s: %s", want, got)
+		}
+	}
+	// always-denied ranges are cut out of a wide allow
+	out, _, _ = Kubernetes(compile(t, "contract", "0.0.0.0/0:443"), KubeOptions{})
+	if got := at(docs(t, out)[2], "spec.egress.0.to.0.ipBlock.except"); !strings.Contains(got, "169.254.169.254/32") || !strings.Contains(got, "10.0.0.0/8") {
+		t.Errorf("except = %s, want the metadata address and RFC 1918", got)
+	}
+}
+
+func at(doc map[string]any, path string) string {
+	var v any = doc
+	for _, k := range strings.Split(path, ".") {
+		switch n := v.(type) {
+		case map[string]any:
+			v = n[k]
+		case []any:
+			i := int(k[0] - '0')
+			if i >= len(n) {
+				return "<missing>"
+			}
+			v = n[i]
+		}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}

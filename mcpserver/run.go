@@ -1,0 +1,259 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/runner"
+)
+
+// RunInput is the input of sbx_run.
+type RunInput struct {
+	Command    string            `json:"command,omitempty" jsonschema:"shell command line, run with sh -c; give this or argv"`
+	Argv       []string          `json:"argv,omitempty" jsonschema:"program and arguments, run without a shell; give this or command"`
+	Cwd        string            `json:"cwd,omitempty" jsonschema:"working directory inside the sandbox; default: the server's"`
+	Env        map[string]string `json:"env,omitempty" jsonschema:"variables to set; everything the profile does not pass is scrubbed"`
+	Stdin      string            `json:"stdin,omitempty" jsonschema:"text fed to the command's standard input; default: empty"`
+	TimeoutSec float64           `json:"timeout_sec,omitempty" jsonschema:"kill the whole sandbox after this many seconds; default: the profile's (capped by the server)"`
+	Profile    string            `json:"profile,omitempty" jsonschema:"profile to apply, one of sbx_list_profiles; default: the server's default"`
+	Network    *Network          `json:"network,omitempty" jsonschema:"narrow the profile's network (never widen it)"`
+}
+
+// RunOutput is the structured content of sbx_run and sbx_get_report: the sbx.report/v1 report, its
+// fields at the top level, plus the run's id and its captured output.
+type RunOutput struct {
+	report.Report
+	ID              string `json:"id" jsonschema:"id of this run, for sbx_get_report and sbx://reports/{id}"`
+	Stdout          string `json:"stdout" jsonschema:"the command's standard output, up to the server's cap"`
+	Stderr          string `json:"stderr" jsonschema:"the command's standard error, up to the server's cap"`
+	StdoutTruncated bool   `json:"stdout_truncated" jsonschema:"stdout was longer than the cap; stdout_bytes says how long"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+	StderrBytes     int64  `json:"stderr_bytes"`
+}
+
+func (s *Server) addRunTool() {
+	openWorld := true
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:  "sbx_run",
+		Title: "Run a command in an sbx sandbox",
+		Description: "Run one command in a throwaway Linux sandbox built from a profile and return what it did and " +
+			"left behind: exit_code, verdict (pass or violation) with violations, processes left running, " +
+			"listening sockets, refused network attempts, DNS queries, file changes, plus stdout and stderr " +
+			"(capped). A non-zero exit or a violation is a normal result, not an error. The sandbox is torn " +
+			"down before the call returns; files written inside it do not reach the host.",
+		Annotations: &mcp.ToolAnnotations{Title: "sbx run", OpenWorldHint: &openWorld},
+	}, s.handleRun)
+}
+
+// handleRun is sbx_run. Errors it returns become tool errors (refusals and sbx failures).
+func (s *Server) handleRun(ctx context.Context, req *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, *RunOutput, error) {
+	args, err := in.args()
+	if err != nil {
+		return nil, nil, err
+	}
+	plan, err := s.plan(in)
+	if err != nil {
+		return nil, nil, err
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	out, err := s.execute(ctx, req, in, plan, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.reports.put(out)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: summary(out)}}}, out, nil
+}
+
+func (in RunInput) args() ([]string, error) {
+	switch {
+	case in.Command != "" && len(in.Argv) > 0:
+		return nil, errors.New("give command or argv, not both")
+	case in.Command != "":
+		return []string{"sh", "-c", in.Command}, nil
+	case len(in.Argv) > 0 && in.Argv[0] != "":
+		return in.Argv, nil
+	}
+	return nil, errors.New("no command given: set command (a shell line) or argv")
+}
+
+// plan compiles the call's profile, narrowed by its network, with its env and timeout.
+func (s *Server) plan(in RunInput) (*policy.Plan, error) {
+	p, err := s.profile(in.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if p, err = narrow(p, in.Network); err != nil {
+		return nil, err
+	}
+	ov := policy.Overrides{}
+	for _, k := range sortedKeys(in.Env) {
+		ov.Env = append(ov.Env, k+"="+in.Env[k])
+	}
+	if in.TimeoutSec < 0 {
+		return nil, fmt.Errorf("timeout_sec %v is negative", in.TimeoutSec)
+	}
+	ov.Timeout = time.Duration(in.TimeoutSec * float64(time.Second))
+	plan, err := policy.Compile(p, policy.CompileContext{Cwd: s.cwd(in), CallerEnv: s.cfg.Env, Overrides: ov})
+	if err != nil {
+		return nil, err
+	}
+	if max := s.cfg.MaxTimeout; max > 0 && (plan.Timeout == 0 || plan.Timeout > max) {
+		plan.Timeout = max
+	}
+	return plan, nil
+}
+
+func (s *Server) cwd(in RunInput) string {
+	if in.Cwd != "" {
+		return in.Cwd
+	}
+	if s.cfg.Cwd != "" {
+		return s.cfg.Cwd
+	}
+	if wd, err := os.Getwd(); err == nil {
+		return wd
+	}
+	return "/tmp"
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// execute runs the command with progress notifications; runner.Run tears the sandbox down when ctx
+// ends (a cancelled request), and its error then wraps ctx.Err().
+func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunInput, plan *policy.Plan, args []string) (*RunOutput, error) {
+	prog := newProgress(ctx, req)
+	prog.send(false, "starting a sandbox with profile "+plan.Profile)
+	stdout := &capped{max: s.cfg.OutputCap, onFirst: func() { prog.send(false, "the command is writing output") }}
+	stderr := &capped{max: s.cfg.OutputCap}
+	stop := prog.tick(s.cfg.ProgressEvery)
+	rep, err := s.cfg.Run(ctx, runner.Options{
+		Plan: plan, Args: args, Cwd: s.cwd(in), Stdin: strings.NewReader(in.Stdin),
+		Stdout: stdout, Stderr: stderr, StateRoot: s.cfg.StateRoot,
+		OnStart: func(int) { prog.send(false, "the command started") },
+	})
+	stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("cancelled; the sandbox was torn down: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("sbx failed: %w", err)
+	}
+	out := &RunOutput{Report: *rep, ID: newID()}
+	out.Stdout, out.StdoutTruncated, out.StdoutBytes = stdout.result()
+	out.Stderr, out.StderrTruncated, out.StderrBytes = stderr.result()
+	prog.send(true, fmt.Sprintf("finished: %s, exit %d", rep.Verdict, rep.ExitCode))
+	return out, nil
+}
+
+// summary is the text content for clients that read no structured content.
+func summary(o *RunOutput) string {
+	var b strings.Builder
+	status := fmt.Sprintf("exit %d", o.ExitCode)
+	if o.TimedOut {
+		status = "timed out"
+	}
+	fmt.Fprintf(&b, "sbx %s: %s, %s, profile %s, %.0f ms\n", o.ID, strings.ToUpper(o.Verdict), status, o.Profile, o.Timings.Total)
+	for _, v := range o.Violations {
+		fmt.Fprintf(&b, "  violation %s: %s\n", v.Rule, v.Message)
+	}
+	for _, part := range []struct {
+		name, text string
+		cut        bool
+		n          int64
+	}{{"stdout", o.Stdout, o.StdoutTruncated, o.StdoutBytes}, {"stderr", o.Stderr, o.StderrTruncated, o.StderrBytes}} {
+		if part.n == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "--- %s", part.name)
+		if part.cut {
+			fmt.Fprintf(&b, " (first %d of %d bytes)", len(part.text), part.n)
+		}
+		fmt.Fprintf(&b, " ---\n%s", part.text)
+		if !strings.HasSuffix(part.text, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// progress sends notifications/progress for one call, when the client asked for them.
+// Progress values only grow (the protocol requires it): each notification is one step further.
+type progress struct {
+	ctx   context.Context
+	req   *mcp.CallToolRequest
+	token any
+	start time.Time
+	mu    sync.Mutex
+	step  float64
+	ended bool
+}
+
+func newProgress(ctx context.Context, req *mcp.CallToolRequest) *progress {
+	p := &progress{ctx: ctx, req: req, start: time.Now()}
+	if req != nil && req.Params != nil {
+		p.token = req.Params.GetProgressToken()
+	}
+	return p
+}
+
+// send notifies the next step; final marks the last one (progress == total).
+func (p *progress) send(final bool, msg string) {
+	if p.token == nil || p.req.Session == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	p.ended = final
+	p.step++
+	n := &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: p.step, Message: msg}
+	if final {
+		n.Total = p.step
+	}
+	_ = p.req.Session.NotifyProgress(p.ctx, n)
+}
+
+// tick sends a "running" notification every interval until stop is called.
+func (p *progress) tick(every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-p.ctx.Done():
+				return
+			case <-t.C:
+				p.send(false, fmt.Sprintf("running for %s", time.Since(p.start).Round(time.Second)))
+			}
+		}
+	}()
+	return func() { close(done) }
+}

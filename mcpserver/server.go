@@ -1,0 +1,163 @@
+// Package mcpserver serves sbx over the Model Context Protocol, so that an agent (Claude Code, Codex, an
+// agent loop of its own) runs its commands in an sbx sandbox and gets back what they did and left behind.
+//
+// # Tools
+//
+//   - sbx_run runs one command through runner.Run and returns the sbx.report/v1 report as structured
+//     content, with the command's stdout and stderr (capped, with truncated flags) and an id. A command
+//     that exits non-zero or breaks the profile is a normal result; only a refusal (unknown profile, a
+//     network wider than the profile's, bad input) or a failure of sbx itself is a tool error.
+//     Cancelling the request tears the sandbox down.
+//   - sbx_list_profiles and sbx_explain_profile describe the profiles a caller may name (read-only).
+//   - sbx_get_report returns a past run by id; the same document is the resource sbx://reports/{id}.
+//
+// # Limits
+//
+// The caller picks among the profiles the operator allowed (Config.Profiles) and may only narrow a
+// profile's network: a mode of none, or a subset of its allow list. It cannot share host paths, change
+// limits beyond a shorter timeout, or name a profile file. Reports live in memory: the last
+// Config.KeepReports runs, gone when the server exits.
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/runner"
+)
+
+// Defaults of Config.
+const (
+	DefaultOutputCap     = 64 << 10
+	DefaultKeepReports   = 32
+	DefaultMaxConcurrent = 4
+	DefaultProgressEvery = 5 * time.Second
+)
+
+// RunFunc carries out one run; runner.Run in production, a fake in tests.
+type RunFunc func(context.Context, runner.Options) (*report.Report, error)
+
+// Config is the operator's side of the server: what callers may ask for.
+type Config struct {
+	// Profiles are the profiles a caller may name, built-in names or files; the first is the default.
+	// Empty: every built-in profile, with "default" the default.
+	Profiles []string
+	// Cwd is the working directory of a command whose call names none; "" = the server's.
+	Cwd string
+	// MaxTimeout caps every run (a caller's timeout_sec and the profile's); 0 = no cap.
+	MaxTimeout time.Duration
+	// OutputCap is how many bytes of stdout and of stderr a result carries; 0 = DefaultOutputCap.
+	OutputCap int
+	// KeepReports is how many past runs sbx_get_report can return; 0 = DefaultKeepReports.
+	KeepReports int
+	// MaxConcurrent bounds the runs in progress; further calls wait. 0 = DefaultMaxConcurrent.
+	MaxConcurrent int
+	// ProgressEvery is the interval of "running" progress notifications; 0 = DefaultProgressEvery.
+	ProgressEvery time.Duration
+	// Env is the environment profiles pass variables from (PATH, LANG, env.pass); nil = os.Environ().
+	// A caller's env map is laid over it.
+	Env       []string
+	StateRoot string
+	Version   string
+	// Run replaces runner.Run, for tests.
+	Run RunFunc
+}
+
+// Server is an sbx MCP server. It is safe for concurrent use by several sessions.
+type Server struct {
+	cfg      Config
+	profiles map[string]string // name a caller uses → what policy.Load reads
+	names    []string          // in the operator's order; names[0] is the default
+	mcp      *mcp.Server
+	reports  *store
+	slots    chan struct{}
+}
+
+// New checks the configuration (every profile must load) and returns a server with its tools.
+func New(cfg Config) (*Server, error) {
+	cfg = withDefaults(cfg)
+	s := &Server{cfg: cfg, profiles: map[string]string{}, reports: newStore(cfg.KeepReports),
+		slots: make(chan struct{}, cfg.MaxConcurrent)}
+	if err := s.loadProfiles(); err != nil {
+		return nil, err
+	}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "sbx", Title: "sbx sandbox", Version: cfg.Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+	})
+	s.addTools()
+	return s, nil
+}
+
+const instructions = `sbx runs a command in a throwaway Linux sandbox and reports what it did and left behind: ` +
+	`processes still running, listening sockets, refused network attempts, DNS queries, file changes. ` +
+	`Use sbx_run instead of running commands directly; read "verdict" and "violations" as well as "exit_code". ` +
+	`Nothing the command writes reaches the host unless the profile shares a path.`
+
+func withDefaults(cfg Config) Config {
+	if len(cfg.Profiles) == 0 {
+		cfg.Profiles = append([]string{"default"}, slices.DeleteFunc(policy.Builtins(), func(n string) bool { return n == "default" })...)
+	}
+	if cfg.OutputCap <= 0 {
+		cfg.OutputCap = DefaultOutputCap
+	}
+	if cfg.KeepReports <= 0 {
+		cfg.KeepReports = DefaultKeepReports
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = DefaultProgressEvery
+	}
+	if cfg.Env == nil {
+		cfg.Env = os.Environ()
+	}
+	if cfg.Run == nil {
+		cfg.Run = runner.Run
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	return cfg
+}
+
+// loadProfiles loads every allowed profile once, so that a broken one fails at start, not at a call.
+func (s *Server) loadProfiles() error {
+	for _, arg := range s.cfg.Profiles {
+		p, err := policy.Load(arg)
+		if err != nil {
+			return err
+		}
+		if prev, dup := s.profiles[p.Name]; dup {
+			return fmt.Errorf("profiles %s and %s are both named %q", prev, arg, p.Name)
+		}
+		s.profiles[p.Name] = arg
+		s.names = append(s.names, p.Name)
+	}
+	return nil
+}
+
+// MCP returns the underlying MCP server, to run it over a transport of the caller's choice.
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// Run serves one session over t (mcp.StdioTransport for stdio) until the client leaves or ctx ends.
+func (s *Server) Run(ctx context.Context, t mcp.Transport) error { return s.mcp.Run(ctx, t) }
+
+// profile loads the profile a caller named ("" = the default); a name outside Config.Profiles is refused.
+func (s *Server) profile(name string) (*policy.Profile, error) {
+	if name == "" {
+		name = s.names[0]
+	}
+	arg, ok := s.profiles[name]
+	if !ok {
+		return nil, fmt.Errorf("profile %q is not offered by this server (offered: %v)", name, s.names)
+	}
+	return policy.Load(arg)
+}

@@ -1,0 +1,54 @@
+package ocsf
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/observe"
+	"github.com/sbx-dev/sbx/report"
+)
+
+// TestConvert: each observation becomes an event of its class, each violation one finding, and every
+// event carries the attributes OCSF requires of all classes.
+func TestConvert(t *testing.T) {
+	r := report.New("contract", []string{"sh", "-c", "x"})
+	r.Verdict = report.VerdictViolation
+	r.Processes.Execs = []observe.Exec{{Pid: 2, PPid: 1, Exe: "/usr/bin/curl", Argv: []string{"curl", "http://169.254.169.254/"}}}
+	r.Processes.LeftRunning = []observe.Process{{Pid: 3, PPid: 1, Exe: "/usr/bin/sleep", Argv: []string{"sleep", "300"}}}
+	r.Network.Denied = []report.Denied{{Proto: "tcp", Address: "169.254.169.254", Port: 80, Count: 2}}
+	r.Network.DNS = []report.DNSQuery{{Name: "evil.example", Type: "A"}, {Name: "pypi.org", Type: "A", Allowed: true}}
+	r.Files.Created = []string{"/tmp/a"}
+	r.Files.Deleted = []string{"/tmp/b"}
+	r.Violations = []report.Violation{{Rule: report.RuleDenied, Message: "denied"}, {Rule: report.RuleLeftRunning, Message: "left"}}
+
+	var buf bytes.Buffer
+	if err := WriteLines(&buf, Convert(r, Options{Time: time.Unix(1700000000, 0), Hostname: "h", Version: "t", RunID: "run-1"})); err != nil {
+		t.Fatal(err)
+	}
+	count := map[float64]int{}
+	sc := bufio.NewScanner(&buf)
+	for sc.Scan() {
+		var e map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		for _, k := range []string{"class_uid", "category_uid", "activity_id", "type_uid", "time", "severity_id", "metadata"} {
+			if _, ok := e[k]; !ok {
+				t.Errorf("event %v lacks %s", e["class_uid"], k)
+			}
+		}
+		if e["type_uid"] != e["class_uid"].(float64)*100+e["activity_id"].(float64) {
+			t.Errorf("type_uid %v for class %v activity %v", e["type_uid"], e["class_uid"], e["activity_id"])
+		}
+		count[e["class_uid"].(float64)]++
+	}
+	want := map[float64]int{ClassProcess: 2, ClassNetwork: 1, ClassDNS: 2, ClassFileSystem: 2, ClassDetectionFinding: 2}
+	for class, n := range want {
+		if count[class] != n {
+			t.Errorf("class %v: %d events, want %d", class, count[class], n)
+		}
+	}
+}
