@@ -32,7 +32,8 @@ lint: deps
 
 # The classic case: a command that exits 0 after leaving a listener and a nohup'd child behind.
 demo: build
-	-./$(BIN) exec -- sh -c 'nohup sleep 300 >/dev/null 2>&1 & python3 -m http.server 8765 >/dev/null 2>&1 & exit 0'
+	@./$(BIN) exec -- sh -c 'nohup sleep 300 >/dev/null 2>&1 & python3 -m http.server 8765 >/dev/null 2>&1 & exit 0'; \
+		echo "sbx exit status: $$? (100: violation)"
 
 # Whole runs side by side with runc and bwrap, then the after-snapshot with 20 sandbox processes, alone
 # and with 500 idle host processes present, then the network contract's setup alone.
