@@ -126,12 +126,18 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	if r.opts.OnStart != nil {
 		r.opts.OnStart(cmd.Pid)
 	}
-	code, timedOut, err := r.wait(ctx, cmd)
+	code, end, err := r.wait(ctx, cmd)
+	hits := r.sb.LimitHits()
+	if err != nil && ctx.Err() == nil && hits.OOMKills > 0 {
+		// The OOM killer took the sandbox's init (it prefers the command, but not always): the command
+		// died with the sandbox, killed.
+		code, end, err = 128+int(syscall.SIGKILL), endKilled, nil
+		r.rep.Notes = append(r.rep.Notes, "the OOM killer killed sbx's init inside the sandbox, and with it every process there")
+	}
 	if err != nil {
 		return err
 	}
-	r.rep.ExitCode, r.rep.TimedOut = code, timedOut
-	hits := r.sb.LimitHits()
+	r.rep.ExitCode, r.rep.TimedOut = code, end == endTimedOut
 	r.rep.OOMKilled, r.rep.PidsLimitHit = hits.OOMKills > 0, hits.PidsMax > 0
 	if hits.OOMKills > 0 {
 		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("the memory limit was hit: the OOM killer killed %d process(es)", hits.OOMKills))
@@ -141,7 +147,8 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	}
 	t2 := time.Now()
 	r.rep.Timings.Run = ms(t2.Sub(t1))
-	if !timedOut {
+	if end == endExited {
+		// A sandbox sbx killed has nothing left to look at.
 		if err := r.observe(cmd.Pid); err != nil {
 			return err
 		}
@@ -160,8 +167,17 @@ type waitResult struct {
 	err  error
 }
 
+// How a run ended.
+type ending int
+
+const (
+	endExited   ending = iota // the command exited by itself
+	endTimedOut               // sbx killed the sandbox when the timeout fired
+	endKilled                 // sbx killed the sandbox after signals
+)
+
 // wait waits for the command, enforcing the timeout, forwarding signals and honouring ctx.
-func (r *run) wait(ctx context.Context, cmd *sandbox.Running) (code int, timedOut bool, err error) {
+func (r *run) wait(ctx context.Context, cmd *sandbox.Running) (int, ending, error) {
 	done := make(chan waitResult, 1)
 	go func() {
 		c, err := cmd.Wait()
@@ -180,22 +196,22 @@ func (r *run) wait(ctx context.Context, cmd *sandbox.Running) (code int, timedOu
 	for {
 		select {
 		case res := <-done:
-			return res.code, false, res.err
+			return res.code, endExited, res.err
 		case <-timer:
-			return r.killAll(done), true, nil
+			return r.killAll(done), endTimedOut, nil
 		case <-ctx.Done():
 			r.killAll(done)
-			return 0, false, ctx.Err()
+			return 0, endKilled, ctx.Err()
 		case sig := <-signals:
 			if grace != nil {
-				return r.killAll(done), false, nil
+				return r.killAll(done), endKilled, nil
 			}
 			if s, ok := sig.(syscall.Signal); ok {
 				cmd.Signal(s)
 			}
 			grace = time.After(DefaultGrace)
 		case <-grace:
-			return r.killAll(done), false, nil
+			return r.killAll(done), endKilled, nil
 		}
 	}
 }

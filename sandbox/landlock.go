@@ -62,6 +62,9 @@ func applyLandlock(cfg shimConfig) error {
 		landlock.RODirs(existing(cfg.Read)...),
 		landlock.RWDirs(existing(cfg.Write)...),
 		devs, devDirs,
+		// The supervisor's own OOM score (see startCommand). The path resolves to pid 1's file: a
+		// command writing it can only make pid 1 a likelier OOM victim, which ends its own sandbox.
+		landlock.RWFiles(oomScoreAdj),
 	}
 	if err := ll.RestrictPaths(rules...); err != nil {
 		return fmt.Errorf("landlock ABI %d: %w", abi, err)

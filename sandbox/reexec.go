@@ -24,7 +24,7 @@ func Reexec() bool {
 	case roleInit:
 		libcontainer.Init() // never returns
 	case roleSupervise:
-		os.Exit(superviseMain(os.Args[2:]))
+		os.Exit(superviseMain())
 	}
 	if main, ok := roles[os.Args[1]]; ok {
 		os.Exit(main(os.Args[2:]))

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runc/libcontainer/utils"
 	"golang.org/x/sys/unix"
@@ -146,10 +147,6 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		return fmt.Errorf("creating the container: %w", err)
 	}
 	tr.mark("lc.create")
-	env, err := s.supervisorEnv()
-	if err != nil {
-		return err
-	}
 	ctl, ctlChild, err := utils.NewSockPair("ctl")
 	if err != nil {
 		return err
@@ -157,9 +154,12 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	defer ctlChild.Close()
 	s.ctl, s.ctlIn = ctl, bufio.NewReader(ctl)
 	s.init = &libcontainer.Process{
-		Args: spec.Process.Args, Env: env, Cwd: cmd.Cwd, Init: true,
+		// The command's argv and env travel in the supervisor's configuration, byte for byte.
+		Args: []string{shimPath, roleSupervise}, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: cmd.Cwd, Init: true,
 		UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID,
-		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
+		// specconv leaves the spec's rlimits to its caller (runc's main package): set them here.
+		Rlimits: []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: spec.Process.Rlimits[0].Hard, Soft: spec.Process.Rlimits[0].Soft}},
+		Stdin:   cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
 		ExtraFiles: []*os.File{ctlChild},
 	}
 	var consoleParent *os.File
@@ -187,18 +187,26 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	return nil
 }
 
-// supervisorEnv is the command's environment plus the supervisor's configuration.
-func (s *Sandbox) supervisorEnv() ([]string, error) {
+// supervisorConfig is what the supervisor needs to start the command, sent over the control socket (no
+// size limit, unlike an environment variable or an argument).
+func (s *Sandbox) supervisorConfig() ([]byte, error) {
 	fs := s.cfg.Plan.Filesystem
-	sc := shimConfig{Read: fs.Read, Write: fs.Write, Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal}
+	sc := shimConfig{Read: fs.Read, Write: fs.Write, Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal,
+		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env)}
 	if fs.WriteCwd {
 		sc.Write = append(slices.Clone(sc.Write), s.cfg.Command.Cwd)
 	}
-	scJSON, err := json.Marshal(sc)
-	if err != nil {
-		return nil, err
+	return json.Marshal(sc)
+}
+
+// toBytes keeps strings as bytes: JSON would replace invalid UTF-8 in strings, and argv and env are
+// bytes, not text.
+func toBytes(ss []string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
 	}
-	return append(slices.Clone(s.cfg.Plan.Env), shimEnv+"="+string(scJSON)), nil
+	return out
 }
 
 // InitPid is the host pid of the sandbox's supervisor init (pid 1 inside).
@@ -237,7 +245,11 @@ type Running struct {
 // Start lets the supervisor run the command. A command that cannot be started (not found, not
 // executable, Landlock refused) is not an error: its Wait returns 127, 126 or 125.
 func (s *Sandbox) Start() (*Running, error) {
-	if err := s.send("go"); err != nil {
+	cfg, err := s.supervisorConfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.send("go\n" + string(cfg)); err != nil {
 		return nil, fmt.Errorf("starting the command: %w", err)
 	}
 	line, err := s.ctlIn.ReadString('\n')

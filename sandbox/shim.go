@@ -22,9 +22,6 @@ const (
 	ExitNotFound      = 127
 )
 
-// shimEnv carries the supervisor's configuration; it is removed before the command starts.
-const shimEnv = "_SBX_SHIM"
-
 // ctlFD is the supervisor's end of the control socket: the first extra file libcontainer passes.
 const ctlFD = 3
 
@@ -34,6 +31,8 @@ type shimConfig struct {
 	Write    []string `json:"write"`
 	Degrade  bool     `json:"degrade"`  // go on without Landlock when it cannot be applied
 	Terminal bool     `json:"terminal"` // stdio is the sandbox's own terminal: give the command the foreground
+	Argv     [][]byte `json:"argv"`     // the command, bytes as given (JSON strings would mangle non-UTF-8)
+	Env      [][]byte `json:"env"`      // the command's environment, KEY=VALUE
 }
 
 // superviseMain is pid 1 of the sandbox. It waits for sbx's "go" on the control socket, restricts
@@ -43,11 +42,11 @@ type shimConfig struct {
 // Running the command as the init's child, rather than as a second process that joins the namespaces,
 // spares a whole libcontainer process start per run.
 //
-// Protocol, one line each: sbx sends "go"; the supervisor answers "pid N" (or "fail CODE" after printing
+// Protocol, one line each: sbx sends "go" and the configuration as JSON; the supervisor answers "pid N" (or "fail CODE" after printing
 // the reason on the command's stderr) and later "exit WAITSTATUS". sbx signals the command itself, from
 // outside: inside, Landlock keeps the supervisor's threads from signalling a child forked by another
 // thread (each thread has a domain of its own without TSYNC).
-func superviseMain(args []string) int {
+func superviseMain() int {
 	ctl := os.NewFile(ctlFD, "ctl")
 	unix.CloseOnExec(ctlFD)
 	// Handled signals are reset to their default in the command, ignored ones would not be: catch and
@@ -65,7 +64,11 @@ func superviseMain(args []string) int {
 	if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
 		return ExitSetup
 	}
-	pid, code := startCommand(args)
+	cfg, err := in.ReadBytes('\n')
+	if err != nil {
+		return ExitSetup
+	}
+	pid, code := startCommand(cfg)
 	if pid == 0 {
 		fmt.Fprintf(ctl, "fail %d\n", code)
 	} else {
@@ -82,16 +85,28 @@ func superviseMain(args []string) int {
 
 // startCommand resolves, restricts and starts the command. It returns its pid, or 0 and the status a
 // shell would give when it could not be started (the reason is printed on stderr).
-func startCommand(args []string) (int, int) {
+func startCommand(raw []byte) (int, int) {
 	var cfg shimConfig
-	if err := json.Unmarshal([]byte(os.Getenv(shimEnv)), &cfg); err != nil || len(args) == 0 {
+	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
 		return 0, shimFail(ExitSetup, fmt.Sprintf("supervisor: bad configuration: %v", err), "")
 	}
-	os.Unsetenv(shimEnv)
+	args, env := fromBytes(cfg.Argv), fromBytes(cfg.Env)
+	// The command's environment is the supervisor's from here on: PATH lookups use it.
+	os.Clearenv()
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			os.Setenv(k, v)
+		}
+	}
 	path, code, err := resolveCommand(args[0])
 	if err != nil {
 		return 0, shimFail(code, err.Error(), commandHint(code, args[0]))
 	}
+	// Under memory pressure the OOM killer should pick the command's processes, not pid 1 (whose binary
+	// makes it look big): raise the score the command inherits, and come back down after the fork, which
+	// needs no privilege down to where it was.
+	setOOMScoreAdj("1000")
+	defer setOOMScoreAdj("0")
 	if err := applyLandlock(cfg); err != nil {
 		if !cfg.Degrade {
 			return 0, shimFail(ExitSetup, err.Error(),
@@ -99,7 +114,7 @@ func startCommand(args []string) (int, int) {
 		}
 		fmt.Fprintf(os.Stderr, "sbx: warning: running without Landlock: %v\n", err)
 	}
-	attr := &os.ProcAttr{Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}}
+	attr := &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}}
 	if cfg.Terminal {
 		// Its own process group in the terminal's foreground, so that job control and Ctrl-C reach it.
 		attr.Sys = &syscall.SysProcAttr{Setpgid: true, Foreground: true, Ctty: 0}
@@ -187,3 +202,17 @@ func shimFail(code int, msg, hint string) int {
 	}
 	return code
 }
+
+func fromBytes(bs [][]byte) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = string(b)
+	}
+	return out
+}
+
+const oomScoreAdj = "/proc/self/oom_score_adj"
+
+// setOOMScoreAdj sets this process's oom_score_adj; failure only makes the supervisor a likelier OOM
+// victim, which the report then shows.
+func setOOMScoreAdj(v string) { os.WriteFile(oomScoreAdj, []byte(v), 0) }

@@ -27,23 +27,40 @@ type runDir struct {
 
 func runsDir(root string) string { return filepath.Join(root, "runs") }
 
-// claimRunDir creates and locks the state directory of run id.
+// claimRunDir creates and locks the state directory of run id. The directory is built under a temporary
+// name and renamed once its lock is held and names its owner, so that a run dir never exists unlocked:
+// GC can tell a dead run from one being born.
 func claimRunDir(root, id string) (*runDir, error) {
-	dir := filepath.Join(runsDir(root), id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	runs := runsDir(root)
+	tmp := filepath.Join(runs, newPrefix+id)
+	if err := os.MkdirAll(runs, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the state dir: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(tmp, "lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
+		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("creating the state lock: %w", err)
 	}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lock.Close()
+		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("locking the state dir: %w", err)
 	}
 	fmt.Fprintf(lock, "%d\n", os.Getpid())
+	dir := filepath.Join(runs, id)
+	if err := os.Rename(tmp, dir); err != nil {
+		lock.Close()
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("creating the state dir: %w", err)
+	}
 	return &runDir{dir: dir, lock: lock}, nil
 }
+
+// newPrefix marks a run dir being created.
+const newPrefix = ".new-"
 
 // release removes the run's state directory and drops the lock.
 func (r *runDir) release() error {
@@ -97,6 +114,14 @@ func GC(root string) (GCResult, error) {
 	for _, e := range entries {
 		id := e.Name()
 		dead, lock := claimDead(filepath.Join(runsDir(root), id))
+		if strings.HasPrefix(id, newPrefix) {
+			// Its owner died before it built anything: only the directory is left.
+			if dead {
+				removeRunDir(filepath.Join(runsDir(root), id))
+				lock.Close()
+			}
+			continue
+		}
 		if !dead {
 			res.Skipped = append(res.Skipped, id)
 			continue
@@ -117,8 +142,8 @@ func GC(root string) (GCResult, error) {
 func claimDead(dir string) (bool, *os.File) {
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|unix.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		// A run dir without a lock is one that died before taking it, or one being created right now:
-		// only take it once it is old enough not to be the latter.
+		// Only a run dir being created has no lock yet (claimRunDir renames it into place locked): its
+		// owner died if it stays so.
 		st, serr := os.Stat(dir)
 		return serr == nil && time.Since(st.ModTime()) > 10*time.Second, nil
 	}
@@ -146,8 +171,11 @@ func gcRun(root, id string) error {
 		if err := c.Destroy(); err != nil {
 			errs = append(errs, err)
 		}
-	} else if !errors.Is(err, libcontainer.ErrNotExist) {
-		os.RemoveAll(filepath.Join(root, "lc", id))
+	}
+	// A run killed inside libcontainer's Create or Run has a state dir without state.json, which Load
+	// does not know: remove it in every case (it holds no mount).
+	if err := os.RemoveAll(filepath.Join(root, "lc", id)); err != nil {
+		errs = append(errs, err)
 	}
 	run := filepath.Join(runsDir(root), id)
 	if err := newRootfs(run).unmount(); err != nil {
