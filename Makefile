@@ -42,5 +42,10 @@ bench: build
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'Snapshot$$|SnapshotBusyHost' -benchtime 200x ./observe
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'SetupClose' -benchtime 100x ./sandbox/netcontract
 
+# Long: 200 runs of bin/sbx in a row and 20 at once, then a check that no process, mount, cgroup,
+# namespace, link, nft table or state dir is left. Kept out of `make test`.
+soak: build
+	$(GO) run -tags $(TAGS) ./internal/cmd/soak -sbx $(BIN)
+
 clean:
 	rm -rf bin

@@ -52,11 +52,35 @@ func TestScripts(t *testing.T) {
 			"fakenet":     cmdFakenet,
 			"fakequeries": cmdFakeQueries,
 			"nsclean":     cmdNSClean,
+			// Crash, signal, limit and bad-input commands: battery_test.go.
+			"hostproc":   cmdHostProc,
+			"alive":      cmdAlive,
+			"hostfile":   cmdHostFile,
+			"within":     cmdWithin,
+			"sbxbg":      cmdSbxBg,
+			"sbxsig":     cmdSbxSig,
+			"sbxwait":    cmdSbxWait,
+			"waitrun":    cmdWaitRun,
+			"runclean":   cmdRunClean,
+			"crashsweep": cmdCrashSweep,
+			"argvtrip":   cmdArgvTrip,
+			"fakeconns":  cmdFakeConns,
+			"suidcopy":   cmdSuidCopy,
+			"natclean":   cmdNATClean,
+			"pause":      cmdPause,
 		},
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SBX_TEST_SECRET", "hunter2")
 			// Scripts run in parallel: each gets a state root of its own, so that "clean" sees its own runs.
-			env.Setenv(stateRootEnv, filepath.Join(sandbox.DefaultStateRoot+"-test", filepath.Base(env.WorkDir)))
+			root := filepath.Join(sandbox.DefaultStateRoot+"-test", filepath.Base(env.WorkDir))
+			env.Setenv(stateRootEnv, root)
+			env.Defer(func() {
+				// Only empty directories go: what a run left behind stays for the next look.
+				for _, d := range []string{"runs", "lc", ""} {
+					os.Remove(filepath.Join(root, d))
+				}
+				os.Remove(filepath.Dir(root))
+			})
 			return nil
 		},
 	})
