@@ -1,6 +1,7 @@
 package netcontract
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -32,7 +33,8 @@ func leftovers() string {
 	var b strings.Builder
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(l, "sbx"+testPrefix) || strings.Contains(l, "sbx-test-up-") {
+		// Only this process's: other test binaries (cmd/sbx) may be running at the same time.
+		if strings.HasPrefix(l, "sbx"+testPrefix) || strings.HasPrefix(l, fmt.Sprintf("sbx-test-up-%d-", os.Getpid())) {
 			b.WriteString("netns " + l + "\n")
 		}
 	}
