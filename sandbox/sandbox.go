@@ -115,7 +115,8 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	}
 	tr.mark("cwd")
 	if cfg.Plan.Network.Mode == policy.NetContract {
-		sb.net, err = netcontract.Setup(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})
+		// The contract loads while the container starts; Start waits for it before the command runs.
+		sb.net, err = netcontract.SetupAsync(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})
 		if err != nil {
 			return sb, fmt.Errorf("setting up the network contract: %w", err)
 		}
@@ -245,6 +246,12 @@ type Running struct {
 // Start lets the supervisor run the command. A command that cannot be started (not found, not
 // executable, Landlock refused) is not an error: its Wait returns 127, 126 or 125.
 func (s *Sandbox) Start() (*Running, error) {
+	if s.net != nil {
+		// Fail closed: nothing untrusted runs before the network contract is in force.
+		if err := s.net.Ready(); err != nil {
+			return nil, fmt.Errorf("%w: loading the network contract: %w", ErrSetup, err)
+		}
+	}
 	cfg, err := s.supervisorConfig()
 	if err != nil {
 		return nil, err

@@ -28,6 +28,10 @@ type Net struct {
 	nat      bool
 	resolv   string
 	dns      *dnsFilter
+	own      []netip.Prefix // the uplink's own addresses, always denied
+
+	ready    chan struct{} // closed once the background part of the setup is done
+	readyErr error
 
 	nftMu sync.Mutex // one netlink conversation at a time on nft
 	nft   *nftables.Conn
@@ -37,24 +41,52 @@ type Net struct {
 // Setup builds the network of one run: in mode none a namespace with lo up, in mode contract everything
 // described in the package documentation. Nothing runs in the namespace yet; the contract is in force
 // before anything can. On error Setup leaves nothing behind.
-func Setup(cfg Config) (n *Net, err error) {
+func Setup(cfg Config) (*Net, error) {
+	n, err := SetupAsync(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Ready(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// SetupAsync is Setup that returns as soon as the namespace, its veth and resolv.conf exist, so that the
+// container can be started into the namespace while the contract loads and the DNS filter starts in the
+// background (the nftables commit alone can take milliseconds of RCU grace periods). Nothing may run in
+// the namespace until Ready has returned nil: the caller starts the untrusted command only after it.
+// On error SetupAsync leaves nothing behind.
+func SetupAsync(cfg Config) (n *Net, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n = &Net{cfg: cfg, fd: -1, uplinkFd: -1}
+	n = &Net{cfg: cfg, fd: -1, uplinkFd: -1, ready: make(chan struct{})}
 	if cfg.Net.Mode != policy.NetContract {
+		defer close(n.ready)
 		if err := n.setupNone(); err != nil {
 			return nil, err
 		}
 		return n, nil
 	}
-	defer func() {
-		if err != nil {
-			n.Close()
-			n = nil
-		}
+	if err := n.setupPlumbing(); err != nil {
+		close(n.ready)
+		n.Close()
+		return nil, err
+	}
+	go func() {
+		defer close(n.ready)
+		n.readyErr = n.setupContract()
 	}()
-	return n, n.setupContract()
+	return n, nil
+}
+
+// Ready waits until the contract is loaded and the DNS filter serves, and says whether they are. A
+// contract that failed to load fails the run: the caller must not start anything in the namespace.
+func (n *Net) Ready() error {
+	<-n.ready
+	return n.readyErr
 }
 
 // setupNone is the fast path run by every sbx exec without a network: a namespace with only lo.
@@ -74,9 +106,9 @@ func (n *Net) setupNone() error {
 	return nil
 }
 
-// setupContract builds the plumbing, the contract, the DNS filter and, with the host as uplink, NAT. Each
-// step records what it made in n first, so that Close can undo a partial setup.
-func (n *Net) setupContract() error {
+// setupPlumbing builds the namespace, the veth pair and resolv.conf. Each step records what it made in
+// n first, so that Close can undo a partial setup.
+func (n *Net) setupPlumbing() error {
 	var err error
 	if n.uplinkFd, n.host, err = openUplink(n.cfg.Net.UplinkNetNS); err != nil {
 		return err
@@ -96,7 +128,13 @@ func (n *Net) setupContract() error {
 	if err := n.plumb.uplinkSide(); err != nil {
 		return err
 	}
-	if err := n.loadContract(own); err != nil {
+	n.own = own
+	return n.writeResolvConf()
+}
+
+// setupContract loads the contract, starts the DNS filter and, with the host as uplink, takes the NAT.
+func (n *Net) setupContract() error {
+	if err := n.loadContract(n.own); err != nil {
 		return err
 	}
 	if err := n.startDNS(); err != nil {
@@ -183,6 +221,11 @@ func (n *Net) startDNS() error {
 		return err
 	}
 	n.dns = d
+	return nil
+}
+
+// writeResolvConf points the sandbox's resolver at the DNS filter's address.
+func (n *Net) writeResolvConf() error {
 	path := filepath.Join(n.cfg.StateDir, "resolv.conf")
 	conf := fmt.Sprintf("# written by sbx: the DNS filter of this run\nnameserver %s\noptions attempts:2 timeout:2\n", n.plumb.peer4.Addr())
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
@@ -213,6 +256,9 @@ func (n *Net) DNS() []report.DNSQuery {
 // are gone; the veth peer therefore disappears from the uplink namespace shortly after Close returns
 // (deleting it here would cost tens of milliseconds). Close is safe to call on a partial setup.
 func (n *Net) Close() error {
+	if n.ready != nil {
+		<-n.ready // the background setup owns n until it is done
+	}
 	var errs []error
 	if n.dns != nil {
 		errs = append(errs, n.dns.close())
