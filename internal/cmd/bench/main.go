@@ -46,6 +46,12 @@ func benchmark(sbx string, n int) error {
 	if err != nil {
 		return err
 	}
+	// runc again with the bundle sbx spec writes for the default profile: the same seccomp filter,
+	// namespaces, masked paths and limits as sbx's sandbox, on the busybox rootfs.
+	sameBundle, err := specBundle(sbx, dir, filepath.Join(bundle, "rootfs"))
+	if err != nil {
+		return err
+	}
 	// The contract's cost is measured against a fake upstream namespace of the bench's own, so that no
 	// run has the host's network as its uplink.
 	up, err := fakenet.New()
@@ -60,6 +66,9 @@ func benchmark(sbx string, n int) error {
 		}},
 		{name: "runc run (busybox)", argv: func(i int) []string {
 			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
+		}},
+		{name: "runc run (sbx spec default)", argv: func(i int) []string {
+			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", sameBundle, fmt.Sprintf("sbx-bench-same-%d", i)}
 		}},
 		{name: "bwrap --unshare-all", argv: func(int) []string {
 			return []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"}
@@ -162,4 +171,17 @@ func busyboxBundle(dir string) (string, error) {
 		return "", err
 	}
 	return bundle, os.WriteFile(path, raw, 0o644)
+}
+
+// specBundle writes a bundle whose config.json is `sbx spec -p default -- /bin/true` over rootfs.
+func specBundle(sbx, dir, rootfs string) (string, error) {
+	bundle := filepath.Join(dir, "same")
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.Command(sbx, "spec", "-p", "default", "--rootfs", rootfs, "-o", filepath.Join(bundle, "config.json"), "--", "/bin/true")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("sbx spec: %v: %s", err, out)
+	}
+	return bundle, nil
 }
