@@ -103,6 +103,9 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return sb, err
 	}
 	tr.mark("rootfs")
+	if !sameFS("/", cfg.Command.Cwd) && !shared(cfg.Plan.Filesystem.Shares, cfg.Command.Cwd) {
+		sb.Notes = append(sb.Notes, fmt.Sprintf("the working directory %s is on another file system than /: the overlay shows only the root file system, so it is empty in the sandbox (share it with --ro or --rw)", cfg.Command.Cwd))
+	}
 	if cfg.Plan.UID != 0 && cfg.Plan.Filesystem.WriteCwd {
 		// The working directory stays writable for the unprivileged user the command runs as.
 		whole, err := sb.rootfs.giveTo(cfg.Command.Cwd, cfg.Plan.UID, cfg.Plan.GID)
@@ -464,4 +467,23 @@ func recvFile(sock *os.File) (*os.File, error) {
 		return nil, fmt.Errorf("expected one file descriptor, got %d (%v)", len(fds), err)
 	}
 	return os.NewFile(uintptr(fds[0]), string(name[:n])), nil
+}
+
+// sameFS says whether b lies on the same file system as a.
+func sameFS(a, b string) bool {
+	var sa, sb unix.Stat_t
+	if unix.Stat(a, &sa) != nil || unix.Stat(b, &sb) != nil {
+		return true // nothing useful to say
+	}
+	return sa.Dev == sb.Dev
+}
+
+// shared says whether path is inside one of the host paths shared into the sandbox.
+func shared(shares []policy.Share, path string) bool {
+	for _, sh := range shares {
+		if within(path, sh.Sandbox) {
+			return true
+		}
+	}
+	return false
 }
