@@ -166,6 +166,13 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		Stdin:   cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
 		ExtraFiles: []*os.File{ctlChild},
 	}
+	if s.cfg.Plan.UID != 0 {
+		// The supervisor stays root with only the capabilities to hand the command its user: the command
+		// then cannot signal it, read its memory or its /proc files. The command starts with none.
+		s.init.UID, s.init.GID = 0, 0
+		caps := []string{"CAP_SETUID", "CAP_SETGID"}
+		s.init.Capabilities = &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	}
 	var consoleParent *os.File
 	if cmd.Terminal {
 		var consoleChild *os.File
@@ -196,7 +203,7 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 func (s *Sandbox) supervisorConfig() ([]byte, error) {
 	fs := s.cfg.Plan.Filesystem
 	sc := shimConfig{Read: fs.Read, Write: fs.Write, Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal,
-		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env)}
+		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID}
 	if fs.WriteCwd {
 		sc.Write = append(slices.Clone(sc.Write), s.cfg.Command.Cwd)
 	}

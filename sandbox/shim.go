@@ -33,6 +33,7 @@ type shimConfig struct {
 	Terminal bool     `json:"terminal"` // stdio is the sandbox's own terminal: give the command the foreground
 	Argv     [][]byte `json:"argv"`     // the command, bytes as given (JSON strings would mangle non-UTF-8)
 	Env      [][]byte `json:"env"`      // the command's environment, KEY=VALUE
+	UID, GID int      // the command's user; the supervisor is root with CAP_SETUID/CAP_SETGID when not 0
 }
 
 // superviseMain is pid 1 of the sandbox. It waits for sbx's "go" on the control socket, restricts
@@ -114,10 +115,14 @@ func startCommand(raw []byte) (int, int) {
 		}
 		fmt.Fprintf(os.Stderr, "sbx: warning: running without Landlock: %v\n", err)
 	}
-	attr := &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}}
+	attr := &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: &syscall.SysProcAttr{}}
 	if cfg.Terminal {
 		// Its own process group in the terminal's foreground, so that job control and Ctrl-C reach it.
-		attr.Sys = &syscall.SysProcAttr{Setpgid: true, Foreground: true, Ctty: 0}
+		attr.Sys.Setpgid, attr.Sys.Foreground, attr.Sys.Ctty = true, true, 0
+	}
+	if cfg.UID != os.Getuid() {
+		// Dropping from root to another user clears every capability before the exec.
+		attr.Sys.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}}
 	}
 	p, err := os.StartProcess(path, args, attr)
 	if err != nil {
