@@ -63,7 +63,11 @@ func run(args []string, in io.Reader, out, errw io.Writer) int {
 		return exitOK
 	}
 	var ee *exitError
-	if !errors.As(err, &ee) {
+	switch {
+	case errors.As(err, &ee):
+	case errors.Is(err, errInvalidProfile):
+		ee = &exitError{code: exitFailure, err: err} // what validate checks failed; sbx itself did not
+	default:
 		ee = &exitError{code: exitSetup, err: err}
 	}
 	if ee.err != nil {
