@@ -23,35 +23,12 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
-
-	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // TestBattery runs the regression battery: one txtar file per known-bad or known-good command in
 // testdata/battery, each saying in its header what it must produce (detected, blocked or pass).
 func TestBattery(t *testing.T) {
-	testscript.Run(t, testscript.Params{
-		Dir: filepath.Join("..", "..", "testdata", "battery"),
-		Condition: func(cond string) (bool, error) {
-			if cond == "root" {
-				return os.Geteuid() == 0, nil
-			}
-			return false, fmt.Errorf("unknown condition %q", cond)
-		},
-		Cmds: batteryCmds(),
-		Setup: func(env *testscript.Env) error {
-			env.Setenv("SBX_TEST_SECRET", "hunter2")
-			root := filepath.Join(sandbox.DefaultStateRoot+"-test", "battery-"+filepath.Base(env.WorkDir))
-			env.Setenv(stateRootEnv, root)
-			// Only empty directories go: whatever a run leaked stays for the next test run to see.
-			env.Defer(func() {
-				for _, d := range []string{filepath.Join(root, "runs"), filepath.Join(root, "lc"), root} {
-					os.Remove(d)
-				}
-			})
-			return nil
-		},
-	})
+	testscript.Run(t, scriptParams(filepath.Join("..", "..", "testdata", "battery"), "battery-"))
 }
 
 // TestBatteryManifest checks that every battery case is named for what it is (bad_ or good_) and says
@@ -75,44 +52,6 @@ func TestBatteryManifest(t *testing.T) {
 				t.Errorf("%s: header lacks %q", name, field)
 			}
 		}
-	}
-}
-
-// batteryCmds are the commands of the battery: the CLI scripts' own plus the ones of this file.
-func batteryCmds() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
-	cmds := map[string]func(ts *testscript.TestScript, neg bool, args []string){
-		"jsonhas":     cmdJSONHas,
-		"hostgone":    cmdHostGone,
-		"clean":       cmdClean,
-		"status":      cmdStatus,
-		"fakenet":     cmdFakenet,
-		"fakequeries": cmdFakeQueries,
-		"nsclean":     cmdNSClean,
-	}
-	for k, v := range leakCmds() {
-		cmds[k] = v
-	}
-	return cmds
-}
-
-// leakCmds are the commands this file adds, also registered for testdata/script.
-func leakCmds() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
-	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
-		"hostproc":   cmdHostProc,
-		"alive":      cmdAlive,
-		"hostfile":   cmdHostFile,
-		"within":     cmdWithin,
-		"sbxbg":      cmdSbxBg,
-		"sbxsig":     cmdSbxSig,
-		"sbxwait":    cmdSbxWait,
-		"waitrun":    cmdWaitRun,
-		"runclean":   cmdRunClean,
-		"crashsweep": cmdCrashSweep,
-		"argvtrip":   cmdArgvTrip,
-		"fakeconns":  cmdFakeConns,
-		"suidcopy":   cmdSuidCopy,
-		"natclean":   cmdNATClean,
-		"pause":      cmdPause,
 	}
 }
 

@@ -33,46 +33,23 @@ func TestMain(m *testing.M) {
 }
 
 // TestScripts runs the CLI tests in testdata/script: one txtar file per subcommand or feature.
-func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{
-		Dir: "testdata/script",
+func TestScripts(t *testing.T) { testscript.Run(t, scriptParams("testdata/script", "script-")) }
+
+// scriptParams are the testscript parameters every script suite shares: the [root] condition, sbx's
+// custom commands, and a state root of its own per script (prefixed), so that "clean" sees only its runs.
+func scriptParams(dir, prefix string) testscript.Params {
+	return testscript.Params{
+		Dir: dir,
 		Condition: func(cond string) (bool, error) {
-			switch cond {
-			case "root":
+			if cond == "root" {
 				return os.Geteuid() == 0, nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"jsonhas":     cmdJSONHas,
-			"hostgone":    cmdHostGone,
-			"clean":       cmdClean,
-			"status":      cmdStatus,
-			"linesdiffer": cmdLinesDiffer,
-			"fakenet":     cmdFakenet,
-			"fakequeries": cmdFakeQueries,
-			"nsclean":     cmdNSClean,
-			// Crash, signal, limit and bad-input commands: battery_test.go.
-			"hostproc":   cmdHostProc,
-			"alive":      cmdAlive,
-			"hostfile":   cmdHostFile,
-			"within":     cmdWithin,
-			"sbxbg":      cmdSbxBg,
-			"sbxsig":     cmdSbxSig,
-			"sbxwait":    cmdSbxWait,
-			"waitrun":    cmdWaitRun,
-			"runclean":   cmdRunClean,
-			"crashsweep": cmdCrashSweep,
-			"argvtrip":   cmdArgvTrip,
-			"fakeconns":  cmdFakeConns,
-			"suidcopy":   cmdSuidCopy,
-			"natclean":   cmdNATClean,
-			"pause":      cmdPause,
-		},
+		Cmds: scriptCmds(),
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SBX_TEST_SECRET", "hunter2")
-			// Scripts run in parallel: each gets a state root of its own, so that "clean" sees its own runs.
-			root := filepath.Join(sandbox.DefaultStateRoot+"-test", filepath.Base(env.WorkDir))
+			root := filepath.Join(sandbox.DefaultStateRoot+"-test", prefix+filepath.Base(env.WorkDir))
 			env.Setenv(stateRootEnv, root)
 			env.Defer(func() {
 				// Only empty directories go: what a run left behind stays for the next look.
@@ -83,7 +60,37 @@ func TestScripts(t *testing.T) {
 			})
 			return nil
 		},
-	})
+	}
+}
+
+// scriptCmds are the custom commands of the scripts; the crash, signal, limit and bad-input ones are in
+// battery_test.go.
+func scriptCmds() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
+	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
+		"jsonhas":     cmdJSONHas,
+		"hostgone":    cmdHostGone,
+		"clean":       cmdClean,
+		"status":      cmdStatus,
+		"linesdiffer": cmdLinesDiffer,
+		"fakenet":     cmdFakenet,
+		"fakequeries": cmdFakeQueries,
+		"nsclean":     cmdNSClean,
+		"hostproc":    cmdHostProc,
+		"alive":       cmdAlive,
+		"hostfile":    cmdHostFile,
+		"within":      cmdWithin,
+		"sbxbg":       cmdSbxBg,
+		"sbxsig":      cmdSbxSig,
+		"sbxwait":     cmdSbxWait,
+		"waitrun":     cmdWaitRun,
+		"runclean":    cmdRunClean,
+		"crashsweep":  cmdCrashSweep,
+		"argvtrip":    cmdArgvTrip,
+		"fakeconns":   cmdFakeConns,
+		"suidcopy":    cmdSuidCopy,
+		"natclean":    cmdNATClean,
+		"pause":       cmdPause,
+	}
 }
 
 // jsonhas FILE PATH [VALUE]: the JSON value at the dotted PATH (list indexes as numbers, "len" for the
