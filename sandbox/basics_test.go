@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"os"
 	"strings"
 	"testing"
@@ -40,31 +39,15 @@ func TestSandboxBasics(t *testing.T) {
 		t.Fatal(err)
 	}
 	cwd, _ := os.Getwd()
-	var out, errb bytes.Buffer
-	sb, err := Create(Config{Plan: testPlan(t), StateRoot: t.TempDir(), Command: Command{
-		Args: []string{"sh", "-c", `readlink /proc/self/ns/net; ls -A /root | wc -l; grep CapEff /proc/self/status;
-			echo x > /usr/sbx-basics 2>/dev/null && echo wrote-usr; pwd`},
-		Cwd: cwd, Stdout: &out, Stderr: &errb,
-	}})
-	if err != nil {
-		t.Fatal(err)
+	code, out, stderr := runPlan(t, testPlan(t), cwd, "sh", "-c", `readlink /proc/self/ns/net; ls -A /root | wc -l;
+		grep CapEff /proc/self/status; echo x > /usr/sbx-basics 2>/dev/null && echo wrote-usr; pwd`)
+	if code != 0 {
+		t.Fatalf("status %d; stderr %q", code, stderr)
 	}
-	r, err := sb.Start()
-	if err != nil {
-		sb.Destroy()
-		t.Fatal(err)
-	}
-	code, err := r.Wait()
-	if derr := sb.Destroy(); derr != nil {
-		t.Error(derr)
-	}
-	if err != nil || code != 0 {
-		t.Fatalf("status %d, %v; stderr %q", code, err, errb.String())
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := []string{"!" + hostNet, "0", "CapEff:\t0000000000000000", cwd}
 	if len(lines) != len(want) {
-		t.Fatalf("output %q, want %d lines (a write to /usr must fail)", out.String(), len(want))
+		t.Fatalf("output %q, want %d lines (a write to /usr must fail)", out, len(want))
 	}
 	if lines[0] == hostNet {
 		t.Errorf("net namespace %s is the host's", lines[0])

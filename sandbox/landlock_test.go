@@ -11,15 +11,15 @@ import (
 	"github.com/sbx-dev/sbx/policy"
 )
 
-// runPlan runs args in a sandbox built from plan and returns the status and stderr.
-func runPlan(t *testing.T, plan func(*testing.T) *policy.Plan, args ...string) (int, string) {
+// runPlan runs args in cwd in a sandbox built from plan and returns the status, stdout and stderr.
+func runPlan(t *testing.T, plan *policy.Plan, cwd string, args ...string) (int, string, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates namespaces, cgroups and mounts")
 	}
 	var out, errb bytes.Buffer
-	sb, err := Create(Config{Plan: plan(t), StateRoot: t.TempDir(), Command: Command{
-		Args: args, Cwd: "/", Stdout: &out, Stderr: &errb,
+	sb, err := Create(Config{Plan: plan, StateRoot: t.TempDir(), Command: Command{
+		Args: args, Cwd: cwd, Stdout: &out, Stderr: &errb,
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -37,32 +37,30 @@ func runPlan(t *testing.T, plan func(*testing.T) *policy.Plan, args ...string) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	return code, errb.String()
+	return code, out.String(), errb.String()
 }
 
 // TestLandlockFailsClosed: when the seccomp filter answers ENOSYS for Landlock (as a profile could make
 // it), the command does not run and sbx says why, unless the profile allows degrading.
 func TestLandlockFailsClosed(t *testing.T) {
 	enosys := uint(38)
-	noLandlock := func(degrade bool) func(*testing.T) *policy.Plan {
-		return func(t *testing.T) *policy.Plan {
-			p := testPlan(t)
-			p.Seccomp.Syscalls = append(p.Seccomp.Syscalls, specs.LinuxSyscall{
-				Names: []string{"landlock_create_ruleset"}, Action: specs.ActErrno, ErrnoRet: &enosys,
-			})
-			removeSyscall(p.Seccomp, "landlock_create_ruleset")
-			p.Filesystem.LandlockDegrade = degrade
-			return p
-		}
+	noLandlock := func(degrade bool) *policy.Plan {
+		p := testPlan(t)
+		p.Seccomp.Syscalls = append(p.Seccomp.Syscalls, specs.LinuxSyscall{
+			Names: []string{"landlock_create_ruleset"}, Action: specs.ActErrno, ErrnoRet: &enosys,
+		})
+		removeSyscall(p.Seccomp, "landlock_create_ruleset")
+		p.Filesystem.LandlockDegrade = degrade
+		return p
 	}
-	code, stderr := runPlan(t, noLandlock(false), "sh", "-c", "echo ran")
+	code, _, stderr := runPlan(t, noLandlock(false), "/", "sh", "-c", "echo ran")
 	if code != ExitSetup {
 		t.Errorf("status %d, want %d (stderr %q)", code, ExitSetup, stderr)
 	}
 	if !strings.Contains(stderr, "sbx: error: landlock: landlock needs ABI 1") || !strings.Contains(stderr, "sbx: hint: ") {
 		t.Errorf("stderr %q does not say why and what to do", stderr)
 	}
-	code, stderr = runPlan(t, noLandlock(true), "sh", "-c", "exit 3")
+	code, _, stderr = runPlan(t, noLandlock(true), "/", "sh", "-c", "exit 3")
 	if code != 3 || !strings.Contains(stderr, "running without Landlock") {
 		t.Errorf("degrade: status %d, stderr %q; want 3 and a warning", code, stderr)
 	}
