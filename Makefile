@@ -20,8 +20,10 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# bin/sbx-init is the supervisor as a small static binary; sbx uses it when it lies next to bin/sbx.
 build: deps
 	$(GO) build -tags $(TAGS) -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/sbx
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)-init ./internal/cmd/sbx-init
 
 test: deps
 	$(GO) test -tags $(TAGS) -count=1 ./...

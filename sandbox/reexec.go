@@ -5,13 +5,15 @@ import (
 
 	_ "github.com/opencontainers/cgroups/devices" // registers the device cgroup manager
 	"github.com/opencontainers/runc/libcontainer"
+
 	_ "github.com/opencontainers/runc/libcontainer/nsenter" // runs the namespace setup of "init" before the Go runtime
+	"github.com/sbx-dev/sbx/internal/supervisor"
 )
 
 // Role arguments of the re-executed binary.
 const (
-	roleInit      = "init"            // libcontainer's; fixed by libcontainer
-	roleSupervise = "__sbx_supervise" // pid 1: starts the command, reaps orphans
+	roleInit      = "init"          // libcontainer's; fixed by libcontainer
+	roleSupervise = supervisor.Role // pid 1: starts the command, reaps orphans
 )
 
 // Reexec runs the role the binary was re-executed in and does not return in that case. It returns false
@@ -24,7 +26,7 @@ func Reexec() bool {
 	case roleInit:
 		libcontainer.Init() // never returns
 	case roleSupervise:
-		os.Exit(superviseMain())
+		os.Exit(supervisor.Main())
 	}
 	if main, ok := roles[os.Args[1]]; ok {
 		os.Exit(main(os.Args[2:]))
@@ -40,7 +42,8 @@ var roles = map[string]func(args []string) int{}
 // [SelfCommand]), such as the network probe.
 func RegisterRole(name string, main func(args []string) int) { roles[name] = main }
 
-// SelfCommand is the argv that runs this binary in role name inside a sandbox.
+// SelfCommand is the argv that runs this binary in role name inside a sandbox (the sandbox then
+// bind-mounts the binary in).
 func SelfCommand(role string, args ...string) []string {
 	return append([]string{shimPath, role}, args...)
 }

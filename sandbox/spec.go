@@ -10,16 +10,21 @@ import (
 	"github.com/sbx-dev/sbx/policy"
 )
 
-// shimPath is where the sbx binary is bind-mounted inside the sandbox. /dev is a tmpfs of the
-// container's own, so the mount point leaves no trace in the overlay's writable layer.
-const shimPath = "/dev/.sbx"
+// Where sbx's binaries are bind-mounted inside the sandbox: the supervisor (pid 1), and, for commands
+// that are sbx itself in another role (the network probe), the sbx binary. /dev is a tmpfs of the
+// container's own, so the mount points leave no trace in the overlay's writable layer.
+const (
+	initPath = "/dev/.sbx-init"
+	shimPath = "/dev/.sbx"
+)
 
 // SpecInput is what Spec needs beyond the plan.
 type SpecInput struct {
 	Plan       *policy.Plan
 	ID         string
 	Rootfs     string // host path of the sandbox's root
-	Binary     string // host path of the sbx binary, bind-mounted at shimPath
+	Init       string // host path of the supervisor binary, bind-mounted at initPath; "" = none
+	Binary     string // host path of the sbx binary, bind-mounted at shimPath; "" = none
 	NetNS      string // path of a network namespace to join; "" = a new one with loopback only
 	ResolvConf string // host path bind-mounted at /etc/resolv.conf; "" = none
 	Args       []string
@@ -46,10 +51,14 @@ func Spec(in SpecInput) *specs.Spec {
 	// Example mounts the cgroup hierarchies; the command has no use for them, and on a v1 host that is
 	// a dozen mounts per run.
 	s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Type == "cgroup" })
-	s.Mounts = append(s.Mounts, specs.Mount{
-		Destination: shimPath, Type: "bind", Source: in.Binary,
-		Options: []string{"bind", "ro", "nosuid", "nodev"},
-	})
+	for _, b := range []struct{ src, dst string }{{in.Init, initPath}, {in.Binary, shimPath}} {
+		if b.src != "" {
+			s.Mounts = append(s.Mounts, specs.Mount{
+				Destination: b.dst, Type: "bind", Source: b.src,
+				Options: []string{"bind", "ro", "nosuid", "nodev"},
+			})
+		}
+	}
 	if in.ResolvConf != "" {
 		s.Mounts = append(s.Mounts, specs.Mount{
 			Destination: "/etc/resolv.conf", Type: "bind", Source: in.ResolvConf,

@@ -1,4 +1,4 @@
-package sandbox
+package supervisor
 
 import (
 	"errors"
@@ -37,7 +37,7 @@ var devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/
 // applyLandlock restricts this process and what it execs. It never degrades silently: it checks the ABI
 // itself (BestEffort would apply nothing when seccomp answers ENOSYS) and applies the strict
 // configuration of the newest ABI it knows that the kernel has.
-func applyLandlock(cfg shimConfig) error {
+func applyLandlock(cfg Config) error {
 	abi, err := llsys.LandlockGetABIVersion()
 	if err != nil || abi < 1 {
 		have := "none"

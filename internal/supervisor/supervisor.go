@@ -1,4 +1,11 @@
-package sandbox
+// Package supervisor is pid 1 of an sbx sandbox: it waits for sbx's go on a control socket, restricts
+// itself with Landlock (the command inherits the domain), starts the command as its child under the
+// command's user, reports the command's pid and status, and reaps orphans until the sandbox is destroyed.
+//
+// It depends on nothing that needs cgo, so that it also builds as the small static sbx-init binary
+// (internal/cmd/sbx-init), which starts in a fraction of the time of the whole sbx binary. Without
+// sbx-init next to sbx, sbx runs itself in this role.
+package supervisor
 
 import (
 	"bufio"
@@ -25,8 +32,12 @@ const (
 // ctlFD is the supervisor's end of the control socket: the first extra file libcontainer passes.
 const ctlFD = 3
 
-// shimConfig is what the supervisor applies before it starts the command.
-type shimConfig struct {
+// Role is the first argument the supervisor is started with (sbx dispatches on it when it runs itself).
+const Role = "__sbx_supervise"
+
+// Config is what the supervisor applies before it starts the command; sbx sends it as one JSON line
+// after "go".
+type Config struct {
 	Read     []string `json:"read"`
 	Write    []string `json:"write"`
 	Degrade  bool     `json:"degrade"`  // go on without Landlock when it cannot be applied
@@ -47,7 +58,8 @@ type shimConfig struct {
 // the reason on the command's stderr) and later "exit WAITSTATUS". sbx signals the command itself, from
 // outside: inside, Landlock keeps the supervisor's threads from signalling a child forked by another
 // thread (each thread has a domain of its own without TSYNC).
-func superviseMain() int {
+// Main runs the supervisor; it returns only when the control socket fails before the command starts.
+func Main() int {
 	ctl := os.NewFile(ctlFD, "ctl")
 	unix.CloseOnExec(ctlFD)
 	// Handled signals are reset to their default in the command, ignored ones would not be: catch and
@@ -87,7 +99,7 @@ func superviseMain() int {
 // startCommand resolves, restricts and starts the command. It returns its pid, or 0 and the status a
 // shell would give when it could not be started (the reason is printed on stderr).
 func startCommand(raw []byte) (int, int) {
-	var cfg shimConfig
+	var cfg Config
 	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
 		return 0, shimFail(ExitSetup, fmt.Sprintf("supervisor: bad configuration: %v", err), "")
 	}

@@ -1,0 +1,14 @@
+package sandbox
+
+import "github.com/sbx-dev/sbx/internal/supervisor"
+
+// Exit statuses for failures before the command runs, as a shell gives them.
+const (
+	ExitSetup         = supervisor.ExitSetup // sbx could not set up the sandbox (Landlock could not be applied, ...)
+	ExitNotExecutable = supervisor.ExitNotExecutable
+	ExitNotFound      = supervisor.ExitNotFound
+)
+
+// ErrNotSupported is matched (errors.Is) by errors about a kernel or filter that cannot give what the
+// profile asks.
+var ErrNotSupported = supervisor.ErrNotSupported
