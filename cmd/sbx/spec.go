@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -15,10 +14,6 @@ import (
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/sandbox"
 )
-
-// specShimMount is where sandbox.Spec bind-mounts sbx's own binary for its supervisor init; a bundle
-// runs the command itself, so the mount goes.
-const specShimMount = "/dev/.sbx"
 
 type specFlags struct {
 	profile string
@@ -116,7 +111,7 @@ func callerEnvFor(flags []string) []string {
 // sbx's supervisor init and the bind mount of sbx's binary it needs, and runc picks the cgroup path.
 func bundleSpec(plan *policy.Plan, rootfs, cwd string, args []string) *specs.Spec {
 	s := sandbox.Spec(sandbox.SpecInput{Plan: plan, ID: "bundle", Rootfs: rootfs, Args: args, Cwd: cwd})
-	s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == specShimMount })
+	// No Init or Binary: a bundle runs the command itself, without sbx's supervisor.
 	s.Linux.CgroupsPath = ""
 	s.Process.Terminal = false
 	s.Annotations["org.sbx.command"] = strings.Join(args, " ")
