@@ -108,6 +108,7 @@ func compileSeccomp(sc SyscallsConfig) (*specs.LinuxSeccomp, error) {
 	// Only the native architecture: syscalls made through a compat ABI (int 0x80 on x86_64) then hit
 	// the filter's bad-arch action and kill the process, and the filter is a third of the size.
 	out.Architectures = nativeArch(out.Architectures)
+	denyNetfilterSockets(out)
 	if len(allow) > 0 {
 		slices.Sort(allow)
 		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: slices.Compact(allow), Action: specs.ActAllow})
@@ -161,4 +162,17 @@ func nativeArch(arches []specs.Arch) []specs.Arch {
 		return nil
 	}
 	return arches[:1]
+}
+
+// denyNetfilterSockets narrows moby's rule that allows netlink sockets so that NETLINK_NETFILTER ones
+// fall to the default action: the command has no CAP_NET_ADMIN to change the network contract with, and
+// the filter backs that up. Other netlink families (route, used by getaddrinfo and ip) stay allowed.
+func denyNetfilterSockets(sc *specs.LinuxSeccomp) {
+	for i, r := range sc.Syscalls {
+		if len(r.Names) == 1 && r.Names[0] == "socket" && len(r.Args) == 1 && r.Args[0].Index == 0 &&
+			r.Args[0].Op == specs.OpEqualTo && r.Args[0].Value == unix.AF_NETLINK {
+			sc.Syscalls[i].Args = append(slices.Clone(r.Args),
+				specs.LinuxSeccompArg{Index: 2, Value: unix.NETLINK_NETFILTER, Op: specs.OpNotEqual})
+		}
+	}
 }
