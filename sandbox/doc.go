@@ -20,7 +20,7 @@
 //	/run/sbx/runs/ID/layer   a size-limited tmpfs holding the overlay's upper and work dirs
 //	/run/sbx/runs/ID/rootfs  the overlay: lower = host /, upper = layer/upper
 //	/run/sbx/lc/ID           libcontainer's own state
-//	cgroup /sbx/ID           in every hierarchy
+//	cgroup /sbx-ID           in every hierarchy
 //
 // A run whose sbx died leaves these behind; [GC] removes them, and [Create] calls it cheaply first.
 package sandbox

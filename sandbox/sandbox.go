@@ -406,7 +406,6 @@ func (s *Sandbox) Destroy() error {
 	if err := s.rootfs.unmount(); err != nil {
 		errs = append(errs, err)
 	}
-	removeCgroupParents()
 	if err := s.run.release(); err != nil {
 		errs = append(errs, err)
 	}

@@ -79,7 +79,7 @@ func Spec(in SpecInput) *specs.Spec {
 		{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 		{Type: specs.NetworkNamespace, Path: in.NetNS},
 	}
-	s.Linux.CgroupsPath = "/sbx/" + in.ID
+	s.Linux.CgroupsPath = "/" + CgroupName(in.ID)
 	s.Linux.Resources = resources(in.Plan.Limits)
 	s.Linux.Seccomp = in.Plan.Seccomp
 	if sc := in.Plan.Seccomp; sc != nil && !slices.Contains(sc.Flags, specs.LinuxSeccompFlagLog) {

@@ -132,9 +132,6 @@ func GC(root string) (GCResult, error) {
 		lock.Close()
 		res.Runs = append(res.Runs, id)
 	}
-	if len(res.Runs) > 0 {
-		removeCgroupParents()
-	}
 	return res, errors.Join(errs...)
 }
 
@@ -209,7 +206,7 @@ func killCgroup(id string) {
 func cgroupPids(id string) []int {
 	seen := map[int]bool{}
 	var pids []int
-	for _, dir := range cgroupDirs("sbx/" + id) {
+	for _, dir := range CgroupDirs(id) {
 		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if err != nil {
 			continue
@@ -224,9 +221,15 @@ func cgroupPids(id string) []int {
 	return pids
 }
 
-// cgroupDirs lists rel in every mounted hierarchy where it exists: below each v1 controller and the v2
-// tree of a hybrid host (/sys/fs/cgroup/NAME/rel), or below a v2 tree mounted at the root.
-func cgroupDirs(rel string) []string {
+// CgroupName is the cgroup of run id, directly below the root of every hierarchy. Each run has its own
+// top-level cgroup rather than a child of a shared /sbx: a shared parent would have to be removed by the
+// last run out while another run creates its child in it.
+func CgroupName(id string) string { return "sbx-" + id }
+
+// CgroupDirs lists the run's cgroup in every mounted hierarchy where it exists: below each v1 controller
+// and the v2 tree of a hybrid host (/sys/fs/cgroup/NAME/sbx-ID), or below a v2 tree mounted at the root.
+func CgroupDirs(id string) []string {
+	rel := CgroupName(id)
 	var dirs []string
 	candidates := []string{filepath.Join(cgroupRoot, rel)}
 	entries, _ := os.ReadDir(cgroupRoot)
@@ -243,15 +246,7 @@ func cgroupDirs(rel string) []string {
 
 // removeCgroups removes the run's (empty) cgroups.
 func removeCgroups(id string) {
-	for _, d := range cgroupDirs("sbx/" + id) {
-		os.Remove(d)
-	}
-}
-
-// removeCgroupParents removes the shared /sbx parent cgroups once no run uses them. A concurrent run's
-// cgroup keeps its parent busy, and rmdir then fails harmlessly.
-func removeCgroupParents() {
-	for _, d := range cgroupDirs("sbx") {
+	for _, d := range CgroupDirs(id) {
 		os.Remove(d)
 	}
 }
@@ -266,7 +261,7 @@ type LimitHits struct {
 // LimitHits reads the cgroup's counters (cgroup v1 and v2 alike). Read it before Destroy.
 func (s *Sandbox) LimitHits() LimitHits {
 	var h LimitHits
-	for _, dir := range cgroupDirs("sbx/" + s.ID) {
+	for _, dir := range CgroupDirs(s.ID) {
 		// v1: memory.oom_control; v2: memory.events; both: pids.events.
 		h.OOMKills += counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
 		h.OOMKills += counter(filepath.Join(dir, "memory.events"), "oom_kill")

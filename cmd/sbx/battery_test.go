@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // TestBattery runs the regression battery: one txtar file per known-bad or known-good command in
@@ -330,23 +332,8 @@ func runIDs(root string) []string {
 	return ids
 }
 
-// runCgroupDirs lists the run's cgroup directories in every mounted hierarchy (v1 controllers, the v2
-// tree of a hybrid host, or a unified root).
-func runCgroupDirs(id string) []string {
-	rel := filepath.Join("sbx", id)
-	dirs := []string{}
-	candidates := []string{filepath.Join("/sys/fs/cgroup", rel)}
-	entries, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, e := range entries {
-		candidates = append(candidates, filepath.Join("/sys/fs/cgroup", e.Name(), rel))
-	}
-	for _, d := range candidates {
-		if st, err := os.Stat(d); err == nil && st.IsDir() {
-			dirs = append(dirs, d)
-		}
-	}
-	return dirs
-}
+// runCgroupDirs lists the run's cgroup directories in every mounted hierarchy.
+func runCgroupDirs(id string) []string { return sandbox.CgroupDirs(id) }
 
 // runPids are the host pids in the run's cgroups.
 func runPids(id string) []int {
@@ -376,7 +363,7 @@ func joinInts(v []int) string {
 }
 
 // runclean ID [PID...]: nothing of run ID is left on the host: none of the PIDs (its sandboxed processes,
-// by host pid) is alive in a cgroup of the run, and there is no cgroup /sys/fs/cgroup/*/sbx/ID, no run
+// by host pid) is alive in a cgroup of the run, and there is no cgroup /sys/fs/cgroup/*/sbx-ID, no run
 // state dir or libcontainer state, no mount of the run, no network namespace /run/netns/sbxID, no link
 // sbxID in the host's namespace and no address slot of the run. The kernel frees some of these in the
 // background: each check is retried for up to 3s.
@@ -407,7 +394,7 @@ func runLeftovers(root, id string, pids []int) error {
 	var errs []error
 	for _, pid := range pids {
 		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if err == nil && processAlive(pid) && strings.Contains(string(cg), "/sbx/"+id) {
+		if err == nil && processAlive(pid) && strings.Contains(string(cg), "/"+sandbox.CgroupName(id)) {
 			errs = append(errs, fmt.Errorf("sandboxed process %d is alive", pid))
 		}
 	}

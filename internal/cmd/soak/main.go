@@ -251,7 +251,7 @@ func snapshot(root, tag string) state {
 		if bytes.Contains(cmdline, []byte(tag)) {
 			s["process "+filepath.Base(p)+": "+strings.ReplaceAll(string(cmdline), "\x00", " ")] = true
 		}
-		if cg, _ := os.ReadFile(p + "/cgroup"); bytes.Contains(cg, []byte(":/sbx/")) {
+		if cg, _ := os.ReadFile(p + "/cgroup"); bytes.Contains(cg, []byte(":/sbx-")) {
 			s["process "+filepath.Base(p)+" in an sbx cgroup"] = true
 		}
 	}
@@ -261,7 +261,7 @@ func snapshot(root, tag string) state {
 			s["mount "+l] = true
 		}
 	}
-	for _, pat := range []string{"/sys/fs/cgroup/*/sbx/*", "/sys/fs/cgroup/sbx/*", "/run/netns/sbx*",
+	for _, pat := range []string{"/sys/fs/cgroup/*/sbx-*", "/sys/fs/cgroup/sbx-*", "/run/netns/sbx*",
 		"/run/sbx/net/slots/*", "/run/sbx/nat/users/*", root + "/runs/*", root + "/lc/*"} {
 		matches, _ := filepath.Glob(pat)
 		for _, m := range matches {
