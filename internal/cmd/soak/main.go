@@ -131,19 +131,22 @@ func soak(sbx, root string, serial, parallel int) (bool, error) {
 	parWall := time.Since(t1)
 
 	// The kernel frees veths and namespaces in the background: give it a moment before judging.
+	// A veth peer in the uplink goes when the kernel has destroyed the sandbox's namespace, which it
+	// batches: after 20 at once that can take a few seconds.
 	var left []string
-	for range 30 {
-		if left = snapshot(root, tag).since(before); len(left) == 0 {
+	for range 50 {
+		left = snapshot(root, tag).since(before)
+		links, lerr := up.Links()
+		if lerr != nil {
+			left = append(left, "fake upstream links: "+lerr.Error())
+		}
+		for _, l := range links {
+			left = append(left, "link in the fake upstream: "+l)
+		}
+		if len(left) == 0 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	links, lerr := up.Links()
-	if lerr != nil {
-		left = append(left, "fake upstream links: "+lerr.Error())
-	}
-	for _, l := range links {
-		left = append(left, "link in the fake upstream: "+l)
 	}
 
 	// Only empty directories go: whatever a run leaked stays for inspection.
