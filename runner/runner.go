@@ -99,16 +99,14 @@ type run struct {
 	opts        Options
 	sb          *sandbox.Sandbox
 	rep         *report.Report
-	before      *observe.Snap
 	filesBefore *observe.FileChanges
 	events      *observe.Events
 }
 
 func (r *run) execute(ctx context.Context, t0 time.Time) error {
+	// No process snapshot before the command: until Start the sandbox holds only sbx's supervisor, which
+	// snapshots leave out, so everything the after-snapshot finds is the command's doing.
 	var err error
-	if r.before, err = r.snapshot(); err != nil {
-		return err
-	}
 	// sbx's own whiteouts and opaque directories are in the upper layer already: only what changes
 	// from here on is the command's.
 	if r.filesBefore, err = observe.Changes(r.sb.UpperDir(), r.sb.LowerDir()); err != nil {
@@ -243,7 +241,7 @@ func (r *run) observe(cmdPid int) error {
 	if err != nil {
 		return err
 	}
-	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(r.before, after, cmdPid))
+	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after, cmdPid))
 	r.rep.Sockets.Listening = nonNil(after.Listening)
 	r.rep.Sockets.Established = nonNil(after.Established)
 	return nil
