@@ -454,7 +454,12 @@ func byteSize(n int64) string {
 func (rr *renderer) denials(d observe.Denials) {
 	if !d.Available {
 		if d.Reason != "" {
-			fmt.Fprintln(rr.w, rr.paint(sgrDim, "kernel denials: not reported: "+clean(d.Reason)))
+			// The first clause is enough here; the JSON report has the whole reason and what to do.
+			short := d.Reason
+			if i := strings.IndexAny(short, ",("); i > 0 {
+				short = strings.TrimSpace(short[:i])
+			}
+			fmt.Fprintln(rr.w, rr.paint(sgrDim, "kernel denials: not reported ("+clean(short)+")"))
 		}
 		return
 	}
