@@ -74,7 +74,12 @@ func TestMCP(t *testing.T) {
 		t.Skip("needs root: sbx creates namespaces, cgroups and mounts")
 	}
 	root := filepath.Join(sandbox.DefaultStateRoot+"-test", "mcp-"+filepath.Base(t.TempDir()))
-	t.Cleanup(func() { os.RemoveAll(root) })
+	t.Cleanup(func() {
+		// Only empty directories go: never RemoveAll a state root, a leaked run's mounts may be below it.
+		for _, d := range []string{"runs", "lc", ""} {
+			os.Remove(filepath.Join(root, d))
+		}
+	})
 	var mu sync.Mutex
 	var progress []string
 	sess := mcpSession(t, root, &progress, &mu)
