@@ -49,6 +49,8 @@ const opaqueXattr = "trusted.overlay.opaque"
 // Limits: the old contents of a directory replaced as a whole (opaque) are not listed as deleted, since
 // that would mean walking the lower tree (sbx hides /tmp, /home and others that way); files changed through
 // other writable mounts (shared host paths) are not in the upper layer and not seen here.
+//
+// With lower "", upper is a file system that started empty (the sandbox's /dev/shm): all is created.
 func Changes(upper, lower string) (*FileChanges, error) {
 	upper = filepath.Clean(upper)
 	fc := &FileChanges{}
@@ -102,6 +104,9 @@ func (fc *FileChanges) add(lower, rel string, d fs.DirEntry, underOpaque bool) e
 
 // addWhiteout records a deletion, when lower has the path (sbx may hide paths that do not exist).
 func (fc *FileChanges) addWhiteout(lower, rel string) error {
+	if lower == "" {
+		return nil
+	}
 	info, err := os.Lstat(filepath.Join(lower, rel))
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
 		return nil
@@ -134,6 +139,9 @@ func isOpaque(dir string) bool {
 // existsIn reports whether rel exists in lower. Lstat: a symlink in lower is an entry of its own, and
 // following it could leave lower.
 func existsIn(lower, rel string) bool {
+	if lower == "" {
+		return false // no lower layer: a file system that started empty
+	}
 	_, err := os.Lstat(filepath.Join(lower, rel))
 	return err == nil
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -281,15 +282,43 @@ func (r *run) fileChanges() error {
 		return fmt.Errorf("reading the writable layer: %w", err)
 	}
 	created, modified, deleted := observe.DiffChanges(r.filesBefore, after)
-	f := &r.rep.Files
-	f.Details = slices.Concat(created, modified, deleted)
-	f.Created, f.Modified, f.Deleted = paths(created), paths(modified), paths(deleted)
 	if r.opts.Changes != "" {
-		if err := observe.CopyChanges(r.sb.UpperDir(), f.Details, r.opts.Changes); err != nil {
+		if err := observe.CopyChanges(r.sb.UpperDir(), slices.Concat(created, modified, deleted), r.opts.Changes); err != nil {
 			return fmt.Errorf("copying the changed files to %s: %w", r.opts.Changes, err)
 		}
 	}
+	shm, err := r.tmpfsChanges("/dev/shm")
+	if err != nil {
+		return err
+	}
+	created = append(created, shm...)
+	f := &r.rep.Files
+	f.Details = slices.Concat(created, modified, deleted)
+	f.Created, f.Modified, f.Deleted = paths(created), paths(modified), paths(deleted)
 	return nil
+}
+
+// tmpfsChanges lists what the command left in one of the sandbox's own tmpfs mounts, which start empty
+// (everything there is created), and copies it out with the rest when asked. It reads the mount through
+// the sandbox's pid 1, so only while the sandbox is up: a sandbox sbx killed has nothing to show.
+func (r *run) tmpfsChanges(mount string) ([]observe.FileChange, error) {
+	dir := fmt.Sprintf("/proc/%d/root%s", r.sb.InitPid(), mount)
+	if _, err := os.Stat(dir); err != nil {
+		return nil, nil
+	}
+	fc, err := observe.Changes(dir, "")
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", mount, err)
+	}
+	if r.opts.Changes != "" && len(fc.Created) > 0 {
+		if err := observe.CopyChanges(dir, fc.Created, filepath.Join(r.opts.Changes, mount)); err != nil {
+			return nil, fmt.Errorf("copying the changed files to %s: %w", r.opts.Changes, err)
+		}
+	}
+	for i := range fc.Created {
+		fc.Created[i].Path = mount + fc.Created[i].Path
+	}
+	return fc.Created, nil
 }
 
 func paths(cs []observe.FileChange) []string {
