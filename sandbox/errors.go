@@ -1,6 +1,10 @@
 package sandbox
 
-import "github.com/sbx-dev/sbx/internal/supervisor"
+import (
+	"errors"
+
+	"github.com/sbx-dev/sbx/internal/supervisor"
+)
 
 // Exit statuses for failures before the command runs, as a shell gives them.
 const (
@@ -12,3 +16,6 @@ const (
 // ErrNotSupported is matched (errors.Is) by errors about a kernel or filter that cannot give what the
 // profile asks.
 var ErrNotSupported = supervisor.ErrNotSupported
+
+// ErrShare is matched by errors about a host path to share that cannot be shared (it does not exist).
+var ErrShare = errors.New("cannot share host path")

@@ -82,6 +82,11 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if cfg.Plan == nil || len(cfg.Command.Args) == 0 {
 		return nil, fmt.Errorf("%w: no plan or no command", ErrSetup)
 	}
+	for _, sh := range cfg.Plan.Filesystem.Shares {
+		if _, err := os.Stat(sh.Host); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrShare, sh.Host, err)
+		}
+	}
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
 	tr := newTracer()
 	defer tr.done()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,7 +88,7 @@ Examples:
 func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	cwd, err := workdir(f.workdir)
 	if err != nil {
-		return &exitError{code: exitSetup, err: err}
+		return &exitError{code: exitSetup, err: err, hint: "give an existing directory; the sandbox sees the host's files through its overlay"}
 	}
 	plan, err := compilePlan(f.profile, cwd, f.overrides)
 	if err != nil {
@@ -132,14 +133,22 @@ func execStatus(rep *report.Report, violationExit int) int {
 }
 
 func workdir(dir string) (string, error) {
-	if dir != "" {
-		return dir, nil
+	if dir == "" {
+		cwd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("reading the working directory: %w", err)
+		}
+		return cwd, nil
 	}
-	cwd, err := os.Getwd()
+	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", fmt.Errorf("reading the working directory: %w", err)
+		return "", err
 	}
-	return cwd, nil
+	// The sandbox sees the host's files through its overlay: a directory missing here is missing there.
+	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("--workdir %s is not a directory", dir)
+	}
+	return abs, nil
 }
 
 // compilePlan loads a profile, applies the flags and compiles it.

@@ -95,6 +95,10 @@ func hintFor(err error) string {
 		return h
 	}
 	switch {
+	case errors.Is(err, sandbox.ErrShare):
+		return "a path shared with --ro, --rw or filesystem.share must exist on the host"
+	case strings.HasPrefix(err.Error(), "unknown command"):
+		return "see 'sbx --help' for the commands"
 	case errors.Is(err, sandbox.ErrNotSupported):
 		return "this kernel lacks a feature the profile requires; see 'Requirements' in README.md"
 	case errors.Is(err, os.ErrPermission), os.Geteuid() != 0 && errors.Is(err, sandbox.ErrSetup):
