@@ -38,7 +38,8 @@ func TestSandboxBasics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cwd, _ := os.Getwd()
+	// A scratch directory, not the package's: a checkout below /root would show up in the sandbox's /root.
+	cwd := t.TempDir()
 	code, out, stderr := runPlan(t, testPlan(t), cwd, "sh", "-c", `readlink /proc/self/ns/net; ls -A /root | wc -l;
 		grep CapEff /proc/self/status; echo x > /usr/sbx-basics 2>/dev/null && echo wrote-usr; pwd`)
 	if code != 0 {
