@@ -100,7 +100,7 @@ type run struct {
 	opts        Options
 	sb          *sandbox.Sandbox
 	rep         *report.Report
-	filesBefore *observe.FileChanges
+	filesBefore []*observe.FileChanges // one per sandbox.Layers entry
 	events      *observe.Events
 }
 
@@ -110,8 +110,12 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	var err error
 	// sbx's own whiteouts and opaque directories are in the upper layer already: only what changes
 	// from here on is the command's.
-	if r.filesBefore, err = observe.Changes(r.sb.UpperDir(), r.sb.LowerDir()); err != nil {
-		return fmt.Errorf("reading the writable layer: %w", err)
+	for _, l := range r.sb.Layers() {
+		before, err := observe.Changes(l.Upper, l.Lower)
+		if err != nil {
+			return fmt.Errorf("reading the writable layer: %w", err)
+		}
+		r.filesBefore = append(r.filesBefore, before)
 	}
 	t1 := time.Now()
 	r.rep.Timings.Setup = ms(t1.Sub(t0))
@@ -275,17 +279,24 @@ func (r *run) observeAfterward(cmdPid int) error {
 	return nil
 }
 
-// fileChanges lists what the command changed in the writable layer and copies it out if asked.
+// fileChanges lists what the command changed in the writable layers and copies it out if asked.
 func (r *run) fileChanges() error {
-	after, err := observe.Changes(r.sb.UpperDir(), r.sb.LowerDir())
-	if err != nil {
-		return fmt.Errorf("reading the writable layer: %w", err)
-	}
-	created, modified, deleted := observe.DiffChanges(r.filesBefore, after)
-	if r.opts.Changes != "" {
-		if err := observe.CopyChanges(r.sb.UpperDir(), slices.Concat(created, modified, deleted), r.opts.Changes); err != nil {
-			return fmt.Errorf("copying the changed files to %s: %w", r.opts.Changes, err)
+	var created, modified, deleted []observe.FileChange
+	for i, l := range r.sb.Layers() {
+		after, err := observe.Changes(l.Upper, l.Lower)
+		if err != nil {
+			return fmt.Errorf("reading the writable layer: %w", err)
 		}
+		c, m, d := observe.DiffChanges(r.filesBefore[i], after)
+		if r.opts.Changes != "" {
+			dest := filepath.Join(r.opts.Changes, l.At)
+			if err := observe.CopyChanges(l.Upper, slices.Concat(c, m, d), dest); err != nil {
+				return fmt.Errorf("copying the changed files to %s: %w", r.opts.Changes, err)
+			}
+		}
+		created = append(created, under(l.At, c)...)
+		modified = append(modified, under(l.At, m)...)
+		deleted = append(deleted, under(l.At, d)...)
 	}
 	shm, err := r.tmpfsChanges("/dev/shm")
 	if err != nil {
@@ -296,6 +307,17 @@ func (r *run) fileChanges() error {
 	f.Details = slices.Concat(created, modified, deleted)
 	f.Created, f.Modified, f.Deleted = paths(created), paths(modified), paths(deleted)
 	return nil
+}
+
+// under puts the paths of a layer mounted at at into the sandbox's view.
+func under(at string, cs []observe.FileChange) []observe.FileChange {
+	if at == "/" {
+		return cs
+	}
+	for i := range cs {
+		cs[i].Path = at + cs[i].Path
+	}
+	return cs
 }
 
 // tmpfsChanges lists what the command left in one of the sandbox's own tmpfs mounts, which start empty
@@ -315,10 +337,7 @@ func (r *run) tmpfsChanges(mount string) ([]observe.FileChange, error) {
 			return nil, fmt.Errorf("copying the changed files to %s: %w", r.opts.Changes, err)
 		}
 	}
-	for i := range fc.Created {
-		fc.Created[i].Path = mount + fc.Created[i].Path
-	}
-	return fc.Created, nil
+	return under(mount, fc.Created), nil
 }
 
 func paths(cs []observe.FileChange) []string {

@@ -14,71 +14,129 @@ import (
 // defaultDiskBytes bounds the overlay's writable layer when the profile sets no limit.
 const defaultDiskBytes = 1 << 30
 
-// rootfs is the overlay that the sandbox sees as /.
-type rootfs struct {
-	lower  string // a non-recursive bind of the host's /: the root file system alone
-	layer  string // tmpfs holding upper and work
-	upper  string
+// overlay is one overlay mount of the sandbox: a read-only, non-recursive bind of a host directory as
+// its lower layer and a directory pair on the run's size-limited tmpfs as its writable layer.
+type overlay struct {
+	At     string // where the sandbox sees it: "/" for the root
+	Lower  string // the bind of the host directory At
+	Upper  string
 	work   string
 	merged string
+}
+
+// mount binds At read-only as the lower layer and mounts the overlay.
+func (o *overlay) mount() error {
+	for _, d := range []string{o.Lower, o.merged} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{o.Upper, o.work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// The bind is not recursive: the lower layer is At's own file system without the mounts on it,
+	// which is what overlayfs shows anyway; the bind gives observe the same view to compare with.
+	if err := unix.Mount(o.At, o.Lower, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+	}
+	if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile,metacopy=on", o.Lower, o.Upper, o.work)
+	if err := unix.Mount("overlay", o.merged, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mounting the overlay of %s: %w", o.At, err)
+	}
+	return nil
+}
+
+// rootfs is what the sandbox sees as its files: the overlay of the host's root file system, and, when
+// the working directory lies on another file system, an overlay of the working directory itself.
+type rootfs struct {
+	runDir string
+	layer  string // tmpfs holding every upper and work dir
+	root   overlay
+	cwd    *overlay // nil when the working directory is on the root file system
 }
 
 func newRootfs(runDir string) *rootfs {
 	layer := filepath.Join(runDir, "layer")
 	return &rootfs{
-		lower:  filepath.Join(runDir, "lower"),
+		runDir: runDir,
 		layer:  layer,
-		upper:  filepath.Join(layer, "upper"),
-		work:   filepath.Join(layer, "work"),
-		merged: filepath.Join(runDir, "rootfs"),
+		root: overlay{At: "/", Lower: filepath.Join(runDir, "lower"), Upper: filepath.Join(layer, "upper"),
+			work: filepath.Join(layer, "work"), merged: filepath.Join(runDir, "rootfs")},
 	}
 }
 
+// overlays lists the sandbox's overlays, the root first.
+func (r *rootfs) overlays() []*overlay {
+	if r.cwd == nil {
+		return []*overlay{&r.root}
+	}
+	return []*overlay{&r.root, r.cwd}
+}
+
 // mount builds the writable layer on a size-limited tmpfs (so that a command cannot fill the host's
-// disk), hides paths by writing overlay whiteouts and opaque directories into it, and mounts the overlay.
-// The host's / is the only lower layer: other host mounts appear as empty directories.
-func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string) error {
+// disk), hides paths by writing overlay whiteouts and opaque directories into it, and mounts the
+// overlays. The host's / is the root's only lower layer: other host mounts appear as empty directories,
+// except the working directory's, which gets an overlay of its own (see mountCwd).
+func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool) error {
 	if diskBytes <= 0 {
 		diskBytes = defaultDiskBytes
 	}
-	for _, d := range []string{r.lower, r.layer, r.merged} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
-		}
+	if err := os.MkdirAll(r.layer, 0o700); err != nil {
+		return err
 	}
 	if err := unix.Mount("tmpfs", r.layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
 		fmt.Sprintf("size=%d,mode=0700", diskBytes)); err != nil {
 		return fmt.Errorf("mounting the writable layer: %w", err)
 	}
-	for _, d := range []string{r.upper, r.work} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
-		}
+	if err := os.Mkdir(r.root.Upper, 0o755); err != nil {
+		return err
 	}
 	for _, h := range hidden {
-		if err := hide(r.upper, h, cwd); err != nil {
+		if err := hide(r.root.Upper, h, cwd); err != nil {
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
-	// The lower layer is the root file system without the mounts on it, which is what overlayfs shows of
-	// "/" anyway; the bind gives observe the same view to compare the upper layer with.
-	if err := unix.Mount("/", r.lower, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("binding the lower layer: %w", err)
+	if err := r.root.mount(); err != nil {
+		return err
 	}
-	if err := unix.Mount("", r.lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("binding the lower layer: %w", err)
-	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile,metacopy=on", r.lower, r.upper, r.work)
-	if err := unix.Mount("overlay", r.merged, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mounting the overlay root: %w", err)
+	if overlayCwd {
+		return r.mountCwd(cwd)
 	}
 	return nil
+}
+
+// mountCwd overlays the working directory when it lies on another file system than the root (a
+// separate /home, a tmpfs /tmp): only the directory itself, not the rest of its file system, so that
+// nothing beside it shows. The sandbox mounts it at cwd over the (empty) path the root overlay has there.
+func (r *rootfs) mountCwd(cwd string) error {
+	r.cwd = &overlay{At: cwd, Lower: filepath.Join(r.runDir, "lower-cwd"),
+		Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd"),
+		merged: filepath.Join(r.runDir, "cwd")}
+	if err := r.cwd.mount(); err != nil {
+		return err
+	}
+	// The mount point, in the root overlay (its writable layer), with the host's owner and mode.
+	return mkdirAllLike(r.root.merged, cwd)
+}
+
+// path is where the host sees a sandbox path: in the working directory's overlay or the root's.
+func (r *rootfs) path(p string) string {
+	if r.cwd != nil && within(p, r.cwd.At) {
+		return filepath.Join(r.cwd.merged, strings.TrimPrefix(p, r.cwd.At))
+	}
+	return filepath.Join(r.root.merged, p)
 }
 
 // unmount undoes mount; it is safe on a partly built or already removed rootfs.
 func (r *rootfs) unmount() error {
 	var errs []error
-	for _, m := range []string{r.merged, r.layer, r.lower} {
+	mounts := []string{filepath.Join(r.runDir, "cwd"), filepath.Join(r.runDir, "lower-cwd"), r.root.merged, r.layer, r.root.Lower}
+	for _, m := range mounts {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
 		}
@@ -201,7 +259,7 @@ func (r *rootfs) giveTo(dir string, uid, gid int) (bool, error) {
 	if err := r.traversable(filepath.Dir(dir)); err != nil {
 		return false, err
 	}
-	root := filepath.Join(r.merged, dir)
+	root := r.path(dir)
 	st, err := os.Stat(root)
 	if err != nil || !st.IsDir() || int(st.Sys().(*syscall.Stat_t).Uid) == uid {
 		return true, nil
@@ -238,7 +296,7 @@ func (r *rootfs) giveTo(dir string, uid, gid int) (bool, error) {
 // become reachable; no directory becomes listable.
 func (r *rootfs) traversable(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
-		p := filepath.Join(r.merged, d)
+		p := r.path(d)
 		st, err := os.Stat(p)
 		if err != nil {
 			return err
@@ -252,4 +310,15 @@ func (r *rootfs) traversable(dir string) error {
 			return nil
 		}
 	}
+}
+
+// mkdirAllLike creates dir below root, each missing level with the owner and mode of the host's.
+func mkdirAllLike(root, dir string) error {
+	if dir == "/" {
+		return nil
+	}
+	if err := mkdirAllLike(root, filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return mkdirLike(filepath.Join(root, dir), dir)
 }

@@ -107,13 +107,13 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 			err = fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 	}()
-	if err := sb.rootfs.mount(cfg.Plan.Limits.DiskBytes, cfg.Plan.Filesystem.Hidden, cfg.Command.Cwd); err != nil {
+	// A working directory on another file system than / gets an overlay of its own, unless a share
+	// brings it in already.
+	overlayCwd := !sameFS("/", cfg.Command.Cwd) && !shared(cfg.Plan.Filesystem.Shares, cfg.Command.Cwd)
+	if err := sb.rootfs.mount(cfg.Plan.Limits.DiskBytes, cfg.Plan.Filesystem.Hidden, cfg.Command.Cwd, overlayCwd); err != nil {
 		return sb, err
 	}
 	tr.mark("rootfs")
-	if !sameFS("/", cfg.Command.Cwd) && !shared(cfg.Plan.Filesystem.Shares, cfg.Command.Cwd) {
-		sb.Notes = append(sb.Notes, fmt.Sprintf("the working directory %s is on another file system than /: the overlay shows only the root file system, so it is empty in the sandbox (share it with --ro or --rw)", cfg.Command.Cwd))
-	}
 	if cfg.Plan.UID != 0 && cfg.Plan.Filesystem.WriteCwd {
 		// The working directory stays writable for the unprivileged user the command runs as.
 		whole, err := sb.rootfs.giveTo(cfg.Command.Cwd, cfg.Plan.UID, cfg.Plan.GID)
@@ -143,10 +143,13 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		return fmt.Errorf("finding the sbx binary: %w", err)
 	}
 	cmd := s.cfg.Command
-	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.merged, Init: s.cfg.InitBinary,
+	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.root.merged, Init: s.cfg.InitBinary,
 		Args: []string{initPath, roleSupervise}, Cwd: cmd.Cwd}
 	if in.Init == "" {
 		in.Init = initBinary(self)
+	}
+	if s.rootfs.cwd != nil {
+		in.CwdOverlay = s.rootfs.cwd.merged
 	}
 	if cmd.Args[0] == shimPath {
 		in.Binary = self // the command is sbx itself in another role (SelfCommand)
@@ -246,11 +249,22 @@ func (s *Sandbox) Network() *netcontract.Net { return s.net }
 // Console is the master side of the command's terminal, nil unless Command.Terminal was set.
 func (s *Sandbox) Console() *os.File { return s.console }
 
-// UpperDir is the overlay's writable layer: every file the command wrote into the root is below it.
-func (s *Sandbox) UpperDir() string { return s.rootfs.upper }
+// Layer is one overlay of the sandbox, for observing what the command wrote: files written below At in
+// the sandbox are in Upper; Lower is what was there before (the host's file system without the mounts on
+// it).
+type Layer struct {
+	At, Upper, Lower string
+}
 
-// LowerDir is the overlay's read-only layer: the host's root file system without the mounts on it.
-func (s *Sandbox) LowerDir() string { return s.rootfs.lower }
+// Layers lists the sandbox's overlays: the root, and the working directory's when it lies on another
+// file system than the root.
+func (s *Sandbox) Layers() []Layer {
+	var ls []Layer
+	for _, o := range s.rootfs.overlays() {
+		ls = append(ls, Layer{At: o.At, Upper: o.Upper, Lower: o.Lower})
+	}
+	return ls
+}
 
 // InitExe is the supervisor's executable as seen inside the sandbox.
 const InitExe = initPath

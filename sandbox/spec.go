@@ -29,6 +29,7 @@ type SpecInput struct {
 	ResolvConf string // host path bind-mounted at /etc/resolv.conf; "" = none
 	Args       []string
 	Cwd        string
+	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
 }
 
 // Spec builds the OCI runtime spec of a sandbox from runc's example spec: namespaces, mounts, masked
@@ -58,6 +59,10 @@ func Spec(in SpecInput) *specs.Spec {
 				Options: []string{"bind", "ro", "nosuid", "nodev"},
 			})
 		}
+	}
+	if in.CwdOverlay != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: in.Cwd, Type: "bind", Source: in.CwdOverlay,
+			Options: []string{"bind", "nosuid", "nodev"}})
 	}
 	if in.ResolvConf != "" {
 		s.Mounts = append(s.Mounts, specs.Mount{
