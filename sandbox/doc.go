@@ -18,7 +18,10 @@
 //
 //	/run/sbx/runs/ID/        state of one run: owner file (pid of sbx), lock
 //	/run/sbx/runs/ID/layer   a size-limited tmpfs holding the overlay's upper and work dirs
-//	/run/sbx/runs/ID/rootfs  the overlay: lower = host /, upper = layer/upper
+//	/run/sbx/runs/ID/lower   a read-only, non-recursive bind of the host's /: the root's lower layer
+//	/run/sbx/runs/ID/rootfs  the overlay: lower = lower, upper = layer/upper
+//	/run/sbx/runs/ID/cwd     when the working directory is on another file system: its own overlay
+//	                         (lower = lower-cwd, a bind of the directory; upper = layer/upper-cwd)
 //	/run/sbx/lc/ID           libcontainer's own state
 //	cgroup /sbx-ID           in every hierarchy
 //
