@@ -112,9 +112,19 @@ func TestMCP(t *testing.T) {
 		}
 		id, _ = out["id"].(string)
 		checkHostGone(t, out)
-		mu.Lock()
-		defer mu.Unlock()
-		if len(progress) < 2 || !strings.HasPrefix(progress[0], "starting") || !strings.HasPrefix(progress[len(progress)-1], "finished") {
+		// Notifications travel beside the result: the last one may land just after CallTool returns.
+		finished := func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(progress) >= 2 && strings.HasPrefix(progress[0], "starting") &&
+				strings.HasPrefix(progress[len(progress)-1], "finished")
+		}
+		for deadline := time.Now().Add(5 * time.Second); !finished() && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !finished() {
+			mu.Lock()
+			defer mu.Unlock()
 			t.Errorf("progress = %q, want starting ... finished", progress)
 		}
 	})
