@@ -113,15 +113,11 @@ func GC(root string) (GCResult, error) {
 	var errs []error
 	for _, e := range entries {
 		id := e.Name()
-		dead, lock := claimDead(filepath.Join(runsDir(root), id))
 		if strings.HasPrefix(id, newPrefix) {
-			// Its owner died before it built anything: only the directory is left.
-			if dead {
-				removeRunDir(filepath.Join(runsDir(root), id))
-				lock.Close()
-			}
+			gcNewRunDir(filepath.Join(runsDir(root), id))
 			continue
 		}
+		dead, lock := claimDead(filepath.Join(runsDir(root), id))
 		if !dead {
 			res.Skipped = append(res.Skipped, id)
 			continue
@@ -133,6 +129,22 @@ func GC(root string) (GCResult, error) {
 		res.Runs = append(res.Runs, id)
 	}
 	return res, errors.Join(errs...)
+}
+
+// gcNewRunDir removes a run dir whose owner died while creating it, before it built anything: one whose
+// lock nobody holds and that is older than creating it takes (microseconds; a second is generous).
+func gcNewRunDir(dir string) {
+	st, err := os.Stat(dir)
+	if err != nil || time.Since(st.ModTime()) < time.Second {
+		return
+	}
+	if lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+		defer lock.Close()
+		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			return // its owner lives: it is still being created
+		}
+	}
+	removeRunDir(dir)
 }
 
 // claimDead takes the lock of a run dir if its owner is gone.

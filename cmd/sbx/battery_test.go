@@ -595,3 +595,27 @@ func cmdPause(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	time.Sleep(d)
 }
+
+// waitout NAME TEXT: wait (up to 20s) until the background sbx NAME has written TEXT to stdout, so that
+// a signal goes to a command that is ready for it (a buffered signal would otherwise meet a command
+// that has not set its handlers yet).
+func cmdWaitOut(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: waitout NAME TEXT")
+	}
+	v, ok := bgs.Load(bgKey(ts, args[0]))
+	if !ok {
+		ts.Fatalf("no background sbx %s", args[0])
+	}
+	b := v.(*bgSbx)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		b.out.mu.Lock()
+		seen := bytes.Contains(b.out.head.Bytes(), []byte(args[1]))
+		b.out.mu.Unlock()
+		if seen {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ts.Fatalf("sbx %s never wrote %q", args[0], args[1])
+}

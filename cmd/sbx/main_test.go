@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 }
 
 // TestScripts runs the CLI tests in testdata/script: one txtar file per subcommand or feature.
-func TestScripts(t *testing.T) { testscript.Run(t, scriptParams("testdata/script", "script-")) }
+func TestScripts(t *testing.T) { testscript.Run(t, scriptParams("testdata/script", "")) }
 
 // scriptParams are the testscript parameters every script suite shares: the [root] condition, sbx's
 // custom commands, and a state root of its own per script (prefixed), so that "clean" sees only its runs.
@@ -90,6 +90,7 @@ func scriptCmds() map[string]func(ts *testscript.TestScript, neg bool, args []st
 		"suidcopy":    cmdSuidCopy,
 		"natclean":    cmdNATClean,
 		"pause":       cmdPause,
+		"waitout":     cmdWaitOut,
 	}
 }
 
