@@ -151,10 +151,9 @@ func gcNewRunDir(dir string) {
 func claimDead(dir string) (bool, *os.File) {
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|unix.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		// Only a run dir being created has no lock yet (claimRunDir renames it into place locked): its
-		// owner died if it stays so.
-		st, serr := os.Stat(dir)
-		return serr == nil && time.Since(st.ModTime()) > 10*time.Second, nil
+		// Run dirs are renamed into place with their lock (claimRunDir): one without is what is left of a
+		// dead run whose removal was itself cut short, a gc killed halfway.
+		return true, nil
 	}
 	if err != nil {
 		return false, nil
