@@ -464,8 +464,8 @@ func cmdCrashSweep(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Logf("killed after %v: no run dir yet", d)
 		}
 	}
-	// gc leaves runs alone whose lock is younger than 2s (they may be starting): wait that out.
-	time.Sleep(time.Until(last.Add(2500 * time.Millisecond)))
+	// gc leaves alone a run dir still being created (".new-", under a second old): wait that out.
+	time.Sleep(time.Until(last.Add(1500 * time.Millisecond)))
 	out, err := sbxCommand(ts, "gc").CombinedOutput()
 	ts.Logf("sbx gc: %s", out)
 	if err != nil {
@@ -475,8 +475,7 @@ func cmdCrashSweep(ts *testscript.TestScript, neg bool, args []string) {
 	for _, r := range runs {
 		dir := filepath.Join(root, "runs", r.id)
 		if entries, err := os.ReadDir(dir); err == nil && len(entries) == 0 {
-			// sbx died between creating its run dir and creating the lock in it, before it built anything:
-			// gc takes such a dir only once it is 10s old (it might be a run being created right now).
+			// An empty run dir: what a cut-short removal may leave; gc takes it at once, this only tidies.
 			ts.Logf("run %s: empty run dir without a lock left for a later gc (known, harmless window)", r.id)
 			os.Remove(dir)
 		}
