@@ -1,6 +1,8 @@
 package observe
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"path"
 	"slices"
@@ -103,7 +105,17 @@ func TestEventsSandboxPids(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startVictim(t, victimEnv+"=bench-init", countEnv+"=3") // init + 2 sleepers
-	waitFor(t, func() bool { return len(descendants(s.init.Process.Pid)) == 3 })
+	// Both sleepers forked is not enough: each must have exec'd sleep before the stream stops.
+	sleep := realpath(t, "/bin/sleep")
+	waitFor(t, func() bool {
+		n := 0
+		for _, pid := range descendants(s.init.Process.Pid) {
+			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); exe == sleep {
+				n++
+			}
+		}
+		return n == 2
+	})
 	execs, err := ev.Stop([]int{s.init.Process.Pid})
 	if err != nil {
 		t.Fatal(err)
