@@ -22,6 +22,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runc/libcontainer/utils"
+	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/supervisor"
@@ -79,13 +80,8 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if cfg.StateRoot == "" {
 		cfg.StateRoot = DefaultStateRoot
 	}
-	if cfg.Plan == nil || len(cfg.Command.Args) == 0 {
-		return nil, fmt.Errorf("%w: no plan or no command", ErrSetup)
-	}
-	for _, sh := range cfg.Plan.Filesystem.Shares {
-		if _, err := os.Stat(sh.Host); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrShare, sh.Host, err)
-		}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
 	tr := newTracer()
@@ -107,24 +103,10 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 			err = fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 	}()
-	// A working directory on another file system than / gets an overlay of its own, unless a share
-	// brings it in already.
-	overlayCwd := !sameFS("/", cfg.Command.Cwd) && !shared(cfg.Plan.Filesystem.Shares, cfg.Command.Cwd)
-	if err := sb.rootfs.mount(cfg.Plan.Limits.DiskBytes, cfg.Plan.Filesystem.Hidden, cfg.Command.Cwd, overlayCwd); err != nil {
+	if err := sb.buildFiles(); err != nil {
 		return sb, err
 	}
-	tr.mark("rootfs")
-	if cfg.Plan.UID != 0 && cfg.Plan.Filesystem.WriteCwd {
-		// The working directory stays writable for the unprivileged user the command runs as.
-		whole, err := sb.rootfs.giveTo(cfg.Command.Cwd, cfg.Plan.UID, cfg.Plan.GID)
-		if err != nil {
-			return sb, err
-		}
-		if !whole {
-			sb.Notes = append(sb.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, cfg.Plan.UID))
-		}
-	}
-	tr.mark("cwd")
+	tr.mark("files")
 	if cfg.Plan.Network.Mode == policy.NetContract {
 		// The contract loads while the container starts; Start waits for it before the command runs.
 		sb.net, err = netcontract.SetupAsync(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})
@@ -137,27 +119,47 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	return sb, err
 }
 
-func (s *Sandbox) startContainer(tr *tracer) error {
-	self, err := os.Executable()
+// check refuses a config that cannot be built, before anything is.
+func (cfg Config) check() error {
+	if cfg.Plan == nil || len(cfg.Command.Args) == 0 {
+		return fmt.Errorf("%w: no plan or no command", ErrSetup)
+	}
+	for _, sh := range cfg.Plan.Filesystem.Shares {
+		if _, err := os.Stat(sh.Host); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrShare, sh.Host, err)
+		}
+	}
+	return nil
+}
+
+// buildFiles mounts the overlays and hands the working directory to the command's user.
+func (s *Sandbox) buildFiles() error {
+	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
+	// A working directory on another file system than / gets an overlay of its own, unless a share
+	// brings it in already.
+	overlayCwd := !sameFS("/", cwd) && !shared(plan.Filesystem.Shares, cwd)
+	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd); err != nil {
+		return err
+	}
+	if plan.UID == 0 || !plan.Filesystem.WriteCwd {
+		return nil
+	}
+	// The working directory stays writable for the unprivileged user the command runs as.
+	whole, err := s.rootfs.giveTo(cwd, plan.UID, plan.GID)
 	if err != nil {
-		return fmt.Errorf("finding the sbx binary: %w", err)
+		return err
 	}
-	cmd := s.cfg.Command
-	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.root.merged, Init: s.cfg.InitBinary,
-		Args: []string{initPath, roleSupervise}, Cwd: cmd.Cwd}
-	if in.Init == "" {
-		in.Init = initBinary(self)
+	if !whole {
+		s.Notes = append(s.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, plan.UID))
 	}
-	if s.rootfs.cwd != nil {
-		in.CwdOverlay = s.rootfs.cwd.merged
+	return nil
+}
+
+func (s *Sandbox) startContainer(tr *tracer) error {
+	spec, err := s.spec()
+	if err != nil {
+		return err
 	}
-	if cmd.Args[0] == shimPath {
-		in.Binary = self // the command is sbx itself in another role (SelfCommand)
-	}
-	if s.net != nil {
-		in.NetNS, in.ResolvConf = s.net.NetNSPath(), s.net.ResolvConf()
-	}
-	spec := Spec(in)
 	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: s.ID, Spec: spec})
 	if err != nil {
 		return specError(err)
@@ -174,24 +176,9 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	}
 	defer ctlChild.Close()
 	s.ctl, s.ctlIn = ctl, bufio.NewReader(ctl)
-	s.init = &libcontainer.Process{
-		// The command's argv and env travel in the supervisor's configuration, byte for byte.
-		Args: spec.Process.Args, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: cmd.Cwd, Init: true,
-		UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID,
-		// specconv leaves the spec's rlimits to its caller (runc's main package): set them here.
-		Rlimits: []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: spec.Process.Rlimits[0].Hard, Soft: spec.Process.Rlimits[0].Soft}},
-		Stdin:   cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
-		ExtraFiles: []*os.File{ctlChild},
-	}
-	if s.cfg.Plan.UID != 0 {
-		// The supervisor stays root with only the capabilities to hand the command its user: the command
-		// then cannot signal it, read its memory or its /proc files. The command starts with none.
-		s.init.UID, s.init.GID = 0, 0
-		caps := []string{"CAP_SETUID", "CAP_SETGID"}
-		s.init.Capabilities = &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps}
-	}
+	s.init = s.initProcess(spec, ctlChild)
 	var consoleParent *os.File
-	if cmd.Terminal {
+	if s.cfg.Command.Terminal {
 		var consoleChild *os.File
 		if consoleParent, consoleChild, err = utils.NewSockPair("console"); err != nil {
 			return err
@@ -213,6 +200,53 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		}
 	}
 	return nil
+}
+
+// spec is the sandbox's OCI spec: the plan, the overlays, the network and sbx's binaries.
+func (s *Sandbox) spec() (*specs.Spec, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding the sbx binary: %w", err)
+	}
+	cmd := s.cfg.Command
+	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.root.merged, Init: s.cfg.InitBinary,
+		Args: []string{initPath, roleSupervise}, Cwd: cmd.Cwd}
+	if in.Init == "" {
+		in.Init = initBinary(self)
+	}
+	if s.rootfs.cwd != nil {
+		in.CwdOverlay = s.rootfs.cwd.merged
+	}
+	if cmd.Args[0] == shimPath {
+		in.Binary = self // the command is sbx itself in another role (SelfCommand)
+	}
+	if s.net != nil {
+		in.NetNS, in.ResolvConf = s.net.NetNSPath(), s.net.ResolvConf()
+	}
+	return Spec(in), nil
+}
+
+// initProcess is the supervisor as libcontainer's init process, with the command's stdio and the
+// control socket.
+func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) *libcontainer.Process {
+	cmd := s.cfg.Command
+	p := &libcontainer.Process{
+		// The command's argv and env travel in the supervisor's configuration, byte for byte.
+		Args: spec.Process.Args, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: cmd.Cwd, Init: true,
+		UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID,
+		// specconv leaves the spec's rlimits to its caller (runc's main package): set them here.
+		Rlimits: []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: spec.Process.Rlimits[0].Hard, Soft: spec.Process.Rlimits[0].Soft}},
+		Stdin:   cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
+		ExtraFiles: []*os.File{ctl},
+	}
+	if s.cfg.Plan.UID != 0 {
+		// The supervisor stays root with only the capabilities to hand the command its user: the command
+		// then cannot signal it, read its memory or its /proc files. The command starts with none.
+		p.UID, p.GID = 0, 0
+		caps := []string{"CAP_SETUID", "CAP_SETGID"}
+		p.Capabilities = &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps}
+	}
+	return p
 }
 
 // supervisorConfig is what the supervisor needs to start the command, sent over the control socket (no
