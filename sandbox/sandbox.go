@@ -350,7 +350,7 @@ func (s *Sandbox) Start() (*Running, error) {
 	}
 	var n int
 	if _, err := fmt.Sscanf(line, "fail %d", &n); err == nil {
-		return &Running{sb: s, code: n}, nil
+		return &Running{sb: s, code: n, pidfd: -1}, nil
 	}
 	if _, err := fmt.Sscanf(line, "pid %d", &n); err != nil {
 		return nil, fmt.Errorf("starting the command: unexpected answer %q", line)
