@@ -90,7 +90,7 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err != nil {
 		return &exitError{code: exitSetup, err: err, hint: "give an existing directory; the sandbox sees the host's files through its overlay"}
 	}
-	plan, err := compilePlan(f.profile, cwd, f.overrides)
+	plan, err := compilePlan(f.profile, cwd, os.Environ(), f.overrides)
 	if err != nil {
 		return &exitError{code: exitSetup, err: err}
 	}
@@ -151,13 +151,14 @@ func workdir(dir string) (string, error) {
 	return abs, nil
 }
 
-// compilePlan loads a profile, applies the flags and compiles it.
-func compilePlan(profile, cwd string, ov policy.Overrides) (*policy.Plan, error) {
+// compilePlan loads a profile, applies the flags and compiles it. callerEnv is what the profile's
+// env.pass and -e NAME may take values from.
+func compilePlan(profile, cwd string, callerEnv []string, ov policy.Overrides) (*policy.Plan, error) {
 	p, err := policy.Load(profile)
 	if err != nil {
 		return nil, err
 	}
-	return policy.Compile(p, policy.CompileContext{Cwd: cwd, CallerEnv: os.Environ(), Overrides: ov})
+	return policy.Compile(p, policy.CompileContext{Cwd: cwd, CallerEnv: callerEnv, Overrides: ov})
 }
 
 func writeReport(io stdio, f execFlags, rep *report.Report) error {

@@ -70,13 +70,9 @@ Examples:
 }
 
 func runExportKube(io stdio, f exportKubeFlags) error {
-	p, err := policy.Load(f.profile)
-	if err != nil {
-		return &exitError{code: exitSetup, err: err}
-	}
 	// No caller environment: only the profile's fixed env.set values are written into the manifests.
 	cwd, _ := os.Getwd()
-	plan, err := policy.Compile(p, policy.CompileContext{Cwd: cwd, Overrides: policy.Overrides{Allow: f.allow}})
+	plan, err := compilePlan(f.profile, cwd, nil, policy.Overrides{Allow: f.allow})
 	if err != nil {
 		return &exitError{code: exitSetup, err: err}
 	}

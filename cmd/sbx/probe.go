@@ -94,7 +94,7 @@ func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := compilePlan(f.profile, cwd, f.overrides)
+	plan, err := compilePlan(f.profile, cwd, os.Environ(), f.overrides)
 	if err != nil {
 		return nil, err
 	}

@@ -139,11 +139,20 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// uplinkSide addresses the peer and brings it up, through a netlink socket opened in the uplink namespace.
-func (p plumbing) uplinkSide() error {
+// uplinkHandle is a netlink socket opened in the uplink namespace.
+func (p plumbing) uplinkHandle() (*netlink.Handle, error) {
 	h, err := netlink.NewHandleAt(netns.NsHandle(p.uplinkFd), unix.NETLINK_ROUTE)
 	if err != nil {
-		return fmt.Errorf("netlink in uplink namespace: %w", err)
+		return nil, fmt.Errorf("netlink in uplink namespace: %w", err)
+	}
+	return h, nil
+}
+
+// uplinkSide addresses the peer and brings it up, through a netlink socket opened in the uplink namespace.
+func (p plumbing) uplinkSide() error {
+	h, err := p.uplinkHandle()
+	if err != nil {
+		return err
 	}
 	defer h.Close()
 	link, err := h.LinkByName(p.peerName)
@@ -165,9 +174,9 @@ func (p plumbing) uplinkSide() error {
 // unaddressPeer removes the peer's addresses so the slot can be reused at once while the kernel frees the
 // veth in the background. The peer may already be gone.
 func (p plumbing) unaddressPeer() error {
-	h, err := netlink.NewHandleAt(netns.NsHandle(p.uplinkFd), unix.NETLINK_ROUTE)
+	h, err := p.uplinkHandle()
 	if err != nil {
-		return fmt.Errorf("netlink in uplink namespace: %w", err)
+		return err
 	}
 	defer h.Close()
 	link, err := h.LinkByName(p.peerName)
