@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/report"
@@ -285,15 +286,37 @@ func truncate(s string, width int) string {
 	return string(runes[:width-1]) + "…"
 }
 
-// clean replaces control characters, which a hostile file or process name could use to drive the
-// terminal, with "?".
+// clean makes s safe to print on a terminal: control characters, which a hostile file or process name
+// could use to drive the terminal, become "?"; format characters (Unicode category Cf: the bidi controls
+// U+202A-U+202E and U+2066-U+2069 that reorder what follows, zero-width spaces and joiners, soft hyphens,
+// tags) and the line and paragraph separators, which a reader cannot see but which change what the line
+// seems to say, are written as \u escapes (U+202E becomes \u202e).
 func clean(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 {
-			return '?'
+	if !strings.ContainsFunc(s, needsCleaning) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case isControl(r):
+			b.WriteByte('?')
+		case invisible(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
 		}
-		return r
-	}, s)
+	}
+	return b.String()
+}
+
+func needsCleaning(r rune) bool { return isControl(r) || invisible(r) }
+
+// isControl holds for C0, DEL and C1.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 }
+
+// invisible holds for format characters and the line and paragraph separators.
+func invisible(r rune) bool {
+	return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
 }
 
 // age is a duration rounded for people: 850ms, 12s, 3m4s, 2h5m.

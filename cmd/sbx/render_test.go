@@ -32,6 +32,7 @@ func TestRenderGolden(t *testing.T) {
 		"timeout":     timeoutReport(),
 		"unrelated":   unrelatedRootsReport(),
 		"hostileargv": hostileArgvReport(),
+		"bidi":        bidiReport(),
 	}
 	for name, rep := range cases {
 		for _, color := range []bool{false, true} {
@@ -256,5 +257,20 @@ func hostileArgvReport() *report.Report {
 		{Pid: 2, PPid: 1, Exe: "/usr/bin/python3.11", Comm: "python3",
 			Argv: []string{"python3", "-c", "print('\x1b[2J\x1b[Hpwned')\n" + strings.Repeat("x = 1\n", 40)}},
 	}
+	return r
+}
+
+// bidiReport hides what it says behind Unicode format characters: a right-to-left override that makes
+// "evil.sh" read as "hs.live", isolates, a zero-width space and a line separator. The human report must
+// show each of them as an escape.
+func bidiReport() *report.Report {
+	r := baseReport()
+	r.Command = []string{"sh", "-c", "touch /tmp/\u202ehs.live"}
+	r.Processes.LeftRunning = []observe.Process{
+		{Pid: 2, PPid: 1, Exe: "/usr/bin/\u2066python3\u2069", Comm: "python3",
+			Argv: []string{"python3", "-c", "safe\u200b\u202e# )(lave"}},
+	}
+	r.Files.Created = []string{"/tmp/\u202ehs.live", "/tmp/a\u2028b", "/tmp/\ufeffbom\u00ad"}
+	r.Notes = []string{"note with \u202eesrever\u202c inside"}
 	return r
 }
