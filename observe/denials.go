@@ -24,10 +24,12 @@ import (
 // Available is false and Reason says why, so that an empty list is never mistaken for "nothing denied".
 // Reason may also be set when only one of the two is reported.
 type Denials struct {
-	Available bool             `json:"available"`
-	Reason    string           `json:"reason,omitempty"`
-	Seccomp   []SeccompDenial  `json:"seccomp"`
-	Landlock  []LandlockDenial `json:"landlock"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	// Lost counts records dropped (queue overflow, bounds, a failed read): the lists may be incomplete.
+	Lost     int              `json:"lost,omitempty"`
+	Seccomp  []SeccompDenial  `json:"seccomp"`
+	Landlock []LandlockDenial `json:"landlock"`
 }
 
 // SeccompDenial is one syscall the filter refused a process, with how many times.
@@ -247,6 +249,9 @@ func (c *DenialsCollector) read() {
 	fds := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}, {Fd: int32(c.wake[0]), Events: unix.POLLIN}}
 	for {
 		if _, err := unix.Poll(fds, -1); err != nil && !errors.Is(err, unix.EINTR) {
+			c.mu.Lock()
+			c.lost++ // what comes after is not read
+			c.mu.Unlock()
 			return
 		}
 		if fds[1].Revents != 0 {
@@ -384,6 +389,7 @@ func (c *DenialsCollector) collect(scope DenialsScope) Denials {
 	defer c.mu.Unlock()
 	d.Seccomp = c.seccompDenials(in, scope.SandboxPid)
 	d.Landlock = c.landlockDenials(in, scope.SandboxPid)
+	d.Lost = c.lost
 	if c.lost > 0 {
 		d.Reason = strings.TrimPrefix(d.Reason+fmt.Sprintf("; %d audit records lost, the lists may be incomplete", c.lost), "; ")
 	}

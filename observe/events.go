@@ -28,6 +28,11 @@ const (
 	procEventDataOff  = procEventOffset + 16              // the union after what, cpu, timestamp_ns
 	eventsRcvBuf      = 8 << 20
 	readerNice        = -15
+	// maxEventLog bounds the events recorded (about 40 bytes each); past it events count as lost.
+	maxEventLog = 1 << 19
+	// maxDetailedExecs bounds the execs read from /proc at event time; later ones keep only what the
+	// event carries. Runs list the first MaxExecs execs, so this leaves room for sbx's own.
+	maxDetailedExecs = 4 * MaxExecs
 )
 
 // ErrHostNetNS is returned by StartEvents when called from a thread outside the host's network namespace:
@@ -38,14 +43,14 @@ var ErrHostNetNS = errors.New("process events need a socket in the host network 
 type EventsOptions struct {
 	// IgnoreExe drops execs of this executable (sbx's own shim, re-exec'd inside the sandbox).
 	IgnoreExe string
-	// Track lists the host pids whose descendants' execs are read from /proc as they happen. Execs of
-	// other processes are only recorded as the event carries them (they are usually filtered out by Stop
-	// anyway), which keeps the cost on a busy host low. Default: the calling process, which with runc's
-	// libcontainer is the ancestor of everything in the sandbox. Track adds more later.
+	// Track lists the host pids whose descendants' events are recorded, their execs read from /proc as
+	// they happen. Events of other processes are not recorded, which keeps the cost and the memory on a
+	// busy host low. Default: the calling process, which with runc's libcontainer is the ancestor of
+	// everything in the sandbox. Track adds more later.
 	Track []int
 }
 
-// Events records fork, exec and exit events of the whole host from StartEvents until Stop, in memory, on
+// Events records fork, exec and exit events of the tracked processes and their descendants from StartEvents until Stop, in memory (bounded), on
 // a goroutine of its own.
 type Events struct {
 	fd       int
@@ -62,6 +67,8 @@ type Events struct {
 	nspidOf  map[int][]int // host pid -> pid in each namespace, learnt at exec time, dropped at exit
 	r        *procReader
 	readErr  error
+	detailed int // execs read from /proc so far
+	dropped  int // execs the last Stop left out past MaxExecs
 }
 
 // event is one recorded kernel event. For execs, info holds what /proc told at event time.
@@ -240,6 +247,7 @@ func (e *Events) handle(b []byte) {
 	ev := event{what: what, ts: binary.NativeEndian.Uint64(b[procEventOffset+8:])}
 	d := b[procEventDataOff:]
 	u32 := func(i int) int { return int(binary.NativeEndian.Uint32(d[4*i:])) }
+	// Only events of tracked processes are kept: the rest of the host is not what a run reports.
 	switch what {
 	case procEventFork:
 		// Threads are forks too; only a new thread group is a new process.
@@ -247,56 +255,78 @@ func (e *Events) handle(b []byte) {
 			return
 		}
 		ev.parent, ev.pid = u32(1), u32(3)
-		e.onFork(ev.parent, ev.pid)
+		if !e.onFork(ev.parent, ev.pid) {
+			return
+		}
 	case procEventExec:
 		ev.pid = u32(1)
-		ev.info = e.onExec(ev.pid)
+		if ev.info = e.onExec(ev.pid); ev.info == nil {
+			return
+		}
 	case procEventExit:
 		if u32(0) != u32(1) { // a thread, not the process
 			return
 		}
 		ev.pid = u32(1)
-		e.onExit(ev.pid)
+		if !e.onExit(ev.pid) {
+			return
+		}
 	default:
+		return
+	}
+	if len(e.log) >= maxEventLog {
+		e.lost.Add(1)
 		return
 	}
 	e.log = append(e.log, ev)
 }
 
-func (e *Events) onFork(parent, child int) {
+// onFork tracks child when parent is tracked, and says whether it is.
+func (e *Events) onFork(parent, child int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.tracked[parent] {
 		e.tracked[child] = true
+		return true
 	}
+	return false
 }
 
-func (e *Events) onExit(pid int) {
+// onExit forgets pid and says whether it was tracked.
+func (e *Events) onExit(pid int) bool {
 	e.mu.Lock()
+	tracked := e.tracked[pid]
 	delete(e.tracked, pid)
 	e.mu.Unlock()
 	delete(e.nspidOf, pid)
+	return tracked
 }
 
-// onExec reads the process right away, while it most likely still runs the binary it just executed. The
-// event itself carries only the pid and the time: that is all an untracked process, or one that exited
-// before it could be read, keeps (marked Incomplete).
+// onExec reads a tracked process right away, while it most likely still runs the binary it just
+// executed; nil for an untracked one. The event itself carries only the pid and the time: that is all a
+// process that exited before it could be read keeps (marked Incomplete), and so do the execs past
+// maxDetailedExecs. The command line is kept up to MaxArgvBytes and MaxArgs.
 func (e *Events) onExec(pid int) *Exec {
-	x := &Exec{HostPid: pid, Incomplete: true}
 	e.mu.Lock()
 	tracked := e.tracked[pid]
 	e.mu.Unlock()
 	if !tracked {
+		return nil
+	}
+	x := &Exec{HostPid: pid, Incomplete: true}
+	if e.detailed >= maxDetailedExecs {
 		return x
 	}
+	e.detailed++
 	// exe and cmdline vanish when the process exits, stat and status only when it is reaped: read the
 	// former first.
 	dir := "/proc/" + strconv.Itoa(pid)
 	if exe, err := e.r.readlink(dir + "/exe"); err == nil {
 		x.Exe, _ = splitDeleted(exe)
 	}
-	if b, err := e.r.read(dir + "/cmdline"); err == nil && len(b) > 0 {
-		x.Argv = parseCmdline(b)
+	var cmdline []byte
+	if b, err := e.r.readLimit(dir+"/cmdline", MaxArgvBytes); err == nil && len(b) > 0 {
+		cmdline = append(cmdline, b...)
 	}
 	b, err := e.r.read(dir + "/stat")
 	if err != nil {
@@ -305,6 +335,12 @@ func (e *Events) onExec(pid int) *Exec {
 	st, err := parseStat(b)
 	if err != nil {
 		return x
+	}
+	if cmdline != nil {
+		x.Argv, x.ArgvTruncated = capArgv(cmdline, st.argBytes)
+		if x.ArgvTruncated {
+			x.ArgvBytes = st.argBytes
+		}
 	}
 	x.Comm = st.comm
 	if nspid, err := e.nspid(pid); err == nil {
@@ -343,7 +379,7 @@ func (e *Events) sandboxParent(ppid, depth int) int {
 	return nspid[depth-1]
 }
 
-// Stop ends the stream and returns the execs of the given roots and their descendants (by the fork tree,
+// Stop ends the stream and returns the first MaxExecs execs (Dropped counts the rest) of the given roots and their descendants (by the fork tree,
 // in event order), so that no process outside the sandbox appears. Pass the sandbox init's and the
 // command's host pids. A root's pid counts from its own fork on, if that was seen: an earlier process
 // with the same pid is not it. Execs of IgnoreExe are dropped. Calling Stop again filters the same
@@ -362,6 +398,9 @@ func (e *Events) Stop(roots []int) ([]Exec, error) {
 	return e.filter(roots), nil
 }
 
+// Dropped returns how many execs the last Stop left out past MaxExecs.
+func (e *Events) Dropped() int { return e.dropped }
+
 // filter walks the log in order, keeping the set of processes in the tree.
 func (e *Events) filter(roots []int) []Exec {
 	born := make(map[int]int) // root -> index of the fork that created it
@@ -377,6 +416,7 @@ func (e *Events) filter(roots []int) []Exec {
 		}
 	}
 	var execs []Exec
+	e.dropped = 0
 	parent := make(map[int]int)     // host pid -> host pid of its parent, from the fork events
 	sandboxPid := make(map[int]int) // host pid -> sandbox pid, from the execs that could be read
 	for i, ev := range e.log {
@@ -396,6 +436,10 @@ func (e *Events) filter(roots []int) []Exec {
 					x.PPid = sandboxPid[parent[x.HostPid]]
 				} else {
 					sandboxPid[x.HostPid] = x.Pid
+				}
+				if len(execs) >= MaxExecs {
+					e.dropped++
+					continue
 				}
 				execs = append(execs, x)
 			}

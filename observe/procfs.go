@@ -44,15 +44,19 @@ func bootTime() time.Time {
 // read returns the content of path in r's buffer; it stays valid until the next call. A short read ends
 // it: /proc's stat, status (seq files of one record) and cmdline return all they have up to the size
 // asked, so the extra read(2) that would return 0 is saved.
-func (r *procReader) read(path string) ([]byte, error) {
+func (r *procReader) read(path string) ([]byte, error) { return r.readLimit(path, len(r.buf)) }
+
+// readLimit is read with at most limit bytes.
+func (r *procReader) readLimit(path string, limit int) ([]byte, error) {
+	buf := r.buf[:min(limit, len(r.buf))]
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
 	n := 0
-	for n < len(r.buf) {
-		m, err := unix.Read(fd, r.buf[n:])
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
 		if err == unix.EINTR {
 			continue
 		}
@@ -60,11 +64,11 @@ func (r *procReader) read(path string) ([]byte, error) {
 			return nil, err
 		}
 		n += m
-		if m == 0 || n < len(r.buf) {
+		if m == 0 || n < len(buf) {
 			break
 		}
 	}
-	return r.buf[:n], nil
+	return buf[:n], nil
 }
 
 // readlink returns the target of a /proc symlink as a string.
@@ -87,6 +91,9 @@ type procStat struct {
 	state byte
 	ppid  int
 	start uint64
+	// argBytes is the size of the command line (arg_end - arg_start), 0 when unknown (zombies, old
+	// kernels): how long the argv is, without reading it.
+	argBytes int
 }
 
 // parseStat parses /proc/PID/stat. The comm field is set by the process itself (prctl PR_SET_NAME) and
@@ -111,16 +118,25 @@ func parseStat(b []byte) (procStat, error) {
 	if st.start, err = strconv.ParseUint(fields[19], 10, 64); err != nil {
 		return procStat{}, fmt.Errorf("parse stat: start time: %w", err)
 	}
+	// arg_start and arg_end are fields 48 and 49 (Linux 3.5+).
+	if len(fields) > 46 {
+		start, err1 := strconv.ParseUint(fields[45], 10, 64)
+		end, err2 := strconv.ParseUint(fields[46], 10, 64)
+		if err1 == nil && err2 == nil && end > start {
+			st.argBytes = int(end - start)
+		}
+	}
 	return st, nil
 }
 
 // procStatus is what the snapshot needs from /proc/PID/status.
 type procStatus struct {
+	tgid  int   // the process a thread belongs to
 	nspid []int // pid in each pid namespace, outermost first
 	uid   int   // real uid
 }
 
-// parseStatus reads the NSpid and Uid lines of /proc/PID/status.
+// parseStatus reads the Tgid, NSpid and Uid lines of /proc/PID/status.
 func parseStatus(b []byte) (procStatus, error) {
 	var st procStatus
 	st.uid = -1
@@ -132,6 +148,8 @@ func parseStatus(b []byte) (procStatus, error) {
 			b = nil
 		}
 		switch {
+		case bytes.HasPrefix(line, []byte("Tgid:")):
+			st.tgid, _ = strconv.Atoi(strings.TrimSpace(string(line[5:])))
 		case bytes.HasPrefix(line, []byte("Uid:")):
 			f := strings.Fields(string(line[4:]))
 			if len(f) > 0 {

@@ -23,6 +23,9 @@ type SnapshotOptions struct {
 	InitHostPid int
 	// NetNS is the path of the sandbox's network namespace, e.g. /proc/PID/ns/net. Empty: no sockets.
 	NetNS string
+	// HostTasks are the sandbox's threads (host thread ids, from its cgroup). Each names its process,
+	// which is read too when HostPids lacks it: a task list is the ground truth of what still runs.
+	HostTasks []int
 }
 
 // Snap is what one snapshot saw.
@@ -42,6 +45,9 @@ type Snap struct {
 //
 // Established lists the TCP connections whenever a process of the sandbox holds one; connections no
 // process holds (not yet accepted, closing) are listed only when that is the case too.
+//
+// The Snap is never nil: what could be read is in it, and the error says what could not (a process
+// that could not be read, the socket dump).
 func Snapshot(opts SnapshotOptions) (*Snap, error) {
 	s := &Snap{Taken: time.Now()}
 	type dumped struct {
@@ -58,30 +64,27 @@ func Snapshot(opts SnapshotOptions) (*Snap, error) {
 		if err == nil {
 			if err = d.waiting(); err != nil {
 				d.close()
+				d = nil
 			}
 		}
 		ch <- dumped{d, err}
 	}()
 	raw, procErr := readProcs(opts)
 	sd := <-ch
+	errs := []error{procErr}
 	if sd.err != nil {
-		return nil, sd.err
+		errs = append(errs, fmt.Errorf("reading the sockets: %w", sd.err))
 	}
 	if sd.d != nil {
 		defer sd.d.close()
-	}
-	if procErr != nil {
-		return nil, procErr
-	}
-	if sd.d != nil {
 		if err := completeSockets(sd.d, raw); err != nil {
-			return nil, err
+			errs = append(errs, fmt.Errorf("reading the connected sockets: %w", err))
 		}
 		s.Sockets = sd.d.socks
 	}
 	s.Processes = resolveParents(raw, opts.InitHostPid)
 	s.attachSockets()
-	return s, nil
+	return s, errors.Join(errs...)
 }
 
 // completeSockets dumps the connected TCP sockets when some fd holds a socket the first dump did not
@@ -97,16 +100,23 @@ func completeSockets(d *sockDump, raw []rawProc) error {
 				return d.connected()
 			}
 		}
+		for _, ino := range p.extraSockets {
+			if !known[ino] {
+				return d.connected()
+			}
+		}
 	}
 	return nil
 }
 
 // readProcs reads the processes on up to GOMAXPROCS goroutines, each with its own buffers.
 func readProcs(opts SnapshotOptions) ([]rawProc, error) {
-	pids := slices.DeleteFunc(slices.Clone(opts.HostPids), func(p int) bool { return p == opts.InitHostPid })
+	pids, tasksErr := processesOf(opts.HostPids, opts.HostTasks)
+	pids = slices.DeleteFunc(pids, func(p int) bool { return p == opts.InitHostPid })
 	workers := min(runtime.GOMAXPROCS(0), (len(pids)+procsPerWorker-1)/procsPerWorker)
 	if workers <= 1 {
-		return readProcRange(pids)
+		raw, err := readProcRange(pids)
+		return raw, errors.Join(tasksErr, err)
 	}
 	results := make([][]rawProc, workers)
 	errs := make([]error, workers)
@@ -116,26 +126,65 @@ func readProcs(opts SnapshotOptions) ([]rawProc, error) {
 		wg.Go(func() { results[w], errs[w] = readProcRange(pids[lo:hi]) })
 	}
 	wg.Wait()
-	return slices.Concat(results...), errors.Join(errs...)
+	return slices.Concat(results...), errors.Join(tasksErr, errors.Join(errs...))
+}
+
+// processesOf returns pids and the processes the threads tids belong to, each once; the error names the
+// threads that could not be read.
+func processesOf(pids, tids []int) ([]int, error) {
+	var errs []error
+	out := slices.Clone(pids)
+	known := make(map[int]bool, len(pids))
+	for _, p := range pids {
+		known[p] = true
+	}
+	r := newProcReader()
+	for _, tid := range tids {
+		if known[tid] {
+			continue
+		}
+		var st procStatus
+		b, err := r.read("/proc/" + strconv.Itoa(tid) + "/status")
+		if gone(err) {
+			continue
+		}
+		if err == nil {
+			st, err = parseStatus(b)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("read thread %d: %w", tid, err))
+			continue
+		}
+		known[tid] = true
+		if st.tgid > 0 && !known[st.tgid] {
+			known[st.tgid] = true
+			out = append(out, st.tgid)
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // procsPerWorker is the least work worth a goroutine of its own (a process costs ~20 µs to read).
 const procsPerWorker = 8
 
+// readProcRange reads pids; a process that cannot be read is left out and named in the error, the
+// others are read on.
 func readProcRange(pids []int) ([]rawProc, error) {
 	r := newProcReader()
 	raw := make([]rawProc, 0, len(pids))
+	var errs []error
 	for _, pid := range pids {
 		p, err := r.readProc(pid)
 		if gone(err) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		raw = append(raw, p)
 	}
-	return raw, nil
+	return raw, errors.Join(errs...)
 }
 
 // rawProc is a process as read, before its parent is resolved to a sandbox pid.
@@ -167,45 +216,101 @@ func (r *procReader) readProc(pid int) (rawProc, error) {
 		return p, err
 	}
 	p.Pid, p.UID = status.nspid[len(status.nspid)-1], status.uid
-	if b, err = r.read(dir + "/cmdline"); err != nil {
+	// A zombie main thread takes the process's exe, command line and fds along only when the whole
+	// process is gone: with another thread alive, they are read through that thread.
+	view := dir
+	if st.state == 'Z' {
+		if task, live, err := r.liveThread(dir, pid); err != nil {
+			return p, wrapProc(pid, err)
+		} else if task != "" {
+			view, p.State, p.LeaderExited = task, string(live.state), true
+			st.argBytes = live.argBytes
+		}
+	}
+	if b, err = r.readLimit(view+"/cmdline", MaxArgvBytes); err != nil {
 		return p, wrapProc(pid, err)
 	}
-	p.Argv = parseCmdline(b)
+	p.Argv, p.ArgvTruncated = capArgv(b, st.argBytes)
+	if p.ArgvTruncated {
+		p.ArgvBytes = st.argBytes
+	}
 	// exe is unreadable for kernel threads and zombies (ENOENT): keep the process with no exe.
-	if exe, err := r.readlink(dir + "/exe"); err == nil {
+	if exe, err := r.readlink(view + "/exe"); err == nil {
 		p.Exe, p.Deleted = splitDeleted(exe)
 	}
-	if p.FDs, err = r.readFDs(dir + "/fd"); err != nil {
+	if err = r.readFDs(view+"/fd", &p.Process); err != nil {
 		return p, wrapProc(pid, err)
 	}
 	return p, nil
+}
+
+// liveThread finds a thread of process pid (at dir) that has not exited, and returns its /proc
+// directory and stat; "" when every thread has.
+func (r *procReader) liveThread(dir string, pid int) (string, procStat, error) {
+	tids, err := r.readdirnames(dir + "/task")
+	if err != nil {
+		return "", procStat{}, err
+	}
+	for _, tid := range tids {
+		if tid == strconv.Itoa(pid) {
+			continue
+		}
+		task := dir + "/task/" + tid
+		b, err := r.read(task + "/stat")
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return "", procStat{}, err
+		}
+		st, err := parseStat(b)
+		if err != nil {
+			return "", procStat{}, err
+		}
+		if st.state != 'Z' && st.state != 'X' {
+			return task, st, nil
+		}
+	}
+	return "", procStat{}, nil
 }
 
 func wrapProc(pid int, err error) error {
 	return fmt.Errorf("read process %d: %w", pid, err)
 }
 
-// readFDs lists the open fds of a process with their targets.
-func (r *procReader) readFDs(dir string) ([]FD, error) {
+// readFDs lists the open fds of a process with their targets: the lowest MaxFDs of them, with the total.
+// Socket inodes past the bound are kept apart, only to name the owner of a socket.
+func (r *procReader) readFDs(dir string, p *Process) error {
 	names, err := r.readdirnames(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	fds := make([]FD, 0, len(names))
+	nums := make([]int, 0, len(names))
 	for _, name := range names {
-		n, err := strconv.Atoi(name)
-		if err != nil {
-			continue
+		if n, err := strconv.Atoi(name); err == nil {
+			nums = append(nums, n)
 		}
-		target, err := r.readlink(dir + "/" + name)
+	}
+	names = nil
+	slices.Sort(nums)
+	p.FDs = make([]FD, 0, min(len(nums), MaxFDs))
+	for _, n := range nums {
+		target, err := r.readlink(dir + "/" + strconv.Itoa(n))
 		if err != nil {
 			// The fd was closed between readdir and readlink: it no longer exists.
 			continue
 		}
-		fds = append(fds, newFD(n, target))
+		p.FDsTotal++
+		if len(p.FDs) < MaxFDs {
+			p.FDs = append(p.FDs, newFD(n, target))
+			continue
+		}
+		p.FDsTruncated = true
+		if ino := socketInode(target); ino != 0 && len(p.extraSockets) < maxExtraSockets {
+			p.extraSockets = append(p.extraSockets, ino)
+		}
 	}
-	slices.SortFunc(fds, func(a, b FD) int { return a.FD - b.FD })
-	return fds, nil
+	return nil
 }
 
 // newFD classifies one fd. The kernel marks files unlinked while open with " (deleted)"; memfds always
@@ -292,6 +397,11 @@ func (s *Snap) attachSockets() {
 			}
 			if sock := byInode[ino]; sock != nil {
 				fd.Socket = sock.Describe()
+			}
+		}
+		for _, ino := range p.extraSockets {
+			if _, ok := owner[ino]; !ok {
+				owner[ino] = p
 			}
 		}
 	}

@@ -16,7 +16,19 @@ type Process struct {
 	State    string    `json:"state"`       // the state letter of /proc/PID/stat: R S D Z T ...
 	Orphaned bool      `json:"orphaned"`    // its parent exited and it was reparented to the sandbox's init
 	Deleted  bool      `json:"exe_deleted"` // its executable was deleted after it started
-	FDs      []FD      `json:"fds"`
+	// LeaderExited marks a process whose main thread exited while another thread runs on: /proc shows
+	// it as a zombie, but it is alive (its exe, argv and fds are read through a live thread).
+	LeaderExited bool `json:"leader_exited,omitempty"`
+	// ArgvTruncated says that Argv holds only the first MaxArgs arguments or MaxArgvBytes bytes;
+	// ArgvBytes is then the size of the whole command line, when known.
+	ArgvTruncated bool `json:"argv_truncated,omitempty"`
+	ArgvBytes     int  `json:"argv_bytes,omitempty"`
+	FDs           []FD `json:"fds"`
+	// FDsTotal is how many fds the process had open; FDs lists the lowest MaxFDs of them.
+	FDsTotal     int  `json:"fds_total"`
+	FDsTruncated bool `json:"fds_truncated,omitempty"`
+	// sockets past MaxFDs, kept only to name the owner of a socket.
+	extraSockets []uint32
 }
 
 // FD is one open file descriptor and what it points at.
@@ -53,4 +65,8 @@ type Exec struct {
 	HostPid    int       `json:"host_pid"`             // pid in the host's pid namespace
 	Comm       string    `json:"comm,omitempty"`       // the process's name at exec time, when it could be read
 	Time       time.Time `json:"time"`                 // when the kernel reported the exec
+	// ArgvTruncated says that Argv holds only the first MaxArgs arguments or MaxArgvBytes bytes;
+	// ArgvBytes is then the size of the whole command line, when known.
+	ArgvTruncated bool `json:"argv_truncated,omitempty"`
+	ArgvBytes     int  `json:"argv_bytes,omitempty"`
 }

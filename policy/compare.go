@@ -16,7 +16,8 @@ import (
 // observations r already holds, and sets r.Verdict to "violation" when there is one, "pass" otherwise.
 // It checks, in this order: processes left running (unless allowed), listeners not allowed, refused
 // network attempts and DNS queries (when they count as violations), writes outside expect.writes and
-// executables outside expect.execs (when those are set). Each message is one specific line.
+// executables outside expect.execs (when those are set), and last each part of the observation that
+// failed (report.Incomplete), whatever the expectations. Each message is one specific line.
 func Compare(exp Expect, r *report.Report) {
 	var v []report.Violation
 	add := func(rule, format string, args ...any) {
@@ -68,6 +69,9 @@ func Compare(exp Expect, r *report.Report) {
 				add(report.RuleExec, "pid %d executed %s (%s), not in expect.execs", e.Pid, e.Exe, commandLine(e.Argv, e.Exe, ""))
 			}
 		}
+	}
+	for _, part := range r.Incomplete {
+		add(report.RuleIncomplete, "%s could not be observed fully (see notes): the report may miss what the command did", part)
 	}
 	if v == nil {
 		v = []report.Violation{}

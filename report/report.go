@@ -5,7 +5,11 @@
 // verdict and violations, and cmd/sbx renders it.
 package report
 
-import "github.com/sbx-dev/sbx/observe"
+import (
+	"slices"
+
+	"github.com/sbx-dev/sbx/observe"
+)
 
 // Schema is the value of the schema field of every report.
 const Schema = "sbx.report/v1"
@@ -24,6 +28,9 @@ const (
 	RuleDenied      = "network.denied"
 	RuleDNS         = "network.dns"
 	RuleFilesWrite  = "files.write"
+	// RuleIncomplete: part of the observation failed (see Incomplete and Notes); a run sbx could not
+	// fully observe does not pass.
+	RuleIncomplete = "observe.incomplete"
 )
 
 // Report is one run of one command in one sandbox.
@@ -47,6 +54,18 @@ type Report struct {
 	// Notes say what sbx could not observe in this run ("exec events unavailable: ..."), so that an
 	// empty list is never mistaken for "nothing happened".
 	Notes []string `json:"notes"`
+	// Incomplete names each part of the observation that failed ("process snapshot", "exec events",
+	// ...). Each has a note saying why, and policy.Compare turns each into a violation observe.incomplete.
+	Incomplete []string `json:"incomplete"`
+}
+
+// MarkIncomplete records that part of the observation failed with err: a note, and an entry in
+// Incomplete.
+func (r *Report) MarkIncomplete(part string, err error) {
+	r.Notes = append(r.Notes, part+": "+err.Error())
+	if !slices.Contains(r.Incomplete, part) {
+		r.Incomplete = append(r.Incomplete, part)
+	}
 }
 
 // Violation is one broken expectation.
@@ -59,6 +78,13 @@ type Violation struct {
 type Processes struct {
 	Execs       []observe.Exec    `json:"execs"`
 	LeftRunning []observe.Process `json:"left_running"`
+	// ExecsTotal counts every exec seen; Execs keeps the first observe.MaxExecs (ExecsTruncated).
+	ExecsTotal     int  `json:"execs_total"`
+	ExecsTruncated bool `json:"execs_truncated"`
+	// LeftRunningTotal counts every process left running; LeftRunning keeps the first
+	// observe.MaxLeftRunning by pid (LeftRunningTruncated).
+	LeftRunningTotal     int  `json:"left_running_total"`
+	LeftRunningTruncated bool `json:"left_running_truncated"`
 }
 
 // Sockets lists the sandbox's sockets at the after snapshot.
@@ -126,6 +152,7 @@ func New(profile string, command []string) *Report {
 		Network:    Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
 		Files:      Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []observe.FileChange{}},
 		Notes:      []string{},
+		Incomplete: []string{},
 		Denials: observe.Denials{Reason: "not collected", Seccomp: []observe.SeccompDenial{},
 			Landlock: []observe.LandlockDenial{}},
 	}

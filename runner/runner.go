@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
@@ -62,13 +64,21 @@ type Options struct {
 
 // Run carries out one run. The error is non-nil only when sbx itself failed (it then matches
 // sandbox.ErrSetup or wraps what failed); the command's own failure is in the report's exit code.
+//
+// Observation never fails the run: a part that cannot be observed is a note and an entry in the
+// report's Incomplete, which policy.Compare makes a violation. When the command ran but the teardown
+// failed, Run returns the report together with the error.
 func Run(ctx context.Context, o Options) (*report.Report, error) {
 	t0 := time.Now()
 	rep := report.New(o.Plan.Profile, o.Args)
 	// The event stream starts before the sandbox so that it sees the command's first exec.
 	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
-	if err != nil {
+	switch {
+	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+		// Not root: the kernel gives the exec stream to root only, as it is for this kind of run.
 		rep.Notes = append(rep.Notes, "exec events unavailable: "+err.Error())
+	case err != nil:
+		rep.MarkIncomplete("exec events", err)
 	}
 	sb, err := sandbox.Create(sandbox.Config{Plan: o.Plan, StateRoot: o.StateRoot, Command: sandbox.Command{
 		Args: o.Args, Cwd: o.Cwd, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Terminal: o.Terminal,
@@ -84,6 +94,12 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	denials := observe.StartDenials() // kernel-reported denials: observe/denials.go
 	err = r.execute(ctx, t0)
 	rep.Denials = denials.Stop(observe.ScopeOf(sb.InitPid(), events, rep.Processes.Execs, rep.Processes.LeftRunning))
+	if rep.Denials.Lost > 0 {
+		rep.MarkIncomplete("kernel denials", fmt.Errorf("%d audit records lost", rep.Denials.Lost))
+		if r.ran {
+			policy.Compare(o.Plan.Expect, rep)
+		}
+	}
 	t3 := time.Now()
 	if derr := sb.Destroy(); derr != nil {
 		err = errors.Join(err, fmt.Errorf("tearing down: %w", derr))
@@ -91,6 +107,9 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	rep.Timings.Teardown = ms(time.Since(t3))
 	rep.Timings.Total = ms(time.Since(t0))
 	if err != nil {
+		if r.ran {
+			return rep, err
+		}
 		return nil, err
 	}
 	return rep, nil
@@ -102,6 +121,7 @@ type run struct {
 	rep         *report.Report
 	filesBefore []*observe.FileChanges // one per sandbox.Layers entry
 	events      *observe.Events
+	ran         bool // the command ran and the report holds its observations
 }
 
 func (r *run) execute(ctx context.Context, t0 time.Time) error {
@@ -152,15 +172,12 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	r.rep.Timings.Run = ms(t2.Sub(t1))
 	if end == endExited {
 		// A sandbox sbx killed has nothing left to look at.
-		if err := r.observe(cmd.Pid); err != nil {
-			return err
-		}
+		r.observe(cmd.Pid)
 	}
-	if err := r.observeAfterward(cmd.Pid); err != nil {
-		return err
-	}
+	r.observeAfterward(cmd.Pid)
 	policy.Compare(r.opts.Plan.Expect, r.rep)
 	r.rep.Timings.Observe = ms(time.Since(t2))
+	r.ran = true
 	return nil
 }
 
@@ -227,56 +244,75 @@ func (r *run) killAll(done <-chan waitResult) int {
 	return 128 + int(syscall.SIGKILL)
 }
 
-func (r *run) snapshot() (*observe.Snap, error) {
+// snapshot reads the frozen sandbox: its processes from the cgroup's lists of processes and of threads,
+// and its sockets. What it could not read is marked incomplete; the rest is returned.
+func (r *run) snapshot() *observe.Snap {
 	pids, err := r.sb.Pids()
 	if err != nil {
-		return nil, fmt.Errorf("listing the sandbox's processes: %w", err)
+		r.rep.MarkIncomplete("the sandbox's processes", err)
 	}
-	snap, err := observe.Snapshot(observe.SnapshotOptions{HostPids: pids, InitHostPid: r.sb.InitPid(), NetNS: r.sb.NetNSPath()})
+	tasks, err := r.sb.Tasks()
+	if err != nil && !errors.Is(err, sandbox.ErrNoFreezer) {
+		r.rep.MarkIncomplete("the sandbox's threads", err)
+	}
+	snap, err := observe.Snapshot(observe.SnapshotOptions{HostPids: pids, HostTasks: tasks, InitHostPid: r.sb.InitPid(), NetNS: r.sb.NetNSPath()})
 	if err != nil {
-		return nil, fmt.Errorf("taking a snapshot: %w", err)
+		r.rep.MarkIncomplete("process and socket snapshot", err)
 	}
-	return snap, nil
+	return snap
 }
 
-// observe takes the after snapshot and fills the report's observations.
-func (r *run) observe(cmdPid int) error {
+// observe freezes the sandbox, takes the after snapshot and fills the report's observations. The
+// sandbox stays frozen until Destroy, so that nothing changes under the rest of the observation (file
+// changes, copies).
+func (r *run) observe(cmdPid int) {
 	r.sb.Settle(settleMax)
-	after, err := r.snapshot()
-	if err != nil {
-		return err
+	switch err := r.sb.Freeze(); {
+	case errors.Is(err, sandbox.ErrNoFreezer):
+		r.rep.Notes = append(r.rep.Notes, "the sandbox has no cgroup freezer: it was observed while it ran on")
+	case err != nil:
+		r.rep.MarkIncomplete("freezing the sandbox", err)
 	}
-	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after, cmdPid))
+	after := r.snapshot()
+	left := observe.LeftRunning(nil, after, cmdPid)
+	r.rep.Processes.LeftRunningTotal = len(left)
+	if len(left) > observe.MaxLeftRunning {
+		left, r.rep.Processes.LeftRunningTruncated = left[:observe.MaxLeftRunning], true
+	}
+	r.rep.Processes.LeftRunning = nonNil(left)
 	r.rep.Sockets.Listening = nonNil(after.Listening)
 	r.rep.Sockets.Established = nonNil(after.Established)
-	return nil
 }
 
 // observeAfterward collects what needs no live processes: execs, file changes, the network's records.
-func (r *run) observeAfterward(cmdPid int) error {
+func (r *run) observeAfterward(cmdPid int) {
 	if r.events != nil {
 		execs, err := r.events.Stop([]int{r.sb.InitPid(), cmdPid})
 		if err != nil {
-			r.rep.Notes = append(r.rep.Notes, "exec events: "+err.Error())
+			r.rep.MarkIncomplete("exec events", err)
 		}
 		if lost := r.events.Lost(); lost > 0 {
-			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("exec events: %d events lost, the exec list may be incomplete", lost))
+			r.rep.MarkIncomplete("exec events", fmt.Errorf("%d events lost, the exec list may be incomplete", lost))
 		}
+		r.rep.Processes.ExecsTotal = len(execs) + r.events.Dropped()
+		if len(execs) > observe.MaxExecs {
+			execs = execs[:observe.MaxExecs]
+		}
+		r.rep.Processes.ExecsTruncated = r.rep.Processes.ExecsTotal > len(execs)
 		r.rep.Processes.Execs = nonNil(execs)
 	}
 	if err := r.fileChanges(); err != nil {
-		return err
+		r.rep.MarkIncomplete("file changes", err)
 	}
 	if n := r.sb.Network(); n != nil {
 		r.rep.Network.Mode = report.NetworkContract
 		denied, err := n.Denied()
 		if err != nil {
-			return fmt.Errorf("reading denied network attempts: %w", err)
+			r.rep.MarkIncomplete("denied network attempts", err)
 		}
 		r.rep.Network.Denied = nonNil(denied)
 		r.rep.Network.DNS = nonNil(n.DNS())
 	}
-	return nil
 }
 
 // fileChanges lists what the command changed in the writable layers and copies it out if asked.

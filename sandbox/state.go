@@ -173,6 +173,7 @@ func claimDead(dir string) (bool, *os.File) {
 
 func gcRun(root, id string) error {
 	var errs []error
+	thawCgroup(id) // a frozen task holds its SIGKILL until thawed
 	killCgroup(id)
 	if c, err := libcontainer.Load(filepath.Join(root, "lc"), id); err == nil {
 		c.Signal(unix.SIGKILL)

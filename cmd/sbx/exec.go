@@ -113,6 +113,10 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	rep, err := runner.Run(ctx, opts)
 	restore()
 	if err != nil {
+		if rep != nil {
+			// The command ran and was observed; what failed afterwards (the teardown) does not hide it.
+			_ = writeReport(io, f, rep)
+		}
 		return &exitError{code: exitSetup, err: err}
 	}
 	if err := writeReport(io, f, rep); err != nil {
