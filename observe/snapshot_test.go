@@ -178,3 +178,38 @@ func describeFDs(fds []FD) []string {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestSnapshotPartial checks that a part that cannot be read (here the sockets: no such namespace) is an
+// error beside a snapshot that still holds the processes.
+func TestSnapshotPartial(t *testing.T) {
+	requireRoot(t)
+	snap, err := Snapshot(SnapshotOptions{HostPids: []int{os.Getpid()}, NetNS: filepath.Join(t.TempDir(), "no-netns")})
+	if err == nil {
+		t.Error("Snapshot with a missing network namespace: no error")
+	}
+	if snap == nil || len(snap.Processes) != 1 || snap.Processes[0].HostPid != os.Getpid() {
+		t.Fatalf("Snapshot = %+v, want this process despite the error", snap)
+	}
+}
+
+// TestProcessesOfThreads checks that a thread id names its process, so that a task list from a cgroup
+// finds the processes whose main thread exited.
+func TestProcessesOfThreads(t *testing.T) {
+	tids, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var others []int
+	for _, e := range tids {
+		if tid, _ := strconv.Atoi(e.Name()); tid != os.Getpid() {
+			others = append(others, tid)
+		}
+	}
+	if len(others) == 0 {
+		t.Skip("the test binary has one thread")
+	}
+	pids, err := processesOf(nil, others)
+	if err != nil || !slices.Equal(pids, []int{os.Getpid()}) {
+		t.Errorf("processesOf(threads of this process) = %v, %v; want [%d]", pids, err, os.Getpid())
+	}
+}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -275,6 +276,10 @@ func TestCompare(t *testing.T) {
 		{name: "execs outside allow list", exp: Expect{Execs: []string{"/usr/bin/python3*", "sh"}}, setup: func(r *report.Report) {
 			r.Processes.Execs = []observe.Exec{{Pid: 2, Exe: "/bin/sh"}, {Pid: 3, Exe: "/usr/bin/python3.11"}, {Pid: 4, Exe: "/usr/bin/curl", Argv: []string{"curl", "-s", "x"}}}
 		}, want: []report.Violation{{Rule: report.RuleExec, Message: "pid 4 executed /usr/bin/curl (curl -s x), not in expect.execs"}}},
+		{name: "an observation that failed never passes, whatever is allowed", exp: Expect{LeftRunning: true}, setup: func(r *report.Report) {
+			r.MarkIncomplete("exec events", errors.New("read process events: EIO"))
+			r.MarkIncomplete("exec events", errors.New("3 events lost"))
+		}, want: []report.Violation{{Rule: report.RuleIncomplete, Message: "exec events could not be observed fully (see notes): the report may miss what the command did"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
