@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -91,6 +92,36 @@ func benchmark(sbx string, n int) error {
 		}
 	}
 	report(cs, n)
+	return memory(sbx, dir)
+}
+
+// manyExecs runs 5,000 execs with 60 KB of arguments each: what sbx keeps of them is bounded
+// (observe.MaxExecs, MaxArgvBytes), so its memory must not grow with them.
+const manyExecs = `a=$(head -c 61440 /dev/zero | tr '\0' x); i=0; while [ $i -lt 5000 ]; do /bin/true $a; i=$((i+1)); done`
+
+// memory prints the peak RSS of sbx (its own and its waited-for children's, the larger) and the size of
+// its JSON report for commands that produce much to observe.
+func memory(sbx, dir string) error {
+	fmt.Printf("\nsbx's own memory (target: peak RSS < 100 MB)\n")
+	fmt.Printf("%-42s %12s %12s\n", "", "peak RSS", "JSON report")
+	for _, c := range []struct{ name, script string }{
+		{"5,000 execs with 60 KB argv each", manyExecs},
+	} {
+		out := filepath.Join(dir, "report.json")
+		cmd := exec.Command(sbx, "exec", "-q", "--json", out, "--", "sh", "-c", c.script)
+		cmd.Dir = dir
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s: %v: %s", c.name, err, strings.TrimSpace(stderr.String()))
+		}
+		ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		st, err := os.Stat(out)
+		if err != nil || ru == nil {
+			return fmt.Errorf("%s: no report or no rusage: %v", c.name, err)
+		}
+		fmt.Printf("%-42s %9.1f MB %9.1f MB\n", c.name, float64(ru.Maxrss)/1024, float64(st.Size())/(1<<20))
+	}
 	return nil
 }
 
