@@ -99,7 +99,7 @@ func (s *Server) explain(name string) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := policy.Compile(p, policy.CompileContext{Cwd: s.cwd(RunInput{}), CallerEnv: nil})
+	plan, err := policy.Compile(p, policy.CompileContext{Cwd: s.cfg.Cwd, CallerEnv: nil})
 	if err != nil {
 		return nil, err
 	}

@@ -3,28 +3,62 @@ package mcpserver
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"math"
 	"sync"
 )
 
-// store keeps the last n results in memory, oldest evicted first.
+// store keeps the last n results in memory within a budget of bytes (their JSON size), oldest evicted
+// first. A result larger than the whole budget is not kept.
 type store struct {
-	mu    sync.Mutex
-	n     int
-	order []string
-	byID  map[string]*RunOutput
+	mu       sync.Mutex
+	n        int
+	maxBytes int64
+	bytes    int64
+	order    []string
+	byID     map[string]*RunOutput
+	size     map[string]int64
 }
 
-func newStore(n int) *store { return &store{n: n, byID: map[string]*RunOutput{}} }
+func newStore(n int, maxBytes int64) *store {
+	return &store{n: n, maxBytes: maxBytes, byID: map[string]*RunOutput{}, size: map[string]int64{}}
+}
 
-func (s *store) put(out *RunOutput) {
+// put keeps out; it says whether it did (false: larger than the whole budget).
+func (s *store) put(out *RunOutput) bool {
+	size := reportSize(out)
+	if size > s.maxBytes {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.byID[out.ID] = out
+	s.byID[out.ID], s.size[out.ID] = out, size
 	s.order = append(s.order, out.ID)
-	for len(s.order) > s.n {
-		delete(s.byID, s.order[0])
+	s.bytes += size
+	for len(s.order) > s.n || s.bytes > s.maxBytes {
+		old := s.order[0]
+		s.bytes -= s.size[old]
+		delete(s.byID, old)
+		delete(s.size, old)
 		s.order = s.order[1:]
 	}
+	return true
+}
+
+// reportSize is what a result costs: its JSON encoding's length, written to a counter.
+func reportSize(out *RunOutput) int64 {
+	var c counter
+	if err := json.NewEncoder(&c).Encode(out); err != nil {
+		return math.MaxInt64
+	}
+	return int64(c)
+}
+
+type counter int64
+
+func (c *counter) Write(p []byte) (int, error) {
+	*c += counter(len(p))
+	return len(p), nil
 }
 
 func (s *store) get(id string) (*RunOutput, bool) {

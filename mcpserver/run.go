@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -21,7 +20,7 @@ import (
 type RunInput struct {
 	Command    string            `json:"command,omitempty" jsonschema:"shell command line, run with sh -c; give this or argv"`
 	Argv       []string          `json:"argv,omitempty" jsonschema:"program and arguments, run without a shell; give this or command"`
-	Cwd        string            `json:"cwd,omitempty" jsonschema:"working directory inside the sandbox; default: the server's"`
+	Cwd        string            `json:"cwd,omitempty" jsonschema:"working directory inside the sandbox, within one of the server's workspaces (relative: to the server's default); default: the server's"`
 	Env        map[string]string `json:"env,omitempty" jsonschema:"variables to set; everything the profile does not pass is scrubbed"`
 	Stdin      string            `json:"stdin,omitempty" jsonschema:"text fed to the command's standard input; default: empty"`
 	TimeoutSec float64           `json:"timeout_sec,omitempty" jsonschema:"kill the whole sandbox after this many seconds; default: the profile's (capped by the server)"`
@@ -62,8 +61,15 @@ func (s *Server) handleRun(ctx context.Context, req *mcp.CallToolRequest, in Run
 	if err != nil {
 		return nil, nil, err
 	}
-	plan, err := s.plan(in)
+	cwd, ws, err := resolveCwd(s.ws, s.cfg.Cwd, in.Cwd)
 	if err != nil {
+		return nil, nil, err
+	}
+	plan, err := s.plan(in, cwd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkHidden(cwd, ws, plan.Filesystem.Hidden, plan.Profile); err != nil {
 		return nil, nil, err
 	}
 	select {
@@ -72,12 +78,15 @@ func (s *Server) handleRun(ctx context.Context, req *mcp.CallToolRequest, in Run
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
-	out, err := s.execute(ctx, req, in, plan, args)
+	out, err := s.execute(ctx, req, in, plan, args, cwd)
 	if err != nil {
 		return nil, nil, err
 	}
-	s.reports.put(out)
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: summary(out)}}}, out, nil
+	text := summary(out)
+	if !s.reports.put(out) {
+		text += fmt.Sprintf("(this report is larger than the server keeps, %d bytes: sbx_get_report will not find it)\n", s.cfg.KeepBytes)
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
 }
 
 func (in RunInput) args() ([]string, error) {
@@ -93,7 +102,7 @@ func (in RunInput) args() ([]string, error) {
 }
 
 // plan compiles the call's profile, narrowed by its network, with its env and timeout.
-func (s *Server) plan(in RunInput) (*policy.Plan, error) {
+func (s *Server) plan(in RunInput, cwd string) (*policy.Plan, error) {
 	p, err := s.profile(in.Profile)
 	if err != nil {
 		return nil, err
@@ -109,7 +118,7 @@ func (s *Server) plan(in RunInput) (*policy.Plan, error) {
 		return nil, fmt.Errorf("timeout_sec %v is negative", in.TimeoutSec)
 	}
 	ov.Timeout = time.Duration(in.TimeoutSec * float64(time.Second))
-	plan, err := policy.Compile(p, policy.CompileContext{Cwd: s.cwd(in), CallerEnv: s.cfg.Env, Overrides: ov})
+	plan, err := policy.Compile(p, policy.CompileContext{Cwd: cwd, CallerEnv: s.cfg.Env, Overrides: ov})
 	if err != nil {
 		return nil, err
 	}
@@ -117,19 +126,6 @@ func (s *Server) plan(in RunInput) (*policy.Plan, error) {
 		plan.Timeout = max
 	}
 	return plan, nil
-}
-
-func (s *Server) cwd(in RunInput) string {
-	if in.Cwd != "" {
-		return in.Cwd
-	}
-	if s.cfg.Cwd != "" {
-		return s.cfg.Cwd
-	}
-	if wd, err := os.Getwd(); err == nil {
-		return wd
-	}
-	return "/tmp"
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -143,14 +139,14 @@ func sortedKeys(m map[string]string) []string {
 
 // execute runs the command with progress notifications; runner.Run tears the sandbox down when ctx
 // ends (a cancelled request), and its error then wraps ctx.Err().
-func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunInput, plan *policy.Plan, args []string) (*RunOutput, error) {
+func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunInput, plan *policy.Plan, args []string, cwd string) (*RunOutput, error) {
 	prog := newProgress(ctx, req)
 	prog.send(false, "starting a sandbox with profile "+plan.Profile)
 	stdout := &capped{max: s.cfg.OutputCap, onFirst: func() { prog.send(false, "the command is writing output") }}
 	stderr := &capped{max: s.cfg.OutputCap}
 	stop := prog.tick(s.cfg.ProgressEvery)
 	rep, err := s.cfg.Run(ctx, runner.Options{
-		Plan: plan, Args: args, Cwd: s.cwd(in), Stdin: strings.NewReader(in.Stdin),
+		Plan: plan, Args: args, Cwd: cwd, Stdin: strings.NewReader(in.Stdin),
 		Stdout: stdout, Stderr: stderr, StateRoot: s.cfg.StateRoot,
 		OnStart: func(int) { prog.send(false, "the command started") },
 	})

@@ -15,8 +15,10 @@
 //
 // The caller picks among the profiles the operator allowed (Config.Profiles) and may only narrow a
 // profile's network: a mode of none, or a subset of its allow list. It cannot share host paths, change
-// limits beyond a shorter timeout, or name a profile file. Reports live in memory: the last
-// Config.KeepReports runs, gone when the server exits.
+// limits beyond a shorter timeout, or name a profile file. Its cwd must lie in one of the operator's
+// workspaces (Config.Workspaces), reached without a symbolic link, and not below a path the profile
+// hides. Reports live in memory: the last Config.KeepReports runs within Config.KeepBytes, gone when
+// the server exits.
 package mcpserver
 
 import (
@@ -37,6 +39,7 @@ import (
 const (
 	DefaultOutputCap     = 64 << 10
 	DefaultKeepReports   = 32
+	DefaultKeepBytes     = 64 << 20
 	DefaultMaxConcurrent = 4
 	DefaultProgressEvery = 5 * time.Second
 )
@@ -49,8 +52,15 @@ type Config struct {
 	// Profiles are the profiles a caller may name, built-in names or files; the first is the default.
 	// Empty: every built-in profile, with "default" the default.
 	Profiles []string
-	// Cwd is the working directory of a command whose call names none; "" = the server's.
+	// Workspaces are the directory trees a caller's cwd must lie in; empty = Cwd, else the server's
+	// working directory.
+	Workspaces []string
+	// Cwd is the working directory of a command whose call names none, and what a relative cwd is
+	// relative to; "" = the first workspace. It must lie in a workspace.
 	Cwd string
+	// KeepBytes bounds the memory of the reports kept for sbx_get_report (their JSON size); 0 =
+	// DefaultKeepBytes.
+	KeepBytes int64
 	// MaxTimeout caps every run (a caller's timeout_sec and the profile's); 0 = no cap.
 	MaxTimeout time.Duration
 	// OutputCap is how many bytes of stdout and of stderr a result carries; 0 = DefaultOutputCap.
@@ -78,14 +88,18 @@ type Server struct {
 	mcp      *mcp.Server
 	reports  *store
 	slots    chan struct{}
+	ws       []workspace
 }
 
 // New checks the configuration (every profile must load) and returns a server with its tools.
 func New(cfg Config) (*Server, error) {
 	cfg = withDefaults(cfg)
-	s := &Server{cfg: cfg, profiles: map[string]string{}, reports: newStore(cfg.KeepReports),
+	s := &Server{cfg: cfg, profiles: map[string]string{}, reports: newStore(cfg.KeepReports, cfg.KeepBytes),
 		slots: make(chan struct{}, cfg.MaxConcurrent)}
 	if err := s.loadProfiles(); err != nil {
+		return nil, err
+	}
+	if err := s.openWorkspaces(); err != nil {
 		return nil, err
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "sbx", Title: "sbx sandbox", Version: cfg.Version}, &mcp.ServerOptions{
@@ -109,6 +123,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.KeepReports <= 0 {
 		cfg.KeepReports = DefaultKeepReports
+	}
+	if cfg.KeepBytes <= 0 {
+		cfg.KeepBytes = DefaultKeepBytes
 	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = DefaultMaxConcurrent
@@ -142,6 +159,41 @@ func (s *Server) loadProfiles() error {
 		s.names = append(s.names, p.Name)
 	}
 	return nil
+}
+
+// openWorkspaces opens the workspaces and checks that the default cwd lies in one.
+func (s *Server) openWorkspaces() error {
+	dirs := s.cfg.Workspaces
+	if len(dirs) == 0 {
+		dir := s.cfg.Cwd
+		if dir == "" {
+			wd, err := os.Getwd()
+			if err != nil {
+				return fmt.Errorf("finding the working directory: %w", err)
+			}
+			dir = wd
+		}
+		dirs = []string{dir}
+	}
+	ws, err := openWorkspaces(dirs)
+	if err != nil {
+		return err
+	}
+	s.ws = ws
+	if s.cfg.Cwd == "" {
+		s.cfg.Cwd = ws[0].path
+	}
+	if s.cfg.Cwd, _, err = resolveCwd(ws, "/", s.cfg.Cwd); err != nil {
+		s.Close()
+		return fmt.Errorf("the default working directory: %w", err)
+	}
+	return nil
+}
+
+// Close releases the workspaces' handles.
+func (s *Server) Close() {
+	closeWorkspaces(s.ws)
+	s.ws = nil
 }
 
 // MCP returns the underlying MCP server, to run it over a transport of the caller's choice.

@@ -7,7 +7,9 @@ import (
 	goio "io"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -22,6 +24,8 @@ type mcpFlags struct {
 	http        string
 	anyAddr     bool
 	workdir     string
+	workspaces  []string
+	tokenFile   string
 	maxTimeout  time.Duration
 	keep        int
 	outputCap   int
@@ -40,12 +44,17 @@ sbx_explain_profile and sbx_get_report go with it. Serves stdio by default; --ht
 streamable HTTP transport on a loopback address.
 
 A caller may pick one of the offered profiles (-p, repeatable; default: every built-in, "default"
-first) and narrow its network, never widen it. See docs/AGENTS.md.
+first) and narrow its network, never widen it. Its cwd must lie in a workspace (--workspace,
+repeatable; default: the -w directory, else the current one), reached without symbolic links, and
+not below a path the profile hides. Over HTTP every request needs the bearer token sbx prints at
+start (or reads from --token-file), and a request from another web origin is refused. See
+docs/AGENTS.md.
 
 Examples:
   claude mcp add sbx -- sudo sbx mcp
   sudo sbx mcp -p default -p python-build -w ~/project --max-timeout 10m
-  sudo sbx mcp --http 127.0.0.1:8765`,
+  sudo sbx mcp --workspace ~/a --workspace ~/b -w ~/a
+  sudo sbx mcp --http 127.0.0.1:8765 --token-file /etc/sbx/mcp-token`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return runMCP(c.Context(), io, f)
@@ -54,8 +63,10 @@ Examples:
 	fl := c.Flags()
 	fl.StringArrayVarP(&f.profiles, "profile", "p", nil, "offer this `PROFILE` (built-in name or YAML file); repeatable, the first is the default")
 	fl.StringVar(&f.http, "http", "", "serve streamable HTTP on `ADDR` (host:port, loopback unless --listen-any) instead of stdio")
-	fl.BoolVar(&f.anyAddr, "listen-any", false, "allow --http on a non-loopback address (the endpoint has no authentication)")
-	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands whose call names none (default: the current one)")
+	fl.BoolVar(&f.anyAddr, "listen-any", false, "allow --http on a non-loopback address (behind a proxy with TLS: the token travels in clear)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "with --http: the bearer token callers must send, read from `FILE` (default: a random one, printed at start)")
+	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands whose call names none (default: the first workspace)")
+	fl.StringArrayVar(&f.workspaces, "workspace", nil, "let callers work in `DIR` and below (repeatable; default: the -w directory, else the current one)")
 	fl.DurationVar(&f.maxTimeout, "max-timeout", 10*time.Minute, "cap every run at `DURATION` (0: no cap)")
 	fl.IntVar(&f.keep, "keep", mcpserver.DefaultKeepReports, "keep the last `N` reports for sbx_get_report")
 	fl.IntVar(&f.outputCap, "output-cap", mcpserver.DefaultOutputCap, "bytes of stdout and of stderr a result carries")
@@ -69,17 +80,24 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 			return err
 		}
 	}
-	cwd, err := workdir(f.workdir)
-	if err != nil {
-		return &exitError{code: exitSetup, err: err}
+	if f.tokenFile != "" && f.http == "" {
+		return &exitError{code: exitSetup, err: errors.New("--token-file needs --http"), hint: "the stdio transport has no token: its caller is the process that started sbx"}
+	}
+	cwd := ""
+	if f.workdir != "" || len(f.workspaces) == 0 {
+		var err error
+		if cwd, err = workdir(f.workdir); err != nil {
+			return &exitError{code: exitSetup, err: err}
+		}
 	}
 	srv, err := mcpserver.New(mcpserver.Config{
-		Profiles: f.profiles, Cwd: cwd, MaxTimeout: f.maxTimeout, KeepReports: f.keep, OutputCap: f.outputCap,
+		Workspaces: f.workspaces, Profiles: f.profiles, Cwd: cwd, MaxTimeout: f.maxTimeout, KeepReports: f.keep, OutputCap: f.outputCap,
 		MaxConcurrent: f.concurrency, StateRoot: stateRoot(), Version: version,
 	})
 	if err != nil {
 		return &exitError{code: exitSetup, err: err}
 	}
+	defer srv.Close()
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -88,9 +106,13 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 	if f.http == "" {
 		err = srv.Run(ctx, &mcp.IOTransport{Reader: readCloser{io.in}, Writer: writeCloser{io.out}})
 	} else {
-		err = serveHTTP(ctx, io, srv, f.http)
+		err = serveHTTP(ctx, io, srv, f.http, f.tokenFile)
 	}
-	if err != nil && ctx.Err() == nil {
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		return ee
+	case err != nil && ctx.Err() == nil:
 		return &exitError{code: exitSetup, err: err}
 	}
 	return nil
@@ -110,17 +132,23 @@ func checkLoopback(addr string, anyAddr bool) error {
 		return nil
 	}
 	return &exitError{code: exitSetup, err: fmt.Errorf("--http %s is not a loopback address", addr),
-		hint: "the endpoint has no authentication: use 127.0.0.1:PORT, or add --listen-any behind a proxy that authenticates"}
+		hint: "the endpoint runs commands and its token travels in clear: use 127.0.0.1:PORT, or add --listen-any behind a TLS proxy"}
 }
 
-func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr string) error {
+func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr, tokenFile string) error {
+	token, err := httpToken(tokenFile)
+	if err != nil {
+		return &exitError{code: exitSetup, err: err, hint: "the file holds the token on one line; or leave --token-file out for a random one"}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, nil)
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv.HTTPHandler(token), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(io.err, "sbx: serving MCP on http://%s/\n", ln.Addr())
+	if tokenFile == "" {
+		fmt.Fprintf(io.err, "sbx: bearer token: %s\n", token)
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -131,6 +159,22 @@ func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr string
 		return err
 	}
 	return nil
+}
+
+// httpToken reads the bearer token from file, or makes a random one when file is "".
+func httpToken(file string) (string, error) {
+	if file == "" {
+		return mcpserver.NewToken()
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("reading --token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < 16 || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("--token-file %s: want one token of at least 16 characters without spaces", file)
+	}
+	return token, nil
 }
 
 // readCloser and writeCloser let the server's stdio (or a test's buffers) serve as an IOTransport

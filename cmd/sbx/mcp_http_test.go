@@ -3,10 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +19,9 @@ import (
 )
 
 // TestMCPHTTP serves `sbx mcp --http 127.0.0.1:0` and drives it over streamable HTTP with the SDK's
-// client: the tools are listed and a run comes back with its report. A non-loopback address is refused.
+// client, which sends the bearer token sbx printed: the tools are listed and a run comes back with its
+// report. A request without the token, with a wrong one, or from another origin is refused; a
+// non-loopback address is refused.
 func TestMCPHTTP(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: sbx creates namespaces, cgroups and mounts")
@@ -46,25 +51,33 @@ func TestMCPHTTP(t *testing.T) {
 			os.Remove(filepath.Join(root, d))
 		}
 	})
-	addr := make(chan string, 1)
+	addr, tok := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := regexp.MustCompile(`serving MCP on (http://\S+)`).FindStringSubmatch(sc.Text()); m != nil {
 				addr <- m[1]
 			}
+			if m := regexp.MustCompile(`bearer token: (\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+				tok <- m[1]
+			}
 		}
 	}()
-	var endpoint string
-	select {
-	case endpoint = <-addr:
-	case <-time.After(10 * time.Second):
-		t.Fatal("sbx mcp --http did not say where it serves")
+	var endpoint, token string
+	for endpoint == "" || token == "" {
+		select {
+		case endpoint = <-addr:
+		case token = <-tok:
+		case <-time.After(10 * time.Second):
+			t.Fatal("sbx mcp --http did not say where it serves and with which token")
+		}
 	}
+	t.Run("refusals", func(t *testing.T) { checkHTTPRefusals(t, endpoint, token) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "sbx-test", Version: "1"}, nil)
-	sess, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	sess, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint,
+		HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
 	if err != nil {
 		t.Fatalf("connecting over HTTP: %v", err)
 	}
@@ -76,5 +89,63 @@ func TestMCPHTTP(t *testing.T) {
 	_, out := callRun(ctx, t, sess, map[string]any{"command": "exit 3"})
 	if out["exit_code"] != float64(3) || out["verdict"] != "pass" {
 		t.Errorf("sbx_run over HTTP: exit_code %v, verdict %v; want 3, pass", out["exit_code"], out["verdict"])
+	}
+}
+
+// bearer adds a bearer token to every request of the SDK's client.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// checkHTTPRefusals sends raw initialize requests: without a token, with a wrong one, and from a
+// foreign origin (with the right token) they are refused; from the endpoint's own loopback origin with
+// the token the server answers.
+func checkHTTPRefusals(t *testing.T, endpoint, token string) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	localhost := "http://localhost:" + u.Port()
+	tests := []struct {
+		name, auth, origin string
+		want               int
+	}{
+		{"no token", "", "", http.StatusUnauthorized},
+		{"wrong token", "Bearer " + strings.Repeat("0", len(token)), "", http.StatusUnauthorized},
+		{"token as basic", "Basic " + token, "", http.StatusUnauthorized},
+		{"foreign origin", "Bearer " + token, "https://evil.example", http.StatusForbidden},
+		{"foreign origin, no token", "", "https://evil.example", http.StatusForbidden},
+		{"loopback, other port", "Bearer " + token, "http://127.0.0.1:1", http.StatusForbidden},
+		{"loopback name, not the Host", "Bearer " + token, localhost, http.StatusForbidden},
+		{"null origin", "Bearer " + token, "null", http.StatusForbidden},
+		{"same origin", "Bearer " + token, "http://" + u.Host, http.StatusOK},
+		{"no origin", "Bearer " + token, "", http.StatusOK},
+	}
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+	for _, tt := range tests {
+		req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(init))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if tt.auth != "" {
+			req.Header.Set("Authorization", tt.auth)
+		}
+		if tt.origin != "" {
+			req.Header.Set("Origin", tt.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("%s: status %d, want %d", tt.name, resp.StatusCode, tt.want)
+		}
 	}
 }

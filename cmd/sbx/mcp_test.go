@@ -19,14 +19,18 @@ import (
 )
 
 // mcpSession starts `sbx mcp` (this test binary, which testscript.Main put on PATH as sbx) and connects
-// the SDK's client to it over stdio. Progress messages are collected in *progress.
-func mcpSession(t *testing.T, stateRoot string, progress *[]string, mu *sync.Mutex) *mcp.ClientSession {
+// the SDK's client to it over stdio. Progress messages are collected in *progress. args are sbx mcp's
+// flags; none: -w a new temporary directory.
+func mcpSession(t *testing.T, stateRoot string, progress *[]string, mu *sync.Mutex, args ...string) *mcp.ClientSession {
 	t.Helper()
 	bin, err := exec.LookPath("sbx")
 	if err != nil {
 		t.Fatalf("sbx is not on PATH (testscript.Main puts it there): %v", err)
 	}
-	cmd := exec.Command(bin, "mcp", "-w", t.TempDir())
+	if len(args) == 0 {
+		args = []string{"-w", t.TempDir()}
+	}
+	cmd := exec.Command(bin, append([]string{"mcp"}, args...)...)
 	cmd.Env = append(os.Environ(), stateRootEnv+"="+stateRoot)
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "sbx-test", Version: "1"}, &mcp.ClientOptions{
@@ -65,21 +69,29 @@ func callRun(ctx context.Context, t *testing.T, sess *mcp.ClientSession, args ma
 	return res, out
 }
 
-// TestMCP drives `sbx mcp` over stdio with the SDK's client: it lists the tools, runs a command that
-// leaves a listener behind and reads the violation from the structured content, checks that a
-// non-zero exit is a result and a widened network a refusal, and that a cancelled call leaves nothing
-// running.
-func TestMCP(t *testing.T) {
+// mcpStateRoot skips a test not run as root, and returns a state root of its own for the server,
+// whose empty directories go at the end.
+func mcpStateRoot(t *testing.T, prefix string) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: sbx creates namespaces, cgroups and mounts")
 	}
-	root := filepath.Join(sandbox.DefaultStateRoot+"-test", "mcp-"+filepath.Base(t.TempDir()))
+	root := filepath.Join(sandbox.DefaultStateRoot+"-test", prefix+filepath.Base(t.TempDir()))
 	t.Cleanup(func() {
 		// Only empty directories go: never RemoveAll a state root, a leaked run's mounts may be below it.
 		for _, d := range []string{"runs", "lc", ""} {
 			os.Remove(filepath.Join(root, d))
 		}
 	})
+	return root
+}
+
+// TestMCP drives `sbx mcp` over stdio with the SDK's client: it lists the tools, runs a command that
+// leaves a listener behind and reads the violation from the structured content, checks that a
+// non-zero exit is a result and a widened network a refusal, and that a cancelled call leaves nothing
+// running.
+func TestMCP(t *testing.T) {
+	root := mcpStateRoot(t, "mcp-")
 	var mu sync.Mutex
 	var progress []string
 	sess := mcpSession(t, root, &progress, &mu)
@@ -241,4 +253,63 @@ func waitFor(d time.Duration, cond func() bool) bool {
 		}
 	}
 	return cond()
+}
+
+// TestMCPCwd checks that a caller's cwd stays in the server's workspaces: outside them, through a
+// symbolic link (even one that stays inside), and below a path the profile hides, it is refused; a
+// relative cwd is taken from the default one.
+func TestMCPCwd(t *testing.T) {
+	root := mcpStateRoot(t, "mcpcwd-")
+	ws := t.TempDir()
+	for _, err := range []error{
+		os.Mkdir(filepath.Join(ws, "sub"), 0o755),
+		os.Symlink("/etc", filepath.Join(ws, "out")),
+		os.Symlink("sub", filepath.Join(ws, "in")),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var progress []string
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// The workspace / lets callers reach /root, which the default profile hides; ws is a workspace too
+	// (below the hidden /tmp, which is the operator's choice).
+	sess := mcpSession(t, root, &progress, &mu, "--workspace", "/", "--workspace", ws, "-w", ws)
+	tests := []struct {
+		name, cwd string
+		refusal   string // "" = runs, and pwd prints want
+		want      string
+	}{
+		{name: "default", cwd: "", want: ws},
+		{name: "relative", cwd: "sub", want: filepath.Join(ws, "sub")},
+		{name: "hidden path", cwd: "/root", refusal: "which profile default hides"},
+		{name: "below a hidden path", cwd: "/run/sbx", refusal: "which profile default hides"},
+		{name: "link out of the workspace", cwd: filepath.Join(ws, "out"), refusal: "symbolic link"},
+		{name: "link inside the workspace", cwd: filepath.Join(ws, "in"), refusal: "symbolic link"},
+		{name: "dot-dot", cwd: "sub/../../..", refusal: "which profile default hides"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, out := callRun(ctx, t, sess, map[string]any{"command": "pwd", "cwd": tt.cwd})
+			text := res.Content[0].(*mcp.TextContent).Text
+			if tt.refusal != "" {
+				if !res.IsError || !strings.Contains(text, tt.refusal) {
+					t.Errorf("cwd %q: IsError %v, %q; want a refusal saying %q", tt.cwd, res.IsError, text, tt.refusal)
+				}
+				return
+			}
+			if res.IsError || out["stdout"] != tt.want+"\n" {
+				t.Errorf("cwd %q: IsError %v, stdout %q (%s); want %q", tt.cwd, res.IsError, out["stdout"], text, tt.want)
+			}
+		})
+	}
+
+	// With only ws as workspace, / is outside.
+	only := mcpSession(t, root, &progress, &mu, "-w", ws)
+	res, _ := callRun(ctx, t, only, map[string]any{"command": "pwd", "cwd": "/etc"})
+	if text := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(text, "outside the server's workspaces") {
+		t.Errorf("cwd /etc with workspace %s: IsError %v, %q; want a refusal", ws, res.IsError, text)
+	}
 }
