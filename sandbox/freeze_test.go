@@ -1,0 +1,121 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestFreeze freezes a sandbox with a leftover process, checks that its cgroup is frozen and that the
+// task list names every thread of it, that gc's thaw undoes a freeze, and that Destroy tears a frozen
+// sandbox down leaving neither process nor cgroup.
+func TestFreeze(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates namespaces, cgroups and mounts")
+	}
+	sb, err := Create(Config{Plan: testPlan(t), StateRoot: t.TempDir(), Command: Command{
+		// A leftover with two threads: python's main thread and one sleeping in a thread of its own.
+		Args: []string{"sh", "-c", `python3 -c 'import threading, time; threading.Thread(target=time.sleep, args=(300,)).start(); time.sleep(300)' & sleep 1`},
+		Cwd:  t.TempDir(),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyed := false
+	defer func() {
+		if !destroyed {
+			sb.Destroy()
+		}
+	}()
+	r, err := sb.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Freeze(); err != nil {
+		t.Fatalf("Freeze: %v", err)
+	}
+	if got := freezerStates(sb.ID); !slices.Contains(got, "FROZEN") {
+		t.Errorf("freezer states %v, want FROZEN", got)
+	}
+	pids, err := sb.Pids()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := sb.Tasks()
+	if err != nil {
+		t.Fatalf("Tasks: %v", err)
+	}
+	var leftover int
+	for _, pid := range pids {
+		if pid != sb.InitPid() {
+			leftover = pid
+		}
+	}
+	threads := threadsOf(t, leftover)
+	if len(threads) < 2 {
+		t.Fatalf("leftover %d has threads %v, want at least 2", leftover, threads)
+	}
+	for _, tid := range threads {
+		if !slices.Contains(tasks, tid) {
+			t.Errorf("Tasks() = %v lacks thread %d of the leftover", tasks, tid)
+		}
+	}
+	// A killed sbx leaves a frozen sandbox behind: gc thaws it before it kills.
+	thawCgroup(sb.ID)
+	if got := freezerStates(sb.ID); slices.Contains(got, "FROZEN") {
+		t.Errorf("after thawCgroup: freezer states %v", got)
+	}
+	if err := sb.Freeze(); err != nil {
+		t.Fatalf("Freeze again: %v", err)
+	}
+	if err := sb.Destroy(); err != nil {
+		t.Errorf("Destroy of a frozen sandbox: %v", err)
+	}
+	destroyed = true
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(leftover, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if syscall.Kill(leftover, 0) == nil {
+		t.Errorf("leftover %d survived Destroy", leftover)
+	}
+	if dirs := CgroupDirs(sb.ID); len(dirs) > 0 {
+		t.Errorf("cgroups left: %v", dirs)
+	}
+}
+
+func freezerStates(id string) []string {
+	var states []string
+	for _, dir := range CgroupDirs(id) {
+		if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
+			states = append(states, strings.TrimSpace(string(b)))
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.freeze")); err == nil && strings.TrimSpace(string(b)) == "1" {
+			states = append(states, "FROZEN")
+		}
+	}
+	return states
+}
+
+func threadsOf(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tids []int
+	for _, e := range entries {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids
+}
