@@ -14,6 +14,8 @@ const (
 	MaxExecs = 1000
 	// MaxLeftRunning bounds the processes listed as left running (the lowest sandbox pids).
 	MaxLeftRunning = 256
+	// MaxSockets bounds each list of sockets a run reports (listening, established).
+	MaxSockets = 1000
 	// maxExtraSockets bounds the socket inodes past MaxFDs kept per process, to name owners only.
 	maxExtraSockets = 4096
 )

@@ -69,6 +69,10 @@ func Compare(exp Expect, r *report.Report) {
 				add(report.RuleExec, "pid %d executed %s (%s), not in expect.execs", e.Pid, e.Exe, commandLine(e.Argv, e.Exe, ""))
 			}
 		}
+		if r.Processes.ExecsTruncated {
+			// What is not kept cannot be vouched for.
+			add(report.RuleExec, "%d execs past the first %d were not checked against expect.execs", r.Processes.ExecsTotal-len(r.Processes.Execs), len(r.Processes.Execs))
+		}
 	}
 	for _, part := range r.Incomplete {
 		add(report.RuleIncomplete, "%s could not be observed fully (see notes): the report may miss what the command did", part)
@@ -76,7 +80,7 @@ func Compare(exp Expect, r *report.Report) {
 	if v == nil {
 		v = []report.Violation{}
 	}
-	r.Violations = v
+	r.Violations, r.ViolationsTotal = v, len(v)
 	r.Verdict = report.VerdictPass
 	if len(v) > 0 {
 		r.Verdict = report.VerdictViolation

@@ -276,6 +276,10 @@ func TestCompare(t *testing.T) {
 		{name: "execs outside allow list", exp: Expect{Execs: []string{"/usr/bin/python3*", "sh"}}, setup: func(r *report.Report) {
 			r.Processes.Execs = []observe.Exec{{Pid: 2, Exe: "/bin/sh"}, {Pid: 3, Exe: "/usr/bin/python3.11"}, {Pid: 4, Exe: "/usr/bin/curl", Argv: []string{"curl", "-s", "x"}}}
 		}, want: []report.Violation{{Rule: report.RuleExec, Message: "pid 4 executed /usr/bin/curl (curl -s x), not in expect.execs"}}},
+		{name: "execs past the bound are not vouched for", exp: Expect{Execs: []string{"sh"}}, setup: func(r *report.Report) {
+			r.Processes.Execs = []observe.Exec{{Pid: 2, Exe: "/bin/sh"}}
+			r.Processes.ExecsTotal, r.Processes.ExecsTruncated = 5000, true
+		}, want: []report.Violation{{Rule: report.RuleExec, Message: "4999 execs past the first 1 were not checked against expect.execs"}}},
 		{name: "an observation that failed never passes, whatever is allowed", exp: Expect{LeftRunning: true}, setup: func(r *report.Report) {
 			r.MarkIncomplete("exec events", errors.New("read process events: EIO"))
 			r.MarkIncomplete("exec events", errors.New("3 events lost"))

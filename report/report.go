@@ -33,6 +33,9 @@ const (
 	RuleIncomplete = "observe.incomplete"
 )
 
+// MaxViolations bounds the violations a report lists (ViolationsTotal counts them all).
+const MaxViolations = 1000
+
 // Report is one run of one command in one sandbox.
 type Report struct {
 	Schema       string      `json:"schema"`
@@ -44,11 +47,13 @@ type Report struct {
 	PidsLimitHit bool        `json:"pids_limit_hit"` // the pids limit refused a fork
 	Verdict      string      `json:"verdict"`
 	Violations   []Violation `json:"violations"`
-	Processes    Processes   `json:"processes"`
-	Sockets      Sockets     `json:"sockets"`
-	Network      Network     `json:"network"`
-	Files        Files       `json:"files"`
-	Timings      Timings     `json:"timings_ms"`
+	// ViolationsTotal counts every violation; Violations keeps the first MaxViolations.
+	ViolationsTotal int       `json:"violations_total"`
+	Processes       Processes `json:"processes"`
+	Sockets         Sockets   `json:"sockets"`
+	Network         Network   `json:"network"`
+	Files           Files     `json:"files"`
+	Timings         Timings   `json:"timings_ms"`
 	// Denials are the syscalls and accesses the kernel (seccomp, Landlock) reported refusing.
 	Denials observe.Denials `json:"denials"`
 	// Notes say what sbx could not observe in this run ("exec events unavailable: ..."), so that an
@@ -91,6 +96,11 @@ type Processes struct {
 type Sockets struct {
 	Listening   []observe.Socket `json:"listening"`
 	Established []observe.Socket `json:"established"`
+	// ListeningTotal and EstablishedTotal count every socket; each list keeps the first
+	// observe.MaxSockets (Truncated).
+	ListeningTotal   int  `json:"listening_total"`
+	EstablishedTotal int  `json:"established_total"`
+	Truncated        bool `json:"truncated"`
 }
 
 // Network modes.

@@ -90,15 +90,11 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		return nil, err
 	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
-	r := &run{opts: o, sb: sb, rep: rep, events: events}
-	denials := observe.StartDenials() // kernel-reported denials: observe/denials.go
+	// Kernel-reported denials: observe/denials.go.
+	r := &run{opts: o, sb: sb, rep: rep, events: events, denials: observe.StartDenials()}
 	err = r.execute(ctx, t0)
-	rep.Denials = denials.Stop(observe.ScopeOf(sb.InitPid(), events, rep.Processes.Execs, rep.Processes.LeftRunning))
-	if rep.Denials.Lost > 0 {
-		rep.MarkIncomplete("kernel denials", fmt.Errorf("%d audit records lost", rep.Denials.Lost))
-		if r.ran {
-			policy.Compare(o.Plan.Expect, rep)
-		}
+	if !r.ran {
+		r.stopDenials() // ends the collector; the report is not used
 	}
 	t3 := time.Now()
 	if derr := sb.Destroy(); derr != nil {
@@ -121,6 +117,7 @@ type run struct {
 	rep         *report.Report
 	filesBefore []*observe.FileChanges // one per sandbox.Layers entry
 	events      *observe.Events
+	denials     *observe.DenialsCollector
 	ran         bool // the command ran and the report holds its observations
 }
 
@@ -175,7 +172,9 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 		r.observe(cmd.Pid)
 	}
 	r.observeAfterward(cmd.Pid)
+	r.stopDenials()
 	policy.Compare(r.opts.Plan.Expect, r.rep)
+	bound(r.rep)
 	r.rep.Timings.Observe = ms(time.Since(t2))
 	r.ran = true
 	return nil
@@ -274,14 +273,30 @@ func (r *run) observe(cmdPid int) {
 		r.rep.MarkIncomplete("freezing the sandbox", err)
 	}
 	after := r.snapshot()
-	left := observe.LeftRunning(nil, after, cmdPid)
-	r.rep.Processes.LeftRunningTotal = len(left)
-	if len(left) > observe.MaxLeftRunning {
-		left, r.rep.Processes.LeftRunningTruncated = left[:observe.MaxLeftRunning], true
-	}
-	r.rep.Processes.LeftRunning = nonNil(left)
+	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after, cmdPid))
 	r.rep.Sockets.Listening = nonNil(after.Listening)
 	r.rep.Sockets.Established = nonNil(after.Established)
+}
+
+// stopDenials ends the collection of kernel-reported denials and keeps what concerns the sandbox.
+func (r *run) stopDenials() {
+	r.rep.Denials = r.denials.Stop(observe.ScopeOf(r.sb.InitPid(), r.events, r.rep.Processes.Execs, r.rep.Processes.LeftRunning))
+	if r.rep.Denials.Lost > 0 {
+		r.rep.MarkIncomplete("kernel denials", fmt.Errorf("%d audit records lost", r.rep.Denials.Lost))
+	}
+}
+
+// bound cuts the report's lists of processes, sockets and violations at their bounds, once
+// policy.Compare has judged all of them, and says so with totals and truncated flags.
+func bound(rep *report.Report) {
+	p, s := &rep.Processes, &rep.Sockets
+	p.LeftRunningTotal, p.LeftRunningTruncated = len(p.LeftRunning), len(p.LeftRunning) > observe.MaxLeftRunning
+	p.LeftRunning = p.LeftRunning[:min(len(p.LeftRunning), observe.MaxLeftRunning)]
+	s.ListeningTotal, s.EstablishedTotal = len(s.Listening), len(s.Established)
+	s.Truncated = len(s.Listening) > observe.MaxSockets || len(s.Established) > observe.MaxSockets
+	s.Listening = s.Listening[:min(len(s.Listening), observe.MaxSockets)]
+	s.Established = s.Established[:min(len(s.Established), observe.MaxSockets)]
+	rep.Violations = rep.Violations[:min(len(rep.Violations), report.MaxViolations)]
 }
 
 // observeAfterward collects what needs no live processes: execs, file changes, the network's records.

@@ -45,14 +45,25 @@ type renderer struct {
 
 func (rr *renderer) render(r *report.Report) {
 	rr.verdict(r)
+	rr.cut(len(r.Violations), r.ViolationsTotal, "violations")
 	rr.tree(r.Processes.LeftRunning)
+	rr.cut(len(r.Processes.LeftRunning), r.Processes.LeftRunningTotal, "processes left running")
 	rr.sockets("listening", r.Sockets.Listening)
+	rr.cut(len(r.Sockets.Listening), r.Sockets.ListeningTotal, "listening sockets")
 	rr.sockets("established", r.Sockets.Established)
+	rr.cut(len(r.Sockets.Established), r.Sockets.EstablishedTotal, "established sockets")
 	rr.denied(r.Network.Denied)
 	rr.dns(r.Network.DNS)
 	rr.files(r.Files)
 	rr.denials(r.Denials)
 	rr.notes(r.Notes)
+}
+
+// cut says that the report keeps only kept of total entries of a list.
+func (rr *renderer) cut(kept, total int, what string) {
+	if total > kept {
+		fmt.Fprintln(rr.w, rr.paint(sgrDim, fmt.Sprintf("  ... %d more %s not kept (the report lists the first %d)", total-kept, what, kept)))
+	}
 }
 
 // paint wraps s in an SGR colour code when colour is on. Only whole lines and words outside tables are

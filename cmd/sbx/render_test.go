@@ -33,6 +33,7 @@ func TestRenderGolden(t *testing.T) {
 		"unrelated":   unrelatedRootsReport(),
 		"hostileargv": hostileArgvReport(),
 		"bidi":        bidiReport(),
+		"truncated":   truncatedReport(),
 	}
 	for name, rep := range cases {
 		for _, color := range []bool{false, true} {
@@ -272,5 +273,14 @@ func bidiReport() *report.Report {
 	}
 	r.Files.Created = []string{"/tmp/\u202ehs.live", "/tmp/a\u2028b", "/tmp/\ufeffbom\u00ad"}
 	r.Notes = []string{"note with \u202eesrever\u202c inside"}
+	return r
+}
+
+// truncatedReport kept only part of its lists: the human report says how much is missing.
+func truncatedReport() *report.Report {
+	r := leftoversReport()
+	r.Processes.LeftRunningTotal, r.Processes.LeftRunningTruncated = 300, true
+	r.Sockets.ListeningTotal, r.Sockets.Truncated = len(r.Sockets.Listening)+2000, true
+	r.ViolationsTotal = len(r.Violations) + 1500
 	return r
 }
