@@ -266,7 +266,7 @@ func (r *run) snapshot() *observe.Snap {
 // changes, copies).
 func (r *run) observe(cmdPid int) {
 	r.sb.Settle(settleMax)
-	switch err := r.sb.Freeze(); {
+	switch err := r.freeze(); {
 	case errors.Is(err, sandbox.ErrNoFreezer):
 		r.rep.Notes = append(r.rep.Notes, "the sandbox has no cgroup freezer: it was observed while it ran on")
 	case err != nil:
@@ -276,6 +276,14 @@ func (r *run) observe(cmdPid int) {
 	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after, cmdPid))
 	r.rep.Sockets.Listening = nonNil(after.Listening)
 	r.rep.Sockets.Established = nonNil(after.Established)
+}
+
+// freeze freezes the sandbox unless nothing but its init is left, which can start nothing.
+func (r *run) freeze() error {
+	if r.sb.OnlyInit() {
+		return nil
+	}
+	return r.sb.Freeze()
 }
 
 // stopDenials ends the collection of kernel-reported denials and keeps what concerns the sandbox.

@@ -22,13 +22,39 @@ var ErrNoFreezer = errors.New("the sandbox has no cgroup freezer")
 // A frozen sandbox is torn down as any other: Destroy's SIGKILL thaws it (a v1 freezer holds a signal
 // until the thaw), and gc thaws what a killed sbx left frozen.
 func (s *Sandbox) Freeze() error {
-	if s.container == nil || len(CgroupDirs(s.ID)) == 0 {
+	if dir, _ := s.tasksDir(); s.container == nil || dir == "" {
 		return ErrNoFreezer
 	}
 	if err := s.container.Pause(); err != nil {
 		return fmt.Errorf("freezing the sandbox: %w", err)
 	}
 	return nil
+}
+
+// OnlyInit reports whether nothing but the sandbox's init is left: every task of its cgroups is a thread
+// of the init. Nothing can then start any more (the init starts nothing after the command), so there is
+// nothing to freeze.
+func (s *Sandbox) OnlyInit() bool {
+	tasks, err := s.Tasks()
+	if err != nil {
+		return false
+	}
+	entries, err := os.ReadDir("/proc/" + strconv.Itoa(s.initPid) + "/task")
+	if err != nil {
+		return false
+	}
+	init := make(map[int]bool, len(entries))
+	for _, e := range entries {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			init[tid] = true
+		}
+	}
+	for _, tid := range tasks {
+		if !init[tid] {
+			return false
+		}
+	}
+	return true
 }
 
 // Thaw lets a frozen sandbox run again.
@@ -39,47 +65,56 @@ func (s *Sandbox) Thaw() error {
 	return nil
 }
 
-// Tasks lists the host thread ids of every task in the sandbox's cgroups, threads included (v1 tasks,
-// v2 cgroup.threads, nested cgroups too). A process whose main thread exited while another thread runs
-// shows in /proc as a zombie; its live threads are here.
+// Tasks lists the host thread ids of every task in the sandbox's cgroup, threads included (v1 tasks of
+// the freezer hierarchy, else v2 cgroup.threads; nested cgroups too: every task is in one cgroup of each
+// hierarchy, so one hierarchy lists them all). A process whose main thread exited while another thread
+// runs shows in /proc as a zombie; its live threads are here.
 func (s *Sandbox) Tasks() ([]int, error) {
-	var tids []int
-	var errs []error
-	found := false
-	for _, dir := range CgroupDirs(s.ID) {
-		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-			if err != nil || !d.IsDir() {
-				return err
-			}
-			for _, name := range []string{"tasks", "cgroup.threads"} {
-				b, err := os.ReadFile(filepath.Join(path, name))
-				if errors.Is(err, os.ErrNotExist) {
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				found = true
-				for _, f := range strings.Fields(string(b)) {
-					if tid, err := strconv.Atoi(f); err == nil {
-						tids = append(tids, tid)
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("listing the sandbox's tasks: %w", err)
-	}
-	if !found {
+	dir, name := s.tasksDir()
+	if dir == "" {
 		return nil, fmt.Errorf("listing the sandbox's tasks: %w", ErrNoFreezer)
+	}
+	var tids []int
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(path, name))
+		if err != nil {
+			return err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if tid, err := strconv.Atoi(f); err == nil {
+				tids = append(tids, tid)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the sandbox's tasks: %w", err)
 	}
 	slices.Sort(tids)
 	return slices.Compact(tids), nil
+}
+
+// tasksDir finds, once, the cgroup directory whose task list Tasks reads, and that list's name.
+func (s *Sandbox) tasksDir() (dir, name string) {
+	s.tasksOnce.Do(func() {
+		dirs := CgroupDirs(s.ID)
+		for _, d := range dirs {
+			if _, err := os.Stat(filepath.Join(d, "freezer.state")); err == nil {
+				s.tasks = [2]string{d, "tasks"}
+				return
+			}
+		}
+		for _, d := range dirs {
+			if _, err := os.Stat(filepath.Join(d, "cgroup.threads")); err == nil {
+				s.tasks = [2]string{d, "cgroup.threads"}
+				return
+			}
+		}
+	})
+	return s.tasks[0], s.tasks[1]
 }
 
 // thawCgroup thaws the cgroups of run id, which a killed sbx may have left frozen: a v1 freezer holds

@@ -72,6 +72,8 @@ type Sandbox struct {
 	ctlIn     *bufio.Reader
 	console   *os.File
 	pidfd     int // the command's, once started; 0 = none
+	tasksOnce sync.Once
+	tasks     [2]string // cgroup dir and file name of the task list (freeze.go)
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
