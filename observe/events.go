@@ -50,8 +50,9 @@ type EventsOptions struct {
 	Track []int
 }
 
-// Events records fork, exec and exit events of the tracked processes and their descendants from StartEvents until Stop, in memory (bounded), on
-// a goroutine of its own.
+// Events records fork, exec and exit events of the tracked processes and their descendants from
+// StartEvents until Stop, in memory (bounded: maxEventLog events, maxDetailedExecs read from /proc), on a
+// goroutine of its own.
 type Events struct {
 	fd       int
 	wake     [2]int // a pipe: Stop writes to it to wake the reader out of poll
