@@ -99,6 +99,9 @@ func benchmark(sbx string, n int) error {
 // (observe.MaxExecs, MaxArgvBytes), so its memory must not grow with them.
 const manyExecs = `a=$(head -c 61440 /dev/zero | tr '\0' x); i=0; while [ $i -lt 5000 ]; do /bin/true $a; i=$((i+1)); done`
 
+// manyFiles creates 200,000 empty files: the file lists are bounded too.
+const manyFiles = `mkdir -p /tmp/many && cd /tmp/many && python3 -c 'for i in range(200000): open(str(i), "w").close()'`
+
 // memory prints the peak RSS of sbx (its own and its waited-for children's, the larger) and the size of
 // its JSON report for commands that produce much to observe.
 func memory(sbx, dir string) error {
@@ -106,6 +109,7 @@ func memory(sbx, dir string) error {
 	fmt.Printf("%-42s %12s %12s\n", "", "peak RSS", "JSON report")
 	for _, c := range []struct{ name, script string }{
 		{"5,000 execs with 60 KB argv each", manyExecs},
+		{"200,000 files created", manyFiles},
 	} {
 		out := filepath.Join(dir, "report.json")
 		cmd := exec.Command(sbx, "exec", "-q", "--json", out, "--", "sh", "-c", c.script)
