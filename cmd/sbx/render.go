@@ -183,6 +183,9 @@ func (rr *renderer) processFlags(p observe.Process) string {
 	if p.State == "Z" {
 		flags = append(flags, "zombie")
 	}
+	if p.LeaderExited {
+		flags = append(flags, rr.paint(sgrYellow, "main thread exited, threads run on"))
+	}
 	if !p.Started.IsZero() {
 		flags = append(flags, "up "+age(rr.now.Sub(p.Started)))
 	}

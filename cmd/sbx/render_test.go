@@ -280,6 +280,7 @@ func bidiReport() *report.Report {
 func truncatedReport() *report.Report {
 	r := leftoversReport()
 	r.Processes.LeftRunningTotal, r.Processes.LeftRunningTruncated = 300, true
+	r.Processes.LeftRunning[0].LeaderExited = true
 	r.Sockets.ListeningTotal, r.Sockets.Truncated = len(r.Sockets.Listening)+2000, true
 	r.ViolationsTotal = len(r.Violations) + 1500
 	return r
