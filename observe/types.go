@@ -13,7 +13,7 @@ type Process struct {
 	UID      int       `json:"uid"`
 	Start    uint64    `json:"start_ticks"` // start time in clock ticks since boot; with Pid, identifies a process
 	Started  time.Time `json:"started"`     // wall-clock start time, derived from Start (for the process's age)
-	State    string    `json:"state"`       // the state letter of /proc/PID/stat: R S D Z T ...
+	State    string    `json:"state"`       // the state letter of /proc/PID/stat: R S D Z T ... (D in a frozen sandbox)
 	Orphaned bool      `json:"orphaned"`    // its parent exited and it was reparented to the sandbox's init
 	Deleted  bool      `json:"exe_deleted"` // its executable was deleted after it started
 	// LeaderExited marks a process whose main thread exited while another thread runs on: /proc shows
