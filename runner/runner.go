@@ -148,11 +148,18 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	}
 	code, end, err := r.wait(ctx, cmd)
 	hits := r.sb.LimitHits()
-	if err != nil && ctx.Err() == nil && hits.OOMKills > 0 {
+	switch {
+	case err != nil && ctx.Err() == nil && hits.OOMKills > 0:
 		// The OOM killer took the sandbox's init (it prefers the command, but not always): the command
 		// died with the sandbox, killed.
 		code, end, err = 128+int(syscall.SIGKILL), endKilled, nil
 		r.rep.Notes = append(r.rep.Notes, "the OOM killer killed sbx's init inside the sandbox, and with it every process there")
+	case err != nil && ctx.Err() == nil:
+		// The command ran, but sbx lost track of it (its init is gone or answered nonsense): what it did
+		// is still reported, as far as it can be, and the run does not pass.
+		r.rep.MarkIncomplete("the command's end", err)
+		r.sb.Kill()
+		code, end, err = 128+int(syscall.SIGKILL), endKilled, nil
 	}
 	if err != nil {
 		return err

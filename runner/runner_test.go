@@ -5,6 +5,10 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,5 +107,38 @@ func TestCancel(t *testing.T) {
 	_, err := Run(ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: t.TempDir()})
 	if err == nil {
 		t.Fatal("Run returned no error for a cancelled context")
+	}
+}
+
+// TestInitGone kills the sandbox's init from the host while the command runs: sbx loses track of the
+// command, yet the run still ends with a report, marked observe.incomplete, and nothing is left.
+func TestInitGone(t *testing.T) {
+	needRoot(t)
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), Options{
+		Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: t.TempDir(), Stdout: &out, Stderr: &out,
+		StateRoot: t.TempDir(),
+		OnStart: func(pid int) {
+			// The command's parent is the sandbox's init (sbx's supervisor).
+			stat, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+			if err != nil {
+				t.Errorf("reading the command's stat: %v", err)
+				return
+			}
+			f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+			ppid, _ := strconv.Atoi(f[1])
+			if err := syscall.Kill(ppid, syscall.SIGKILL); err != nil {
+				t.Errorf("killing the init %d: %v", ppid, err)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v, want a report", err)
+	}
+	if rep.Verdict != "violation" || !slices.Contains(rep.Incomplete, "the command's end") {
+		t.Errorf("verdict %s, incomplete %v, notes %v; want a violation for the command's end", rep.Verdict, rep.Incomplete, rep.Notes)
+	}
+	if rep.ExitCode != 137 {
+		t.Errorf("exit code %d, want 137", rep.ExitCode)
 	}
 }
