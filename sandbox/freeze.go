@@ -57,14 +57,6 @@ func (s *Sandbox) OnlyInit() bool {
 	return true
 }
 
-// Thaw lets a frozen sandbox run again.
-func (s *Sandbox) Thaw() error {
-	if err := s.container.Resume(); err != nil {
-		return fmt.Errorf("thawing the sandbox: %w", err)
-	}
-	return nil
-}
-
 // Tasks lists the host thread ids of every task in the sandbox's cgroup, threads included (v1 tasks of
 // the freezer hierarchy, else v2 cgroup.threads; nested cgroups too: every task is in one cgroup of each
 // hierarchy, so one hierarchy lists them all). A process whose main thread exited while another thread
