@@ -94,7 +94,11 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	r := &run{opts: o, sb: sb, rep: rep, events: events, denials: observe.StartDenials()}
 	err = r.execute(ctx, t0)
 	if !r.ran {
-		r.stopDenials() // ends the collector; the report is not used
+		// End the collectors; the report is not used.
+		r.stopDenials()
+		if events != nil {
+			events.Stop(nil)
+		}
 	}
 	t3 := time.Now()
 	if derr := sb.Destroy(); derr != nil {
