@@ -151,11 +151,14 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunIn
 		OnStart: func(int) { prog.send(false, "the command started") },
 	})
 	stop()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("cancelled; the sandbox was torn down: %w", ctx.Err())
-		}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("cancelled; the sandbox was torn down: %w", ctx.Err())
+	case err != nil && rep == nil:
 		return nil, fmt.Errorf("sbx failed: %w", err)
+	case err != nil:
+		// The command ran and was observed; what failed afterwards (the teardown) does not hide it.
+		rep.Notes = append(rep.Notes, "sbx failed after the run: "+err.Error())
 	}
 	out := &RunOutput{Report: *rep, ID: newID()}
 	out.Stdout, out.StdoutTruncated, out.StdoutBytes = stdout.result()
