@@ -10,7 +10,10 @@
 //   - [Snapshot]: the sandbox's processes (sandbox pid and ppid, exe, comm, argv, uid, start, orphaned,
 //     deleted executable, open fds with what each socket is) and its listening and established sockets,
 //     mapped to their owners through the socket inodes in the processes' fds.
-//   - [LeftRunning]: what is new in an after snapshot and still alive.
+//   - [LeftRunning]: what is new in an after snapshot and still alive. A process whose main thread exited
+//     while another runs on (a zombie in /proc) is alive: it is read through a live thread. Given the
+//     sandbox's threads (SnapshotOptions.HostTasks, from its cgroup), the snapshot also reads every process
+//     they belong to. Take it of a frozen sandbox, so that nothing forks or exits during the walk.
 //   - [StartEvents] and [Events.Stop]: every exec between the snapshots, from the kernel's process-events
 //     connector, filtered to the sandbox's fork tree.
 //   - [Changes], [DiffChanges] and [CopyChanges]: files created, modified and deleted, from the overlay's
@@ -18,6 +21,9 @@
 //
 // # Limits
 //
+//   - What it keeps is bounded (bounds.go): argv per process and exec, fds per process, execs, left
+//     running processes, sockets; each cut list says so. Events of processes outside the tracked tree are
+//     not recorded.
 //   - A process that exits within microseconds of its exec may be gone before its exe and argv are read.
 //     Its exec is then kept, marked Incomplete, with what was left (comm while it is a zombie, else only
 //     its pids and time). Measured here: about 0.3% of /bin/true runs.
