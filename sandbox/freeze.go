@@ -89,24 +89,22 @@ func (s *Sandbox) Tasks() ([]int, error) {
 	return slices.Compact(tids), nil
 }
 
-// tasksDir finds, once, the cgroup directory whose task list Tasks reads, and that list's name.
+// tasksDir finds the cgroup directory whose task list Tasks reads, and that list's name; it remembers
+// what it found (a sandbox is observed from one goroutine).
 func (s *Sandbox) tasksDir() (dir, name string) {
-	s.tasksOnce.Do(func() {
-		dirs := CgroupDirs(s.ID)
+	if s.tasks[0] != "" {
+		return s.tasks[0], s.tasks[1]
+	}
+	dirs := CgroupDirs(s.ID)
+	for _, list := range []struct{ probe, name string }{{"freezer.state", "tasks"}, {"cgroup.threads", "cgroup.threads"}} {
 		for _, d := range dirs {
-			if _, err := os.Stat(filepath.Join(d, "freezer.state")); err == nil {
-				s.tasks = [2]string{d, "tasks"}
-				return
+			if _, err := os.Stat(filepath.Join(d, list.probe)); err == nil {
+				s.tasks = [2]string{d, list.name}
+				return d, list.name
 			}
 		}
-		for _, d := range dirs {
-			if _, err := os.Stat(filepath.Join(d, "cgroup.threads")); err == nil {
-				s.tasks = [2]string{d, "cgroup.threads"}
-				return
-			}
-		}
-	})
-	return s.tasks[0], s.tasks[1]
+	}
+	return "", ""
 }
 
 // thawCgroup thaws the cgroups of run id, which a killed sbx may have left frozen: a v1 freezer holds

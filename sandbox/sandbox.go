@@ -72,8 +72,7 @@ type Sandbox struct {
 	ctlIn     *bufio.Reader
 	console   *os.File
 	pidfd     int // the command's, once started; 0 = none
-	tasksOnce sync.Once
-	tasks     [2]string // cgroup dir and file name of the task list (freeze.go)
+	tasks     [2]string // cgroup dir and file name of the task list, once found (freeze.go)
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
