@@ -167,7 +167,8 @@ func processesOf(pids, tids []int) ([]int, error) {
 // procsPerWorker is the least work worth a goroutine of its own (a process costs ~20 µs to read).
 const procsPerWorker = 8
 
-// readProcRange reads pids; a process that cannot be read is left out and named in the error, the
+// readProcRange reads pids. A process that cannot be read whole is named in the error and kept with
+// what was read, once its sandbox pid is known (a leftover that hides its fds is still a leftover); the
 // others are read on.
 func readProcRange(pids []int) ([]rawProc, error) {
 	r := newProcReader()
@@ -180,7 +181,15 @@ func readProcRange(pids []int) ([]rawProc, error) {
 		}
 		if err != nil {
 			errs = append(errs, err)
-			continue
+			if p.Pid == 0 {
+				continue
+			}
+			if p.Argv == nil {
+				p.Argv = []string{}
+			}
+			if p.FDs == nil {
+				p.FDs = []FD{}
+			}
 		}
 		raw = append(raw, p)
 	}
