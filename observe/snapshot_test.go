@@ -208,8 +208,10 @@ func TestProcessesOfThreads(t *testing.T) {
 	if len(others) == 0 {
 		t.Skip("the test binary has one thread")
 	}
-	pids, err := processesOf(nil, others)
-	if err != nil || !slices.Equal(pids, []int{os.Getpid()}) {
-		t.Errorf("processesOf(threads of this process) = %v, %v; want [%d]", pids, err, os.Getpid())
+	for _, known := range [][]int{nil, {os.Getpid()}} {
+		pids, err := processesOf(known, others)
+		if err != nil || !slices.Equal(pids, []int{os.Getpid()}) {
+			t.Errorf("processesOf(%v, threads of this process) = %v, %v; want [%d]", known, pids, err, os.Getpid())
+		}
 	}
 }
