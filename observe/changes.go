@@ -136,26 +136,40 @@ func ChangesSince(before *FileChanges, upper, lower string, lim Limits) (*FileCh
 	return read(before, upper, lower, lim.withDefaults())
 }
 
+// ChangesSinceDir is ChangesSince on an upper directory already open for reading (O_RDONLY): for a
+// tree reached through a handle, such as the sandbox's /dev/shm through /proc/PID/root.
+func ChangesSinceDir(before *FileChanges, upper *os.File, lower string, lim Limits) *FileChanges {
+	return readDir(before, upper, lower, lim.withDefaults())
+}
+
 func read(before *FileChanges, upper, lower string, lim Limits) (*FileChanges, error) {
-	w := &walker{d: newDiffer(before, lim), stop: lim.Stop}
 	up, err := openDirAt(unix.AT_FDCWD, upper, false)
 	if err != nil {
-		w.d.problem("%s: %v", upper, err)
-		w.d.finish()
-		return w.d.out, fmt.Errorf("%w: %s: %w", ErrUnreadable, upper, err)
+		d := newDiffer(before, lim)
+		d.problem("%s: %v", upper, err)
+		d.skipped("")
+		d.finish()
+		return d.out, fmt.Errorf("%w: %s: %w", ErrUnreadable, upper, err)
 	}
 	defer up.Close()
+	return readDir(before, up, lower, lim), nil
+}
+
+func readDir(before *FileChanges, up *os.File, lower string, lim Limits) *FileChanges {
+	w := &walker{d: newDiffer(before, lim), stop: lim.Stop}
 	var low *os.File
 	if lower != "" && !isOpaque(up) {
+		var err error
 		if low, err = openDirAt(unix.AT_FDCWD, lower, true); err != nil {
 			w.d.problem("lower layer %s: %v", lower, err)
+			low = nil
 		} else {
 			defer low.Close()
 		}
 	}
 	w.dir(up, low, "", 0)
 	w.d.finish()
-	return w.d.out, nil
+	return w.d.out
 }
 
 // openDirAt opens the directory name below dirfd without following a link: for reading its entries,
@@ -296,10 +310,17 @@ func change(p string, st *unix.Stat_t, class string) FileChange {
 	if c.Kind == "dir" {
 		c.Size = 0
 	}
-	if !utf8.ValidString(p) {
-		c.PathB64 = base64.StdEncoding.EncodeToString([]byte(p))
-	}
+	c.PathB64 = PathB64(p)
 	return c
+}
+
+// PathB64 is the value of FileChange.PathB64 for p: its bytes in base64 when p is not valid UTF-8,
+// else "".
+func PathB64(p string) string {
+	if utf8.ValidString(p) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(p))
 }
 
 func isWhiteout(st *unix.Stat_t) bool {

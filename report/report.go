@@ -24,6 +24,9 @@ const (
 	RuleDenied      = "network.denied"
 	RuleDNS         = "network.dns"
 	RuleFilesWrite  = "files.write"
+	// RuleObserveIncomplete: sbx could not observe part of the run (the notes say which); a run that
+	// was not fully observed does not pass.
+	RuleObserveIncomplete = "observe.incomplete"
 )
 
 // Report is one run of one command in one sandbox.
@@ -100,8 +103,13 @@ type Files struct {
 	Created  []string `json:"created"`
 	Modified []string `json:"modified"`
 	Deleted  []string `json:"deleted"`
-	// Details has one entry per path above, with its kind and size.
+	// Details has one entry per path above, with its kind and size (and path_b64 when the path is not
+	// valid UTF-8).
 	Details []observe.FileChange `json:"details"`
+	// Total counts every change found; each list above keeps only its first entries (10,000 by
+	// default), and Truncated says that one was cut.
+	Total     observe.Totals `json:"total"`
+	Truncated bool           `json:"truncated"`
 }
 
 // Timings are the phases of a run in milliseconds.

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// defaultDiskBytes bounds the overlay's writable layer when the profile sets no limit.
-const defaultDiskBytes = 1 << 30
+// DefaultDiskBytes bounds the overlay's writable layer when the profile sets no limit.
+const DefaultDiskBytes = 1 << 30
 
 // overlay is one overlay mount of the sandbox: a read-only, non-recursive bind of a host directory as
 // its lower layer and a directory pair on the run's size-limited tmpfs as its writable layer.
@@ -84,7 +84,7 @@ func (r *rootfs) overlays() []*overlay {
 // except the working directory's, which gets an overlay of its own (see mountCwd).
 func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool) error {
 	if diskBytes <= 0 {
-		diskBytes = defaultDiskBytes
+		diskBytes = DefaultDiskBytes
 	}
 	if err := os.MkdirAll(r.layer, 0o700); err != nil {
 		return err

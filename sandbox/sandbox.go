@@ -290,6 +290,14 @@ type Layer struct {
 	At, Upper, Lower string
 }
 
+// DiskBytes is the size of the writable layer: what the command can have written at most.
+func (s *Sandbox) DiskBytes() int64 {
+	if b := s.cfg.Plan.Limits.DiskBytes; b > 0 {
+		return b
+	}
+	return DefaultDiskBytes
+}
+
 // Layers lists the sandbox's overlays: the root, and the working directory's when it lies on another
 // file system than the root.
 func (s *Sandbox) Layers() []Layer {
