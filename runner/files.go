@@ -82,8 +82,12 @@ func (r *run) fileChanges() {
 	f.Details, f.Total, f.Truncated = nonNil(slices.Concat(created, modified, deleted)), total, truncated
 	f.Created, f.Modified, f.Deleted = paths(created), paths(modified), paths(deleted)
 	if truncated {
-		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("file changes: the lists keep their first %d entries each; files.total counts all (%d created, %d modified, %d deleted)",
-			observe.DefaultMaxEntries, total.Created, total.Modified, total.Deleted))
+		note := fmt.Sprintf("file changes: the lists keep their first %d entries each; files.total counts all (%d created, %d modified, %d deleted)",
+			observe.DefaultMaxEntries, total.Created, total.Modified, total.Deleted)
+		if r.changesDir != nil {
+			note += "; --changes copied only the listed entries"
+		}
+		r.rep.Notes = append(r.rep.Notes, note)
 	}
 }
 

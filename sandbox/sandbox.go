@@ -132,8 +132,10 @@ func (cfg Config) check() error {
 	return nil
 }
 
-// buildFiles mounts the overlays and hands the working directory to the command's user.
+// buildFiles resolves the working directory (once: every later step, the supervisor's included, uses
+// the result), mounts the overlays and hands the working directory to the command's user.
 func (s *Sandbox) buildFiles() error {
+	s.cfg.Command.Cwd = resolveCwd(s.cfg.Command.Cwd)
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
 	// A working directory on another file system than / gets an overlay of its own, unless a share
 	// brings it in already.

@@ -75,18 +75,25 @@ func OpenDir(root *os.File, rel string) (*os.File, error) {
 
 // MkdirAll creates rel below root, each missing level with perm, and returns the last level opened as
 // a directory. An existing level that is not a directory (a symlink included) is ErrNotDir: nothing is
-// ever created through it. made is called for each level it created, with that level's fd, its parent's
-// and its name (nil: nothing to do).
-func MkdirAll(root *os.File, rel string, perm uint32, made func(dir, parent *os.File, name string) error) (*os.File, error) {
-	cur, err := Open(root, "", unix.O_PATH|unix.O_DIRECTORY, 0)
+// ever created through it. made is called for each level it created, with that level's fd and its path
+// relative to root (nil: nothing to do).
+func MkdirAll(root *os.File, rel string, perm uint32, made func(dir *os.File, rel string) error) (*os.File, error) {
+	cur, err := Open(root, "", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range strings.Split(clean(rel), "/") {
+	parts := strings.Split(clean(rel), "/")
+	for i, name := range parts {
 		if name == "." || name == "" {
 			continue
 		}
-		next, err := mkdirOne(cur, name, perm, made)
+		level := strings.Join(parts[:i+1], "/")
+		next, err := mkdirOne(cur, name, perm, func(dir *os.File) error {
+			if made == nil {
+				return nil
+			}
+			return made(dir, level)
+		})
 		cur.Close()
 		if err != nil {
 			return nil, fmt.Errorf("making %s: %w", rel, err)
@@ -96,7 +103,7 @@ func MkdirAll(root *os.File, rel string, perm uint32, made func(dir, parent *os.
 	return cur, nil
 }
 
-func mkdirOne(parent *os.File, name string, perm uint32, made func(dir, parent *os.File, name string) error) (*os.File, error) {
+func mkdirOne(parent *os.File, name string, perm uint32, made func(dir *os.File) error) (*os.File, error) {
 	err := unix.Mkdirat(int(parent.Fd()), name, perm)
 	created := err == nil
 	if err != nil && err != unix.EEXIST {
@@ -106,8 +113,8 @@ func mkdirOne(parent *os.File, name string, perm uint32, made func(dir, parent *
 	if err != nil {
 		return nil, err
 	}
-	if created && made != nil {
-		if err := made(dir, parent, name); err != nil {
+	if created {
+		if err := made(dir); err != nil {
 			dir.Close()
 			return nil, err
 		}
