@@ -28,7 +28,16 @@ type contender struct {
 func main() {
 	sbx := flag.String("sbx", "bin/sbx", "path of the sbx binary")
 	n := flag.Int("n", 40, "iterations per contender")
+	rssOnly := flag.Bool("rss", false, "only the peak-memory floods")
 	flag.Parse()
+	if *rssOnly {
+		sbxAbs, _ := filepath.Abs(*sbx)
+		if err := reportRSS(sbxAbs, os.TempDir()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := benchmark(*sbx, *n); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -91,7 +100,7 @@ func benchmark(sbx string, n int) error {
 		}
 	}
 	report(cs, n)
-	return nil
+	return reportRSS(sbx, dir)
 }
 
 // timeOne runs argv in dir (a scratch directory: sbx's overlay shows the working directory, and the
