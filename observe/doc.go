@@ -13,8 +13,9 @@
 //   - [LeftRunning]: what is new in an after snapshot and still alive.
 //   - [StartEvents] and [Events.Stop]: every exec between the snapshots, from the kernel's process-events
 //     connector, filtered to the sandbox's fork tree.
-//   - [Changes], [DiffChanges] and [CopyChanges]: files created, modified and deleted, from the overlay's
-//     upper layer.
+//   - [Changes], [ChangesSince] and [Copier]: files created, modified and deleted, from the overlay's
+//     upper layer, read by fd without following links and within bounds; copied out for review
+//     through root handles (package internal/safefs) that no link can leave.
 //
 // # Limits
 //
