@@ -127,14 +127,6 @@ func (r *rootfs) mountCwd(cwd string) error {
 	return mkdirAllLike(r.root.merged, cwd)
 }
 
-// path is where the host sees a sandbox path: in the working directory's overlay or the root's.
-func (r *rootfs) path(p string) string {
-	if r.cwd != nil && within(p, r.cwd.At) {
-		return filepath.Join(r.cwd.merged, strings.TrimPrefix(p, r.cwd.At))
-	}
-	return filepath.Join(r.root.merged, p)
-}
-
 // unmount undoes mount; it is safe on a partly built or already removed rootfs.
 func (r *rootfs) unmount() error {
 	var errs []error
