@@ -78,6 +78,12 @@ func (r *run) fileChanges() {
 		collect(fc, "/dev/shm")
 	}
 	r.copyNotes(cp)
+	// Each layer's reading is bounded; so is the report, across layers.
+	for _, l := range []*[]observe.FileChange{&created, &modified, &deleted} {
+		if len(*l) > observe.DefaultMaxEntries {
+			*l, truncated = (*l)[:observe.DefaultMaxEntries], true
+		}
+	}
 	f := &r.rep.Files
 	f.Details, f.Total, f.Truncated = nonNil(slices.Concat(created, modified, deleted)), total, truncated
 	f.Created, f.Modified, f.Deleted = paths(created), paths(modified), paths(deleted)
