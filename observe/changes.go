@@ -517,6 +517,12 @@ func (d *differ) whiteout(c FileChange) {
 
 // skipped records a directory whose entries were not (all) read.
 func (d *differ) skipped(rel string) {
+	if len(d.skips) >= maxProblems*50 {
+		d.skips = []string{"/"} // too many to track: no deletion is inferred anywhere
+	}
+	if len(d.skips) == 1 && d.skips[0] == "/" {
+		return
+	}
 	d.skips = append(d.skips, orRoot(rel))
 }
 
