@@ -41,7 +41,14 @@ func (o *overlay) mount() error {
 	}
 	// The bind is not recursive: the lower layer is At's own file system without the mounts on it,
 	// which is what overlayfs shows anyway; the bind gives observe the same view to compare with.
-	if err := unix.Mount(o.At, o.Lower, "", unix.MS_BIND, ""); err != nil {
+	// The source is opened without following any link (At was resolved before, so it has none): a
+	// component swapped for a link since then fails the bind instead of binding what the link names.
+	src, err := safefs.OpenNoLinks(o.At)
+	if err != nil {
+		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+	}
+	defer src.Close()
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", src.Fd()), o.Lower, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 	}
 	if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {

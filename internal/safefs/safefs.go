@@ -36,6 +36,18 @@ func OpenRoot(dir string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), dir), nil
 }
 
+// OpenNoLinks opens the absolute path p as an O_PATH directory handle, following no link at all (no
+// component of p may be a symlink): for a path resolved before, that must still be what it was.
+func OpenNoLinks(p string) (*os.File, error) {
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, how)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat2", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
 // Open opens rel below root with openat2 and Resolve. flags get O_CLOEXEC|O_NOFOLLOW added, and
 // O_NONBLOCK unless O_PATH is set, so that a FIFO or device never blocks the open; check the type on the
 // returned file before reading it. rel "" or "." opens root itself again.

@@ -114,3 +114,17 @@ func TestResolveIn(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenNoLinks(t *testing.T) {
+	root, _ := tree(t)
+	if f, err := OpenNoLinks(root + "/dir"); err != nil {
+		t.Errorf("OpenNoLinks(dir) = %v", err)
+	} else {
+		f.Close()
+	}
+	for _, p := range []string{root + "/abs/dir", root + "/rel"} {
+		if _, err := OpenNoLinks(p); !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR) {
+			t.Errorf("OpenNoLinks(%s) = %v, want ELOOP or ENOTDIR", p, err)
+		}
+	}
+}
