@@ -31,5 +31,6 @@
 //     show without an owner.
 //   - File changes are those of the overlay's upper layer: writes through other mounts (shared host paths)
 //     are not seen, and the old contents of a directory replaced as a whole (opaque) are not listed as
-//     deleted.
+//     deleted. Each list keeps its first [DefaultMaxEntries] (with totals); trees nested deeper than 256
+//     levels are not read (a Problem says so).
 package observe
