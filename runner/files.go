@@ -203,11 +203,19 @@ func under(at string, cs []observe.FileChange) []observe.FileChange {
 // the sandbox's pid 1 (its /proc root, then no link below it), so only while the sandbox is up: a
 // sandbox sbx killed has nothing to show.
 func (r *run) tmpfsChanges(cp *observe.Copier, mount string, lim observe.Limits) *observe.FileChanges {
+	// The pid is the sandbox's init only while the sandbox's cgroup holds it: checked before and after
+	// the open, so that a reused pid never makes sbx read another process's files.
+	if !r.initAlive() {
+		return nil
+	}
 	root, err := safefs.OpenRoot(fmt.Sprintf("/proc/%d/root", r.sb.InitPid()))
 	if err != nil {
 		return nil
 	}
 	defer root.Close()
+	if !r.initAlive() {
+		return nil
+	}
 	dir, err := safefs.OpenDir(root, mount)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -220,6 +228,12 @@ func (r *run) tmpfsChanges(cp *observe.Copier, mount string, lim observe.Limits)
 	r.fileNotes(mount, fc, nil)
 	r.copyLayer(cp, "", dir, mount, fc.Created)
 	return fc
+}
+
+// initAlive says whether the sandbox's init is still in the sandbox's cgroup.
+func (r *run) initAlive() bool {
+	pids, err := r.sb.Pids()
+	return err == nil && slices.Contains(pids, r.sb.InitPid())
 }
 
 func paths(cs []observe.FileChange) []string {
