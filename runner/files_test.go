@@ -215,3 +215,37 @@ func TestFilesBoundedAndKept(t *testing.T) {
 		t.Errorf("sparse copy: size %d, %d bytes allocated; want 200 MiB apparent and no data", st.Size, st.Blocks*512)
 	}
 }
+
+// TestChangesCopyStopsOnSignal: a signal while --changes copies ends the copy at once, and the report
+// says how far it got.
+func TestChangesCopyStopsOnSignal(t *testing.T) {
+	needRoot(t)
+	p := plan(t)
+	p.Limits.MemoryBytes, p.Limits.DiskBytes = 768<<20, 512<<20
+	out := filepath.Join(t.TempDir(), "changes")
+	big := filepath.Join(out, "tmp", "big")
+	sigs := make(chan os.Signal, 1)
+	// The file appears in DIR only once the copy has begun, after the command exited.
+	go func() {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+			if _, err := os.Lstat(big); err == nil {
+				sigs <- unix.SIGINT
+				return
+			}
+		}
+	}()
+	var output bytes.Buffer
+	rep, err := Run(context.Background(), Options{
+		Plan: p, Args: []string{"sh", "-c", "head -c 400M /dev/zero | tr '\\0' x > /tmp/big"}, Cwd: t.TempDir(),
+		Stdout: &output, Stderr: &output, StateRoot: t.TempDir(), Changes: out, Signals: sigs,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v (%s)", err, output.String())
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "copying stopped by a signal") }) {
+		t.Errorf("notes = %q, want the copy stopped by the signal", rep.Notes)
+	}
+	if _, err := os.Lstat(big); err == nil {
+		t.Errorf("the partly copied file was left in DIR")
+	}
+}
