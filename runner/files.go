@@ -27,23 +27,25 @@ func openChangesDir(dir string, shares []policy.Share) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChangesDir, err)
 	}
-	real, err := filepath.EvalSymlinks(dir)
+	f, err := safefs.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChangesDir, err)
 	}
-	real, _ = filepath.Abs(real)
+	// The check is on what the handle is, not on the path: the path is never used again.
+	real, err := safefs.Path(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %w", ErrChangesDir, err)
+	}
 	for _, sh := range shares {
 		host, err := filepath.EvalSymlinks(sh.Host)
 		if err != nil {
 			host = sh.Host
 		}
 		if sh.Writable && (real == host || host == "/" || strings.HasPrefix(real, host+"/")) {
+			f.Close()
 			return nil, fmt.Errorf("%w: %s lies in the writable share %s", ErrChangesDir, dir, sh.Host)
 		}
-	}
-	f, err := safefs.OpenRoot(real)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrChangesDir, err)
 	}
 	return f, nil
 }
