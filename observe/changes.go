@@ -1,15 +1,14 @@
 package observe
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
-	"path"
-	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,25 +22,92 @@ const (
 
 // FileChange is one path the sandbox created, modified or deleted, as seen inside the sandbox.
 type FileChange struct {
-	Path    string    `json:"path"`   // absolute path inside the sandbox
+	Path string `json:"path"` // absolute path inside the sandbox; invalid UTF-8 is replaced in JSON
+	// PathB64 is the path's bytes in standard base64, set only when Path is not valid UTF-8 (JSON
+	// would replace the invalid bytes, losing the real name).
+	PathB64 string    `json:"path_b64,omitempty"`
 	Size    int64     `json:"size"`   // bytes; 0 for directories; for a deletion, the size of the hidden file
 	Kind    string    `json:"kind"`   // file, dir, symlink, other (fifo, socket, device)
 	Change  string    `json:"change"` // created, modified or deleted
 	ModTime time.Time `json:"-"`      // mtime in the upper layer; tells a rewritten file from an untouched one
+	// CTime, Mode and Metacopy tell what size and mtime cannot: the command can restore an mtime, not a
+	// ctime; a metacopy file's data is still the lower layer's.
+	CTime    time.Time `json:"-"`
+	Mode     uint32    `json:"-"`
+	Metacopy bool      `json:"-"`
 }
 
-// FileChanges is the state of an overlay's upper layer, relative to its lower layer.
+// FileChanges is the state of an overlay's upper layer, relative to its lower layer (or, read with
+// [ChangesSince], relative to an earlier reading).
 type FileChanges struct {
 	Created  []FileChange
 	Modified []FileChange
 	Deleted  []FileChange
+	// Total counts every change found, also those beyond the bound of the lists; Truncated says that a
+	// list was cut.
+	Total     Totals
+	Truncated bool
+	// Problems says what could not be read (an unreadable directory, a tree nested too deep): the lists
+	// are then incomplete. Notes says what was read but judged conservatively (listed as modified
+	// without a content comparison).
+	Problems []string
+	Notes    []string
 }
+
+// Totals counts changes per class.
+type Totals struct {
+	Created  int `json:"created"`
+	Modified int `json:"modified"`
+	Deleted  int `json:"deleted"`
+}
+
+// Limits bound one reading of the changes. Zero fields take the defaults.
+type Limits struct {
+	MaxEntries   int             // entries kept per list (DefaultMaxEntries); counting goes on beyond it
+	MaxPathBytes int             // bytes of paths kept in all lists together (DefaultMaxPathBytes)
+	ContentBytes int64           // bytes compared to find rewrites that size and mtime hide (DefaultContentBytes)
+	Stop         <-chan struct{} // closed: stop reading at once (a Problem says so)
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxEntries   = 10000
+	DefaultMaxPathBytes = 8 << 20
+	DefaultContentBytes = 64 << 20
+	// maxDepth bounds how deep the walk descends: each level holds two fds. Deeper trees are a Problem.
+	maxDepth = 256
+	// maxProblems bounds the Problems kept; the rest is counted in the last one.
+	maxProblems = 20
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxEntries == 0 {
+		l.MaxEntries = DefaultMaxEntries
+	}
+	if l.MaxPathBytes == 0 {
+		l.MaxPathBytes = DefaultMaxPathBytes
+	}
+	if l.ContentBytes == 0 {
+		l.ContentBytes = DefaultContentBytes
+	}
+	return l
+}
+
+// unbounded keeps everything: for readings of sbx's own preparation, before the command ran.
+var unbounded = Limits{MaxEntries: -1, MaxPathBytes: -1}
 
 // Overlay markers (Documentation/filesystems/overlayfs.rst). Only "y" means opaque: since Linux 6.7 "x"
 // marks a directory that holds xattr whiteouts, which hides nothing.
-const opaqueXattr = "trusted.overlay.opaque"
+const (
+	opaqueXattr   = "trusted.overlay.opaque"
+	metacopyXattr = "trusted.overlay.metacopy"
+)
 
-// Changes reads an overlay's upper dir against its lower dir. In upper, a whiteout (a character device
+// ErrUnreadable is matched by the error of a reading that could not open the layer at all.
+var ErrUnreadable = errors.New("writable layer unreadable")
+
+// Changes reads an overlay's upper dir against its lower dir, with no bound: it is meant for the reading
+// sbx takes of its own preparation before the command runs. In upper, a whiteout (a character device
 // 0:0) is a deletion when the path exists in lower; a file or symlink is created when the path does not
 // exist in lower, else modified; a directory is listed only when created (a directory that exists in lower
 // is in upper only as the parent of a change). Everything under an opaque directory is created.
@@ -52,171 +118,476 @@ const opaqueXattr = "trusted.overlay.opaque"
 //
 // With lower "", upper is a file system that started empty (the sandbox's /dev/shm): all is created.
 func Changes(upper, lower string) (*FileChanges, error) {
-	upper = filepath.Clean(upper)
-	fc := &FileChanges{}
-	// hidden[dir] holds when dir or one of its ancestors is opaque; WalkDir visits a directory before its
-	// entries, so each directory's xattr is read once.
-	hidden := map[string]bool{"/": isOpaque(upper)}
-	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == upper {
-			return err
-		}
-		rel := "/" + filepath.ToSlash(p[len(upper)+1:])
-		underOpaque := hidden[path.Dir(rel)]
-		if d.IsDir() {
-			hidden[rel] = underOpaque || isOpaque(p)
-		}
-		return fc.add(lower, rel, d, underOpaque)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read overlay changes in %s: %w", upper, err)
-	}
-	return fc, nil
+	return read(nil, upper, lower, unbounded)
 }
 
-// add classifies one upper entry. Under an opaque directory nothing of lower is visible, so everything
-// there is created and a whiteout hides nothing.
-func (fc *FileChanges) add(lower, rel string, d fs.DirEntry, underOpaque bool) error {
-	info, err := d.Info()
+// ChangesSince reads what changed in an overlay's upper layer since before (a [Changes] reading of the
+// same layer; nil: none), within lim. It walks both layers by fd, one name at a time with O_NOFOLLOW, so
+// that no link the command made is followed and no path length matters.
+//
+// It never fails on what the command made: an entry or directory that cannot be read is a Problem and
+// the rest is read. The error is non-nil (matching ErrUnreadable) only when upper itself cannot be
+// opened; the result then holds that Problem too.
+//
+// An entry identical to before's (kind, size, mtime, ctime, mode, metacopy) is left out. A file whose
+// size and mtime match before's but whose ctime or metacopy state moved has its content compared with
+// lower's, within lim.ContentBytes; beyond that budget it is listed as modified, with a Note.
+func ChangesSince(before *FileChanges, upper, lower string, lim Limits) (*FileChanges, error) {
+	return read(before, upper, lower, lim.withDefaults())
+}
+
+// ChangesSinceDir is ChangesSince on an upper directory already open for reading (O_RDONLY): for a
+// tree reached through a handle, such as the sandbox's /dev/shm through /proc/PID/root.
+func ChangesSinceDir(before *FileChanges, upper *os.File, lower string, lim Limits) *FileChanges {
+	return readDir(before, upper, lower, lim.withDefaults())
+}
+
+func read(before *FileChanges, upper, lower string, lim Limits) (*FileChanges, error) {
+	up, err := openDirAt(unix.AT_FDCWD, upper, false)
 	if err != nil {
-		return err
+		d := newDiffer(before, lim)
+		d.problem("%s: %v", upper, err)
+		d.skipped("")
+		d.finish()
+		return d.out, fmt.Errorf("%w: %s: %w", ErrUnreadable, upper, err)
 	}
-	if isWhiteout(info) {
-		if underOpaque {
-			return nil
+	defer up.Close()
+	return readDir(before, up, lower, lim), nil
+}
+
+func readDir(before *FileChanges, up *os.File, lower string, lim Limits) *FileChanges {
+	w := &walker{d: newDiffer(before, lim), stop: lim.Stop}
+	var low *os.File
+	if lower != "" && !isOpaque(up) {
+		var err error
+		if low, err = openDirAt(unix.AT_FDCWD, lower, true); err != nil {
+			w.d.problem("lower layer %s: %v", lower, err)
+			low = nil
+		} else {
+			defer low.Close()
 		}
-		return fc.addWhiteout(lower, rel)
 	}
-	c := FileChange{Path: rel, Kind: kindOf(info.Mode()), Size: info.Size(), ModTime: info.ModTime()}
-	if c.Kind == "dir" {
-		c.Size = 0
+	w.dir(up, low, "", 0)
+	w.d.finish()
+	return w.d.out
+}
+
+// openDirAt opens the directory name below dirfd without following a link: for reading its entries,
+// or (asPath) only as a base for *at calls.
+func openDirAt(dirfd int, name string, asPath bool) (*os.File, error) {
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	if asPath {
+		flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	}
+	fd, err := unix.Openat(dirfd, name, flags, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// walker reads one upper tree by fd.
+type walker struct {
+	d       *differ
+	stop    <-chan struct{}
+	stopped bool
+}
+
+// dir reads the entries of the upper directory up (at rel, "" for the top) against the lower directory
+// low (nil: none there, or hidden by an opaque upper directory).
+func (w *walker) dir(up, low *os.File, rel string, depth int) {
+	for {
+		if w.stopping() {
+			w.d.skipped(rel)
+			return
+		}
+		names, err := up.Readdirnames(256)
+		for _, name := range names {
+			w.entry(up, low, rel, name, depth)
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			w.d.problem("%s: reading the directory: %v", orRoot(rel), err)
+			w.d.skipped(rel)
+			return
+		}
+	}
+}
+
+func (w *walker) stopping() bool {
+	if w.stopped || w.stop == nil {
+		return w.stopped
+	}
+	select {
+	case <-w.stop:
+		w.stopped = true
+		w.d.problem("reading the file changes was stopped by a signal: the lists are incomplete")
+	default:
+	}
+	return w.stopped
+}
+
+// entry classifies one name of up and descends into it when it is a directory.
+func (w *walker) entry(up, low *os.File, rel, name string, depth int) {
+	p := rel + "/" + name
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(up.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		w.d.problem("%s: %v", p, err)
+		return
+	}
+	var lst unix.Stat_t
+	inLower := low != nil && unix.Fstatat(int(low.Fd()), name, &lst, unix.AT_SYMLINK_NOFOLLOW) == nil
+	if isWhiteout(&st) {
+		if inLower {
+			w.d.whiteout(change(p, &lst, Deleted))
+		}
+		return
+	}
+	c := change(p, &st, Created)
+	if inLower && c.Kind != "dir" {
+		c.Change = Modified
+	}
+	if c.Kind == "file" && w.d.wantsMetacopy(p) {
+		c.Metacopy = hasXattr(up, name, metacopyXattr)
+	}
+	if c.Kind != "dir" {
+		w.d.entry(c, func(budget *int64) (bool, bool) { return sameContent(up, low, name, c.Size, budget) })
+		return
 	}
 	switch {
-	case underOpaque || !existsIn(lower, rel):
-		c.Change = Created
-		fc.Created = append(fc.Created, c)
-	case c.Kind != "dir":
+	case !inLower:
+		w.d.entry(c, nil)
+	case lst.Mode&unix.S_IFMT != unix.S_IFDIR: // a file of lower replaced by a directory
 		c.Change = Modified
-		fc.Modified = append(fc.Modified, c)
+		w.d.entry(c, nil)
+	default:
+		w.d.seen(p)
 	}
-	return nil
+	if !inLower {
+		low = nil
+	}
+	w.descend(up, low, p, name, depth)
 }
 
-// addWhiteout records a deletion, when lower has the path (sbx may hide paths that do not exist).
-func (fc *FileChanges) addWhiteout(lower, rel string) error {
-	if lower == "" {
-		return nil
+// descend reads the subdirectory name of up. Below a created or opaque directory nothing of lower shows.
+func (w *walker) descend(up, low *os.File, p, name string, depth int) {
+	if depth+1 >= maxDepth {
+		w.d.problem("%s: nested deeper than %d levels, not read", p, maxDepth)
+		w.d.skipped(p)
+		return
 	}
-	info, err := os.Lstat(filepath.Join(lower, rel))
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-		return nil
-	}
+	sub, err := openDirAt(int(up.Fd()), name, false)
 	if err != nil {
-		return err
+		w.d.problem("%s: %v", p, err)
+		w.d.skipped(p)
+		return
 	}
-	c := FileChange{Path: rel, Kind: kindOf(info.Mode()), Size: info.Size(), Change: Deleted}
+	defer sub.Close()
+	var subLow *os.File
+	if low != nil && !isOpaque(sub) {
+		if subLow, err = openDirAt(int(low.Fd()), name, true); err == nil {
+			defer subLow.Close()
+		} else {
+			subLow = nil
+		}
+	}
+	w.dir(sub, subLow, p, depth+1)
+}
+
+func orRoot(rel string) string {
+	if rel == "" {
+		return "/"
+	}
+	return rel
+}
+
+// change describes the entry st at p.
+func change(p string, st *unix.Stat_t, class string) FileChange {
+	c := FileChange{Path: p, Kind: kindOf(st.Mode), Size: st.Size, Change: class,
+		ModTime: time.Unix(st.Mtim.Unix()), CTime: time.Unix(st.Ctim.Unix()), Mode: st.Mode}
 	if c.Kind == "dir" {
 		c.Size = 0
 	}
-	fc.Deleted = append(fc.Deleted, c)
-	return nil
+	c.PathB64 = PathB64(p)
+	return c
 }
 
-func isWhiteout(info fs.FileInfo) bool {
-	if info.Mode()&fs.ModeCharDevice == 0 {
-		return false
+// PathB64 is the value of FileChange.PathB64 for p: its bytes in base64 when p is not valid UTF-8,
+// else "".
+func PathB64(p string) string {
+	if utf8.ValidString(p) {
+		return ""
 	}
-	st, ok := info.Sys().(*syscall.Stat_t)
-	return ok && st.Rdev == 0
+	return base64.StdEncoding.EncodeToString([]byte(p))
 }
 
-func isOpaque(dir string) bool {
+func isWhiteout(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+}
+
+func isOpaque(dir *os.File) bool {
 	var v [2]byte
-	n, err := unix.Lgetxattr(dir, opaqueXattr, v[:])
+	n, err := unix.Fgetxattr(int(dir.Fd()), opaqueXattr, v[:])
 	return err == nil && n == 1 && v[0] == 'y'
 }
 
-// existsIn reports whether rel exists in lower. Lstat: a symlink in lower is an entry of its own, and
-// following it could leave lower.
-func existsIn(lower, rel string) bool {
-	if lower == "" {
-		return false // no lower layer: a file system that started empty
-	}
-	_, err := os.Lstat(filepath.Join(lower, rel))
+// hasXattr reads an xattr of name in dir without following it: through the dir's fd in /proc, the
+// last component is never followed by lgetxattr.
+func hasXattr(dir *os.File, name, attr string) bool {
+	_, err := unix.Lgetxattr(fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), name), attr, nil)
 	return err == nil
 }
 
-func kindOf(m fs.FileMode) string {
-	switch {
-	case m.IsRegular():
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
 		return "file"
-	case m.IsDir():
+	case unix.S_IFDIR:
 		return "dir"
-	case m&fs.ModeSymlink != 0:
+	case unix.S_IFLNK:
 		return "symlink"
 	}
 	return "other"
 }
 
+// sameContent compares the regular file name in up with the one in low, charging budget. ok is false
+// when it could not tell (no lower file, over budget, unreadable).
+func sameContent(up, low *os.File, name string, size int64, budget *int64) (same, ok bool) {
+	if low == nil || size > *budget {
+		return false, false
+	}
+	*budget -= size
+	a, err := openRegularAt(up, name)
+	if err != nil {
+		return false, false
+	}
+	defer a.Close()
+	b, err := openRegularAt(low, name)
+	if err != nil {
+		return false, false
+	}
+	defer b.Close()
+	bufA, bufB := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		n, errA := io.ReadFull(a, bufA)
+		m, errB := io.ReadFull(b, bufB)
+		if n != m || string(bufA[:n]) != string(bufB[:m]) {
+			return false, true
+		}
+		if errA == io.EOF || errA == io.ErrUnexpectedEOF {
+			return errB == errA, true
+		}
+		if errA != nil || errB != nil {
+			return false, false
+		}
+	}
+}
+
+// openRegularAt opens name below dir for reading, without following a link or blocking, and only if
+// it is a regular file.
+func openRegularAt(dir *os.File, name string) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", name)
+	}
+	return f, nil
+}
+
 // DiffChanges returns what changed between two readings of the same upper layer: sbx puts whiteouts and
 // opaque directories (and a few files) there before the command runs, and those are not the command's.
-//
-// An entry of after identical to before (path, kind, size, mtime) is left out. An entry new to or changed
-// since before is created when before did not have the path (or had it deleted), else modified;
-// directories are never modified (their mtime moves whenever a child changes). A path before had, after
-// lacks and that was not a directory is deleted: the sandbox removed a file sbx had put there.
+// [ChangesSince] does the same while it reads, within bounds; see it for the rules.
 func DiffChanges(before, after *FileChanges) (created, modified, deleted []FileChange) {
-	old := index(before)
+	d := newDiffer(before, unbounded)
 	for _, c := range slices.Concat(after.Created, after.Modified) {
-		prev, had := old[c.Path]
-		switch {
-		case had && prev.Change != Deleted && c.Kind == "dir" && prev.Kind == "dir":
-		case had && sameEntry(prev, c):
-		case had && prev.Change != Deleted:
-			c.Change = Modified
-			modified = append(modified, c)
-		case had: // it was hidden by a whiteout: to the command the path is new
-			c.Change = Created
-			created = append(created, c)
-		case c.Change == Created:
-			created = append(created, c)
-		default:
-			modified = append(modified, c)
-		}
+		d.entry(c, nil)
 	}
-	now := index(after)
 	for _, c := range after.Deleted {
-		if prev, had := old[c.Path]; !had || prev.Change != Deleted {
-			deleted = append(deleted, c)
+		d.whiteout(c)
+	}
+	d.finish()
+	return d.out.Created, d.out.Modified, d.out.Deleted
+}
+
+// prior is an entry of the earlier reading, and whether the later one saw its path.
+type prior struct {
+	c    FileChange
+	seen bool
+}
+
+// differ classifies the entries of a later reading against an earlier one as they come, keeping only
+// what its limits allow.
+type differ struct {
+	before  map[string]*prior
+	out     *FileChanges
+	lim     Limits
+	bytes   int
+	budget  int64
+	skips   []string // directories not read: before's entries below them are not deletions
+	dropped int      // problems beyond maxProblems
+}
+
+func newDiffer(before *FileChanges, lim Limits) *differ {
+	d := &differ{before: map[string]*prior{}, out: &FileChanges{}, lim: lim, budget: lim.ContentBytes}
+	if before != nil {
+		for _, s := range [][]FileChange{before.Created, before.Modified, before.Deleted} {
+			for _, c := range s {
+				d.before[c.Path] = &prior{c: c}
+			}
 		}
 	}
-	for p, prev := range old {
-		if _, ok := now[p]; !ok && prev.Change != Deleted && prev.Kind != "dir" {
-			prev.Change = Deleted
-			deleted = append(deleted, prev)
+	return d
+}
+
+// wantsMetacopy says whether the metacopy state of p matters: for an unbounded reading (sbx's own,
+// which becomes the earlier one), or for a path the earlier one had.
+func (d *differ) wantsMetacopy(p string) bool {
+	return d.lim.MaxEntries < 0 || d.before[p] != nil
+}
+
+func (d *differ) seen(p string) {
+	if pr := d.before[p]; pr != nil {
+		pr.seen = true
+	}
+}
+
+// entry takes a created or modified entry of the later reading. cmp compares its content with lower's
+// (nil: cannot).
+func (d *differ) entry(c FileChange, cmp func(budget *int64) (same, ok bool)) {
+	pr := d.before[c.Path]
+	if pr == nil {
+		d.add(c)
+		return
+	}
+	pr.seen = true
+	prev := pr.c
+	switch {
+	case prev.Change != Deleted && c.Kind == "dir" && prev.Kind == "dir":
+	case sameEntry(prev, c) && d.unchanged(prev, c, cmp):
+	case prev.Change != Deleted:
+		c.Change = Modified
+		d.add(c)
+	default: // it was hidden by a whiteout: to the command the path is new
+		c.Change = Created
+		d.add(c)
+	}
+}
+
+// unchanged tells, for an entry whose kind, size and mtime match, whether anything else moved.
+func (d *differ) unchanged(prev, c FileChange, cmp func(budget *int64) (same, ok bool)) bool {
+	if prev.Mode != c.Mode {
+		return false
+	}
+	if prev.CTime.Equal(c.CTime) && prev.Metacopy == c.Metacopy {
+		return true
+	}
+	if c.Kind != "file" {
+		return false
+	}
+	if c.Metacopy {
+		return true // only metadata was copied up: the data is lower's, untouched
+	}
+	if cmp != nil {
+		if same, ok := cmp(&d.budget); ok {
+			return same
 		}
 	}
-	for _, s := range [][]FileChange{created, modified, deleted} {
+	d.note("%s: rewritten with its size and mtime kept; listed as modified without comparing its content", c.Path)
+	return false
+}
+
+func (d *differ) whiteout(c FileChange) {
+	pr := d.before[c.Path]
+	if pr != nil {
+		pr.seen = true
+		if pr.c.Change == Deleted {
+			return
+		}
+	}
+	c.Change = Deleted
+	d.add(c)
+}
+
+// skipped records a directory whose entries were not (all) read.
+func (d *differ) skipped(rel string) {
+	if len(d.skips) >= maxProblems*50 {
+		d.skips = []string{"/"} // too many to track: no deletion is inferred anywhere
+	}
+	if len(d.skips) == 1 && d.skips[0] == "/" {
+		return
+	}
+	d.skips = append(d.skips, orRoot(rel))
+}
+
+// finish lists as deleted what before had, the later reading lacks and was not a directory (the
+// sandbox removed a file sbx had put there), and sorts the lists.
+func (d *differ) finish() {
+	for p, pr := range d.before {
+		if !pr.seen && pr.c.Change != Deleted && pr.c.Kind != "dir" && !d.inSkipped(p) {
+			c := pr.c
+			c.Change = Deleted
+			d.add(c)
+		}
+	}
+	for _, s := range [][]FileChange{d.out.Created, d.out.Modified, d.out.Deleted} {
 		slices.SortFunc(s, func(a, b FileChange) int { return cmpString(a.Path, b.Path) })
 	}
-	return created, modified, deleted
+	if d.dropped > 0 {
+		d.out.Problems = append(d.out.Problems, fmt.Sprintf("%d more problems not listed", d.dropped))
+	}
+}
+
+func (d *differ) inSkipped(p string) bool {
+	for _, s := range d.skips {
+		if s == "/" || p == s || len(p) > len(s) && p[:len(s)] == s && p[len(s)] == '/' {
+			return true
+		}
+	}
+	return false
+}
+
+// add counts c and keeps it while the bounds allow.
+func (d *differ) add(c FileChange) {
+	list, total := &d.out.Created, &d.out.Total.Created
+	switch c.Change {
+	case Modified:
+		list, total = &d.out.Modified, &d.out.Total.Modified
+	case Deleted:
+		list, total = &d.out.Deleted, &d.out.Total.Deleted
+	}
+	*total++
+	if (d.lim.MaxEntries >= 0 && len(*list) >= d.lim.MaxEntries) ||
+		(d.lim.MaxPathBytes >= 0 && d.bytes+len(c.Path) > d.lim.MaxPathBytes) {
+		d.out.Truncated = true
+		return
+	}
+	d.bytes += len(c.Path)
+	*list = append(*list, c)
+}
+
+func (d *differ) problem(format string, args ...any) {
+	if len(d.out.Problems) >= maxProblems {
+		d.dropped++
+		return
+	}
+	d.out.Problems = append(d.out.Problems, fmt.Sprintf(format, args...))
+}
+
+func (d *differ) note(format string, args ...any) {
+	if len(d.out.Notes) < maxProblems {
+		d.out.Notes = append(d.out.Notes, fmt.Sprintf(format, args...))
+	}
 }
 
 func sameEntry(a, b FileChange) bool {
 	return a.Change == b.Change && a.Kind == b.Kind && a.Size == b.Size && a.ModTime.Equal(b.ModTime)
-}
-
-func index(fc *FileChanges) map[string]FileChange {
-	m := make(map[string]FileChange)
-	if fc == nil {
-		return m
-	}
-	for _, s := range [][]FileChange{fc.Created, fc.Modified, fc.Deleted} {
-		for _, c := range s {
-			m[c.Path] = c
-		}
-	}
-	return m
 }
 
 func cmpString(a, b string) int {

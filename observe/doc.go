@@ -16,8 +16,9 @@
 //     they belong to. Take it of a frozen sandbox, so that nothing forks or exits during the walk.
 //   - [StartEvents] and [Events.Stop]: every exec between the snapshots, from the kernel's process-events
 //     connector, filtered to the sandbox's fork tree.
-//   - [Changes], [DiffChanges] and [CopyChanges]: files created, modified and deleted, from the overlay's
-//     upper layer.
+//   - [Changes], [ChangesSince] and [Copier]: files created, modified and deleted, from the overlay's
+//     upper layer, read by fd without following links and within bounds; copied out for review
+//     through root handles (package internal/safefs) that no link can leave.
 //
 // # Limits
 //
@@ -36,5 +37,6 @@
 //     show without an owner.
 //   - File changes are those of the overlay's upper layer: writes through other mounts (shared host paths)
 //     are not seen, and the old contents of a directory replaced as a whole (opaque) are not listed as
-//     deleted.
+//     deleted. Each list keeps its first [DefaultMaxEntries] (with totals); trees nested deeper than 256
+//     levels are not read (a Problem says so).
 package observe

@@ -136,8 +136,13 @@ type Files struct {
 	Created  []string `json:"created"`
 	Modified []string `json:"modified"`
 	Deleted  []string `json:"deleted"`
-	// Details has one entry per path above, with its kind and size.
+	// Details has one entry per path above, with its kind and size (and path_b64 when the path is not
+	// valid UTF-8).
 	Details []observe.FileChange `json:"details"`
+	// Total counts every change found; each list above keeps only its first entries (10,000 by
+	// default), and Truncated says that one was cut.
+	Total     observe.Totals `json:"total"`
+	Truncated bool           `json:"truncated"`
 }
 
 // Timings are the phases of a run in milliseconds.

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"slices"
 	"syscall"
 	"time"
 
@@ -71,6 +69,13 @@ type Options struct {
 func Run(ctx context.Context, o Options) (*report.Report, error) {
 	t0 := time.Now()
 	rep := report.New(o.Plan.Profile, o.Args)
+	changesDir, err := openChangesDir(o.Changes, o.Plan.Filesystem.Shares)
+	if err != nil {
+		return nil, err
+	}
+	if changesDir != nil {
+		defer changesDir.Close()
+	}
 	// The event stream starts before the sandbox so that it sees the command's first exec.
 	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
 	switch {
@@ -91,7 +96,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
 	// Kernel-reported denials: observe/denials.go.
-	r := &run{opts: o, sb: sb, rep: rep, events: events, denials: observe.StartDenials()}
+	r := &run{ctx: ctx, opts: o, sb: sb, rep: rep, events: events, changesDir: changesDir, denials: observe.StartDenials()}
 	err = r.execute(ctx, t0)
 	if !r.ran {
 		// End the collectors; the report is not used.
@@ -116,13 +121,15 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 }
 
 type run struct {
+	ctx         context.Context
 	opts        Options
 	sb          *sandbox.Sandbox
 	rep         *report.Report
 	filesBefore []*observe.FileChanges // one per sandbox.Layers entry
 	events      *observe.Events
 	denials     *observe.DenialsCollector
-	ran         bool // the command ran and the report holds its observations
+	ran         bool     // the command ran and the report holds its observations
+	changesDir  *os.File // --changes DIR, opened once before the command runs
 }
 
 func (r *run) execute(ctx context.Context, t0 time.Time) error {
@@ -335,9 +342,7 @@ func (r *run) observeAfterward(cmdPid int) {
 		r.rep.Processes.ExecsTruncated = r.rep.Processes.ExecsTotal > len(execs)
 		r.rep.Processes.Execs = nonNil(execs)
 	}
-	if err := r.fileChanges(); err != nil {
-		r.rep.MarkIncomplete("file changes", err)
-	}
+	r.fileChanges()
 	if n := r.sb.Network(); n != nil {
 		r.rep.Network.Mode = report.NetworkContract
 		denied, err := n.Denied()
@@ -347,75 +352,6 @@ func (r *run) observeAfterward(cmdPid int) {
 		r.rep.Network.Denied = nonNil(denied)
 		r.rep.Network.DNS = nonNil(n.DNS())
 	}
-}
-
-// fileChanges lists what the command changed in the writable layers and copies it out if asked.
-func (r *run) fileChanges() error {
-	var created, modified, deleted []observe.FileChange
-	for i, l := range r.sb.Layers() {
-		after, err := observe.Changes(l.Upper, l.Lower)
-		if err != nil {
-			return fmt.Errorf("reading the writable layer: %w", err)
-		}
-		c, m, d := observe.DiffChanges(r.filesBefore[i], after)
-		if r.opts.Changes != "" {
-			dest := filepath.Join(r.opts.Changes, l.At)
-			if err := observe.CopyChanges(l.Upper, slices.Concat(c, m, d), dest); err != nil {
-				return fmt.Errorf("copying the changed files to %s: %w", r.opts.Changes, err)
-			}
-		}
-		created = append(created, under(l.At, c)...)
-		modified = append(modified, under(l.At, m)...)
-		deleted = append(deleted, under(l.At, d)...)
-	}
-	shm, err := r.tmpfsChanges("/dev/shm")
-	if err != nil {
-		return err
-	}
-	created = append(created, shm...)
-	f := &r.rep.Files
-	f.Details = slices.Concat(created, modified, deleted)
-	f.Created, f.Modified, f.Deleted = paths(created), paths(modified), paths(deleted)
-	return nil
-}
-
-// under puts the paths of a layer mounted at at into the sandbox's view.
-func under(at string, cs []observe.FileChange) []observe.FileChange {
-	if at == "/" {
-		return cs
-	}
-	for i := range cs {
-		cs[i].Path = at + cs[i].Path
-	}
-	return cs
-}
-
-// tmpfsChanges lists what the command left in one of the sandbox's own tmpfs mounts, which start empty
-// (everything there is created), and copies it out with the rest when asked. It reads the mount through
-// the sandbox's pid 1, so only while the sandbox is up: a sandbox sbx killed has nothing to show.
-func (r *run) tmpfsChanges(mount string) ([]observe.FileChange, error) {
-	dir := fmt.Sprintf("/proc/%d/root%s", r.sb.InitPid(), mount)
-	if _, err := os.Stat(dir); err != nil {
-		return nil, nil
-	}
-	fc, err := observe.Changes(dir, "")
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", mount, err)
-	}
-	if r.opts.Changes != "" && len(fc.Created) > 0 {
-		if err := observe.CopyChanges(dir, fc.Created, filepath.Join(r.opts.Changes, mount)); err != nil {
-			return nil, fmt.Errorf("copying the changed files to %s: %w", r.opts.Changes, err)
-		}
-	}
-	return under(mount, fc.Created), nil
-}
-
-func paths(cs []observe.FileChange) []string {
-	out := make([]string, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, c.Path)
-	}
-	return out
 }
 
 func nonNil[T any](s []T) []T {

@@ -3,16 +3,19 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/safefs"
 )
 
-// defaultDiskBytes bounds the overlay's writable layer when the profile sets no limit.
-const defaultDiskBytes = 1 << 30
+// DefaultDiskBytes bounds the overlay's writable layer when the profile sets no limit.
+const DefaultDiskBytes = 1 << 30
 
 // overlay is one overlay mount of the sandbox: a read-only, non-recursive bind of a host directory as
 // its lower layer and a directory pair on the run's size-limited tmpfs as its writable layer.
@@ -38,7 +41,14 @@ func (o *overlay) mount() error {
 	}
 	// The bind is not recursive: the lower layer is At's own file system without the mounts on it,
 	// which is what overlayfs shows anyway; the bind gives observe the same view to compare with.
-	if err := unix.Mount(o.At, o.Lower, "", unix.MS_BIND, ""); err != nil {
+	// The source is opened without following any link (At was resolved before, so it has none): a
+	// component swapped for a link since then fails the bind instead of binding what the link names.
+	src, err := safefs.OpenNoLinks(o.At)
+	if err != nil {
+		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+	}
+	defer src.Close()
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", src.Fd()), o.Lower, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 	}
 	if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
@@ -84,7 +94,7 @@ func (r *rootfs) overlays() []*overlay {
 // except the working directory's, which gets an overlay of its own (see mountCwd).
 func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool) error {
 	if diskBytes <= 0 {
-		diskBytes = defaultDiskBytes
+		diskBytes = DefaultDiskBytes
 	}
 	if err := os.MkdirAll(r.layer, 0o700); err != nil {
 		return err
@@ -122,14 +132,6 @@ func (r *rootfs) mountCwd(cwd string) error {
 	}
 	// The mount point, in the root overlay (its writable layer), with the host's owner and mode.
 	return mkdirAllLike(r.root.merged, cwd)
-}
-
-// path is where the host sees a sandbox path: in the working directory's overlay or the root's.
-func (r *rootfs) path(p string) string {
-	if r.cwd != nil && within(p, r.cwd.At) {
-		return filepath.Join(r.cwd.merged, strings.TrimPrefix(p, r.cwd.At))
-	}
-	return filepath.Join(r.root.merged, p)
 }
 
 // unmount undoes mount; it is safe on a partly built or already removed rootfs.
@@ -255,56 +257,119 @@ const maxChown = 10000
 // giveTo makes dir (a path in the sandbox) writable for uid:gid by changing owners in the overlay, so that
 // the host's files keep theirs. With metacopy, a chown copies up metadata only, not file contents.
 // It reports whether the whole tree could be handed over.
+//
+// Every step goes through a handle of the overlay that holds dir (see openDir): fchown on directory fds
+// opened with O_NOFOLLOW, fchownat with AT_SYMLINK_NOFOLLOW on single names. A symlink of the lower
+// layer (absolute ones point at the host) is changed as a link, never followed.
 func (r *rootfs) giveTo(dir string, uid, gid int) (bool, error) {
 	if err := r.traversable(filepath.Dir(dir)); err != nil {
 		return false, err
 	}
-	root := r.path(dir)
-	st, err := os.Stat(root)
-	if err != nil || !st.IsDir() || int(st.Sys().(*syscall.Stat_t).Uid) == uid {
+	top, err := r.openDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
 		return true, nil
 	}
-	var paths []string
-	whole := true
-	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if len(paths) == maxChown {
-			whole = false
-			return filepath.SkipAll
-		}
-		paths = append(paths, p)
-		return nil
-	})
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("handing %s to uid %d: %w", dir, uid, err)
 	}
-	if !whole {
-		paths = paths[:1]
+	defer top.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(top.Fd()), &st); err != nil || int(st.Uid) == uid {
+		return true, err
 	}
-	for _, p := range paths {
-		if err := os.Lchown(p, uid, gid); err != nil {
-			return false, fmt.Errorf("handing %s to uid %d: %w", p, uid, err)
-		}
+	n, err := walkTree(top, maxChown, func(*os.File, string, bool) error { return nil })
+	if err != nil {
+		return false, fmt.Errorf("handing %s to uid %d: %w", dir, uid, err)
+	}
+	whole := n < maxChown
+	if whole {
+		_, err = walkTree(top, maxChown, func(parent *os.File, name string, isDir bool) error {
+			return unix.Fchownat(int(parent.Fd()), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+		})
+	}
+	if err == nil {
+		err = unix.Fchown(int(top.Fd()), uid, gid)
+	}
+	if err != nil {
+		return false, fmt.Errorf("handing %s to uid %d: %w", dir, uid, err)
 	}
 	return whole, nil
 }
 
-// traversable lets everyone search dir and its ancestors (as seen in the sandbox), so that an
-// unprivileged user can reach a working directory below, say, a 0700 directory. Names along the path
-// become reachable; no directory becomes listable.
-func (r *rootfs) traversable(dir string) error {
-	for d := dir; ; d = filepath.Dir(d) {
-		p := r.path(d)
-		st, err := os.Stat(p)
-		if err != nil {
+// walkTree calls visit for the entries below dir, depth first, each as its parent's fd and its name,
+// and descends into directories by fd with O_NOFOLLOW. It stops after max entries (or when a tree is
+// nested deeper than maxDepth) and returns how many it visited: max or more means it stopped early.
+func walkTree(dir *os.File, max int, visit func(parent *os.File, name string, isDir bool) error) (int, error) {
+	n := 0
+	var walk func(d *os.File, depth int) error
+	walk = func(d *os.File, depth int) error {
+		if depth >= maxDepth {
+			n = max
+			return nil
+		}
+		if _, err := d.Seek(0, 0); err != nil {
 			return err
 		}
-		if st.Mode().Perm()&0o001 == 0 {
-			if err := os.Chmod(p, st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetgid)|0o001); err != nil {
-				return fmt.Errorf("opening %s for the command's user: %w", d, err)
+		for n < max {
+			entries, err := d.ReadDir(256)
+			for _, e := range entries {
+				if n++; n >= max {
+					return nil
+				}
+				isDir := e.Type().IsDir()
+				if err := visit(d, e.Name(), isDir); err != nil {
+					return fmt.Errorf("%s: %w", e.Name(), err)
+				}
+				if isDir {
+					if err := descend(d, e.Name(), func(sub *os.File) error { return walk(sub, depth+1) }); err != nil {
+						return err
+					}
+				}
 			}
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err := walk(dir, 0)
+	return n, err
+}
+
+// maxDepth bounds how deep walkTree descends (each level holds an fd).
+const maxDepth = 256
+
+// descend opens the directory name below d without following a link and calls f with it.
+func descend(d *os.File, name string, f func(*os.File) error) error {
+	sub, err := safefs.OpenDir(d, name)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	return f(sub)
+}
+
+// traversable lets everyone search dir and its ancestors (as seen in the sandbox), so that an
+// unprivileged user can reach a working directory below, say, a 0700 directory. Names along the path
+// become reachable; no directory becomes listable. Each directory is opened through the overlay's
+// handle without following a link, and changed through its fd.
+func (r *rootfs) traversable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		f, err := r.openDir(d)
+		if err != nil {
+			return fmt.Errorf("opening %s for the command's user: %w", d, err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(int(f.Fd()), &st)
+		if err == nil && st.Mode&0o001 == 0 {
+			err = unix.Fchmod(int(f.Fd()), st.Mode&(0o777|unix.S_ISVTX|unix.S_ISGID)|0o001)
+		}
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("opening %s for the command's user: %w", d, err)
 		}
 		if d == "/" {
 			return nil
@@ -312,13 +377,67 @@ func (r *rootfs) traversable(dir string) error {
 	}
 }
 
-// mkdirAllLike creates dir below root, each missing level with the owner and mode of the host's.
-func mkdirAllLike(root, dir string) error {
-	if dir == "/" {
-		return nil
+// openDir opens the sandbox directory p in the overlay that holds it (the working directory's or the
+// root's), through a handle of that overlay's merged tree: openat2 RESOLVE_IN_ROOT|RESOLVE_NO_SYMLINKS,
+// so that no link of the lower layer, which is the host's, can lead out to the host.
+func (r *rootfs) openDir(p string) (*os.File, error) {
+	root, rel := r.root.merged, p
+	if r.cwd != nil && within(p, r.cwd.At) {
+		root, rel = r.cwd.merged, strings.TrimPrefix(p, r.cwd.At)
 	}
-	if err := mkdirAllLike(root, filepath.Dir(dir)); err != nil {
+	rf, err := safefs.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer rf.Close()
+	return safefs.OpenDir(rf, rel)
+}
+
+// mkdirAllLike creates dir below the merged tree root, each missing level with the owner, mode and
+// times of the host's, through a handle of root that no link can leave.
+func mkdirAllLike(root, dir string) error {
+	rf, err := safefs.OpenRoot(root)
+	if err != nil {
 		return err
 	}
-	return mkdirLike(filepath.Join(root, dir), dir)
+	defer rf.Close()
+	d, err := safefs.MkdirAll(rf, dir, 0o700, func(made *os.File, rel string) error {
+		return copyAttrs(made, "/"+rel)
+	})
+	if err != nil {
+		return err
+	}
+	return d.Close()
+}
+
+// copyAttrs gives the directory f the owner, mode and times of the host directory like.
+func copyAttrs(f *os.File, like string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(like, &st); err != nil {
+		return err
+	}
+	fd := int(f.Fd())
+	if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(fd, st.Mode&0o7777); err != nil {
+		return err
+	}
+	return unix.Futimes(fd, []unix.Timeval{unix.NsecToTimeval(st.Atim.Nano()), unix.NsecToTimeval(st.Mtim.Nano())})
+}
+
+// resolveCwd resolves the working directory once, before anything is built, as the sandbox's root would
+// (openat2 RESOLVE_IN_ROOT on a handle of /: absolute links and ".." stay inside it). Every later step
+// uses the result, which holds no link: cwd overlay, hiding, the handover to the command's user, the
+// supervisor's working directory. A path that does not resolve stays as given (the sandbox then fails
+// to enter it); every step on it still goes through handles that no link can leave.
+func resolveCwd(cwd string) string {
+	if !filepath.IsAbs(cwd) {
+		return cwd
+	}
+	real, err := safefs.ResolveIn("/", cwd)
+	if err != nil {
+		return cwd
+	}
+	return real
 }

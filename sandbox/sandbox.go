@@ -133,8 +133,12 @@ func (cfg Config) check() error {
 	return nil
 }
 
-// buildFiles mounts the overlays and hands the working directory to the command's user.
+// buildFiles resolves the working directory (once: every later step, the supervisor's included, uses
+// the result), mounts the overlays and hands the working directory to the command's user.
 func (s *Sandbox) buildFiles() error {
+	if !sharedElsewhere(s.cfg.Plan.Filesystem.Shares, s.cfg.Command.Cwd) {
+		s.cfg.Command.Cwd = resolveCwd(s.cfg.Command.Cwd)
+	}
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
 	// A working directory on another file system than / gets an overlay of its own, unless a share
 	// brings it in already.
@@ -289,6 +293,14 @@ func (s *Sandbox) Console() *os.File { return s.console }
 // it).
 type Layer struct {
 	At, Upper, Lower string
+}
+
+// DiskBytes is the size of the writable layer: what the command can have written at most.
+func (s *Sandbox) DiskBytes() int64 {
+	if b := s.cfg.Plan.Limits.DiskBytes; b > 0 {
+		return b
+	}
+	return DefaultDiskBytes
 }
 
 // Layers lists the sandbox's overlays: the root, and the working directory's when it lies on another
@@ -558,6 +570,17 @@ func sameFS(a, b string) bool {
 		return true // nothing useful to say
 	}
 	return sa.Dev == sb.Dev
+}
+
+// sharedElsewhere says whether path lies in a share mounted at another path than its host path: the
+// host's / then says nothing of what the sandbox sees there.
+func sharedElsewhere(shares []policy.Share, path string) bool {
+	for _, sh := range shares {
+		if sh.Sandbox != sh.Host && within(path, sh.Sandbox) {
+			return true
+		}
+	}
+	return false
 }
 
 // shared says whether path is inside one of the host paths shared into the sandbox.

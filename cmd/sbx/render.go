@@ -434,10 +434,11 @@ func (rr *renderer) files(f report.Files) {
 	for _, kind := range []struct {
 		change string
 		paths  []string
-	}{{"created", f.Created}, {"modified", f.Modified}, {"deleted", f.Deleted}} {
+		total  int // beyond the report's bound, the lists hold fewer paths than the run changed
+	}{{"created", f.Created, f.Total.Created}, {"modified", f.Modified, f.Total.Modified}, {"deleted", f.Deleted, f.Total.Deleted}} {
 		for i, p := range kind.paths {
 			if i == maxFiles {
-				rows = append(rows, row{kind.change, "", fmt.Sprintf("... and %d more", len(kind.paths)-maxFiles)})
+				rows = append(rows, row{kind.change, "", fmt.Sprintf("... and %d more", max(kind.total, len(kind.paths))-maxFiles)})
 				break
 			}
 			r := row{change: kind.change, path: truncate(p, argvWidth)}

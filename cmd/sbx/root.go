@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/runner"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
@@ -97,6 +98,8 @@ func hintFor(err error) string {
 	switch {
 	case errors.Is(err, sandbox.ErrShare):
 		return "a path shared with --ro, --rw or filesystem.share must exist on the host"
+	case errors.Is(err, runner.ErrChangesDir):
+		return "give --changes a directory outside every --rw share, e.g. a fresh one under /tmp"
 	case strings.HasPrefix(err.Error(), "unknown command"):
 		return "see 'sbx --help' for the commands"
 	case errors.Is(err, sandbox.ErrNotSupported):

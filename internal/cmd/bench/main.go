@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -29,7 +28,16 @@ type contender struct {
 func main() {
 	sbx := flag.String("sbx", "bin/sbx", "path of the sbx binary")
 	n := flag.Int("n", 40, "iterations per contender")
+	rssOnly := flag.Bool("rss", false, "only the peak-memory floods")
 	flag.Parse()
+	if *rssOnly {
+		sbxAbs, _ := filepath.Abs(*sbx)
+		if err := reportRSS(sbxAbs, os.TempDir()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := benchmark(*sbx, *n); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -92,41 +100,7 @@ func benchmark(sbx string, n int) error {
 		}
 	}
 	report(cs, n)
-	return memory(sbx, dir)
-}
-
-// manyExecs runs 5,000 execs with 60 KB of arguments each: what sbx keeps of them is bounded
-// (observe.MaxExecs, MaxArgvBytes), so its memory must not grow with them.
-const manyExecs = `a=$(head -c 61440 /dev/zero | tr '\0' x); i=0; while [ $i -lt 5000 ]; do /bin/true $a; i=$((i+1)); done`
-
-// manyFiles creates 200,000 empty files: the file lists are bounded too.
-const manyFiles = `mkdir -p /tmp/many && cd /tmp/many && python3 -c 'for i in range(200000): open(str(i), "w").close()'`
-
-// memory prints the peak RSS of sbx (its own and its waited-for children's, the larger) and the size of
-// its JSON report for commands that produce much to observe.
-func memory(sbx, dir string) error {
-	fmt.Printf("\nsbx's own memory (target: peak RSS < 100 MB)\n")
-	fmt.Printf("%-42s %12s %12s\n", "", "peak RSS", "JSON report")
-	for _, c := range []struct{ name, script string }{
-		{"5,000 execs with 60 KB argv each", manyExecs},
-		{"200,000 files created", manyFiles},
-	} {
-		out := filepath.Join(dir, "report.json")
-		cmd := exec.Command(sbx, "exec", "-q", "--json", out, "--", "sh", "-c", c.script)
-		cmd.Dir = dir
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s: %v: %s", c.name, err, strings.TrimSpace(stderr.String()))
-		}
-		ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		st, err := os.Stat(out)
-		if err != nil || ru == nil {
-			return fmt.Errorf("%s: no report or no rusage: %v", c.name, err)
-		}
-		fmt.Printf("%-42s %9.1f MB %9.1f MB\n", c.name, float64(ru.Maxrss)/1024, float64(st.Size())/(1<<20))
-	}
-	return nil
+	return reportRSS(sbx, dir)
 }
 
 // timeOne runs argv in dir (a scratch directory: sbx's overlay shows the working directory, and the

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// flood is a command that makes sbx observe a lot; its peak RSS shows whether sbx's own memory is
+// bounded whatever the command does (issue: sbx at 667 MB for 200,000 created files).
+type flood struct {
+	name  string
+	args  []string
+	limit int64 // peak RSS sbx must stay under, bytes
+}
+
+var floods = []flood{
+	// 5,000 execs with 60 KB of arguments each: what sbx keeps of them is bounded (observe.MaxExecs,
+	// MaxArgvBytes). Issue: 1.9 GB RSS and a 280 MB report.
+	{name: "5,000 execs, 60 KB argv each", args: []string{"sh", "-c", `a=$(head -c 61440 /dev/zero | tr '\0' x); i=0; while [ $i -lt 5000 ]; do /bin/true $a; i=$((i+1)); done`}, limit: 100 << 20},
+	{name: "200,000 files created", args: []string{"sh", "-c", "mkdir d; cd d; seq 200000 | xargs touch"}, limit: 100 << 20},
+}
+
+// reportRSS runs each flood once under sbx and prints sbx's peak RSS, its wall time and the JSON
+// report's size.
+func reportRSS(sbx, dir string) error {
+	fmt.Printf("\nsbx's own peak memory under floods (limit per row)\n")
+	fmt.Printf("%-30s %10s %10s %12s %8s\n", "", "peak RSS", "wall", "JSON report", "")
+	for _, f := range floods {
+		rss, wall, size, err := peakRSS(sbx, dir, f.args)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+		verdict := "ok"
+		if rss > f.limit {
+			verdict = fmt.Sprintf("OVER %d MB", f.limit>>20)
+		}
+		fmt.Printf("%-30s %7.1f MB %8.1f s %9.1f MB %8s\n", f.name, float64(rss)/(1<<20), wall.Seconds(), float64(size)/(1<<20), verdict)
+	}
+	return nil
+}
+
+// peakRSS runs `sbx exec --json FILE -- args` in a fresh directory below dir and returns sbx's peak
+// RSS (the kernel's ru_maxrss of the process, which covers the children it waited for), the wall time
+// and the size of the JSON report.
+func peakRSS(sbx, dir string, args []string) (int64, time.Duration, int64, error) {
+	work, err := os.MkdirTemp(dir, "flood-")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer os.RemoveAll(work)
+	js := filepath.Join(work, "report.json")
+	cmd := exec.Command(sbx, append([]string{"exec", "-q", "--json", js, "--"}, args...)...)
+	cmd.Dir = work
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	t := time.Now()
+	err = cmd.Run()
+	wall := time.Since(t)
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		return 0, 0, 0, err
+	}
+	var rep struct {
+		Schema string `json:"schema"`
+	}
+	raw, rerr := os.ReadFile(js)
+	if rerr != nil || json.Unmarshal(raw, &rep) != nil || rep.Schema == "" {
+		return 0, 0, 0, fmt.Errorf("no report (%v): %s", err, strings.TrimSpace(stderr.String()))
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return ru.Maxrss << 10, wall, int64(len(raw)), nil
+}

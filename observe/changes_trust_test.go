@@ -1,0 +1,205 @@
+package observe
+
+import (
+	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/safefs"
+)
+
+func openRoot(t *testing.T, dir string) *os.File {
+	t.Helper()
+	f, err := safefs.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestCopyNeverFollowsLinks: links in the layer, and links that an earlier copy (another layer) left
+// in the destination, are never followed; the entry is a Problem and nothing lands outside dest.
+func TestCopyNeverFollowsLinks(t *testing.T) {
+	base := t.TempDir()
+	host := filepath.Join(base, "host") // stands for a host directory the copy must not write into
+	src, dest := filepath.Join(base, "upper"), filepath.Join(base, "dest")
+	for _, d := range []string{host, src, dest + "/x"} {
+		mustOK(t, os.MkdirAll(d, 0o755))
+	}
+	// What the copy of an earlier layer recreated in dest: x/proj -> host, dir -> x.
+	mustOK(t, os.Symlink(host, dest+"/x/proj"))
+	mustOK(t, os.Symlink("x", dest+"/dir"))
+	mustOK(t, os.Symlink(host, src+"/link"))
+	writeFile(t, host+"/secret", "host\n")
+
+	cp := &Copier{Budget: 1 << 20}
+	changes := []FileChange{
+		{Path: "/x/proj/f", Kind: "file", Change: Created},
+		{Path: "/dir/proj/f", Kind: "file", Change: Created},
+		{Path: "/link/secret", Kind: "file", Change: Created},
+	}
+	// The later layer's files, at the paths that lead through the links.
+	mustOK(t, os.MkdirAll(src+"/x/proj", 0o755))
+	writeFile(t, src+"/x/proj/f", "planted\n")
+	mustOK(t, os.MkdirAll(src+"/dir/proj", 0o755))
+	writeFile(t, src+"/dir/proj/f", "planted\n")
+	mustOK(t, cp.Copy(openRoot(t, src), openRoot(t, dest), changes))
+	entries, _ := os.ReadDir(host)
+	if len(entries) != 1 {
+		t.Errorf("host dir holds %d entries, want only its own secret: the copy followed a link", len(entries))
+	}
+	if _, err := os.Lstat(dest + "/link/secret"); err == nil {
+		t.Errorf("the layer's link was followed: dest/link/secret exists")
+	}
+	if len(cp.Problems) != 3 {
+		t.Errorf("problems = %q, want one per refused entry", cp.Problems)
+	}
+}
+
+// TestCopySparseSpecialBudgetStop: holes stay holes, a FIFO is listed and never opened, the budget
+// bounds the data written, and a closed Stop ends the copy at once.
+func TestCopySparseSpecialBudgetStop(t *testing.T) {
+	base := t.TempDir()
+	src, dest := filepath.Join(base, "upper"), filepath.Join(base, "dest")
+	mustOK(t, os.MkdirAll(src, 0o755))
+	mustOK(t, os.MkdirAll(dest, 0o755))
+	f, err := os.Create(src + "/sparse")
+	mustOK(t, err)
+	_, err = f.WriteAt([]byte("end"), 100<<30) // 100 GiB apparent, one block used
+	mustOK(t, err)
+	f.Close()
+	mustOK(t, unix.Mkfifo(src+"/fifo", 0o644))
+	writeFile(t, src+"/big", strings.Repeat("x", 64<<10))
+	changes := []FileChange{
+		{Path: "/sparse", Kind: "file", Change: Created},
+		{Path: "/fifo", Kind: "other", Change: Created},
+		{Path: "/big", Kind: "file", Change: Created},
+	}
+	cp := &Copier{Budget: 32 << 10}
+	done := make(chan error, 1)
+	go func() { done <- cp.Copy(openRoot(t, src), openRoot(t, dest), changes) }()
+	select {
+	case err := <-done:
+		mustOK(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the copy hangs")
+	}
+	var st unix.Stat_t
+	mustOK(t, unix.Stat(dest+"/sparse", &st))
+	if st.Size != 100<<30+3 || st.Blocks*512 > 1<<20 {
+		t.Errorf("sparse copy: size %d, %d bytes allocated; want 100 GiB apparent and a hole", st.Size, st.Blocks*512)
+	}
+	if _, err := os.Lstat(dest + "/big"); err == nil {
+		t.Errorf("a file beyond the budget was copied")
+	}
+	if _, err := os.Lstat(dest + "/fifo"); err == nil {
+		t.Errorf("the fifo was copied")
+	}
+	if !slices.ContainsFunc(cp.Skipped, func(s string) bool { return strings.HasPrefix(s, "/fifo: fifo") }) ||
+		!slices.ContainsFunc(cp.Skipped, func(s string) bool { return strings.HasPrefix(s, "/big: ") }) {
+		t.Errorf("skipped = %q, want the fifo and the big file", cp.Skipped)
+	}
+
+	stop := make(chan struct{})
+	close(stop)
+	cp = &Copier{Budget: 1 << 30, Stop: stop}
+	dest2 := filepath.Join(base, "dest2")
+	mustOK(t, os.Mkdir(dest2, 0o755))
+	if err := cp.Copy(openRoot(t, src), openRoot(t, dest2), changes); !errors.Is(err, ErrCopyStopped) {
+		t.Errorf("stopped copy: err = %v, want ErrCopyStopped", err)
+	}
+}
+
+// TestChangesSinceBounds: the lists keep their first MaxEntries, the totals count everything.
+func TestChangesSinceBounds(t *testing.T) {
+	upper := t.TempDir()
+	for i := range 50 {
+		writeFile(t, filepath.Join(upper, "d", itoa(i)), "")
+	}
+	fc, err := ChangesSince(nil, upper, "", Limits{MaxEntries: 10})
+	mustOK(t, err)
+	if len(fc.Created) != 10 || fc.Total.Created != 51 || !fc.Truncated {
+		t.Errorf("kept %d, total %d, truncated %v; want 10, 51, true", len(fc.Created), fc.Total.Created, fc.Truncated)
+	}
+}
+
+// TestChangesNeverFails: a path longer than PATH_MAX, a tree nested deeper than the walk goes, and a
+// name that is not UTF-8 are read or reported as Problems, never an error that loses the rest.
+func TestChangesNeverFails(t *testing.T) {
+	upper := t.TempDir()
+	long := strings.Repeat("l", 250)
+	d, err := safefs.OpenRoot(upper)
+	mustOK(t, err)
+	defer d.Close()
+	for range 20 { // 20 * 251 bytes: beyond PATH_MAX
+		mustOK(t, unix.Mkdirat(int(d.Fd()), long, 0o755))
+		next, err := safefs.OpenDir(d, long)
+		mustOK(t, err)
+		d.Close()
+		d = next
+	}
+	fd, err := unix.Openat(int(d.Fd()), "deep-file", unix.O_CREAT|unix.O_WRONLY, 0o644)
+	mustOK(t, err)
+	unix.Close(fd)
+	deep := upper + "/deep"
+	mustOK(t, os.MkdirAll(deep+strings.Repeat("/n", maxDepth+2), 0o755))
+	bad := "caf\xe9"
+	writeFile(t, filepath.Join(upper, bad), "x")
+
+	fc, err := ChangesSince(nil, upper, "", Limits{})
+	mustOK(t, err)
+	var longFound, badFound bool
+	for _, c := range fc.Created {
+		longFound = longFound || strings.HasSuffix(c.Path, "/deep-file") && len(c.Path) > unix.PathMax
+		if c.Path == "/"+bad {
+			got, _ := base64.StdEncoding.DecodeString(c.PathB64)
+			badFound = string(got) == "/"+bad
+		}
+	}
+	if !longFound {
+		t.Errorf("the file below a path longer than PATH_MAX is missing")
+	}
+	if !badFound {
+		t.Errorf("the non-UTF-8 name has no lossless path_b64")
+	}
+	if len(fc.Problems) != 1 || !strings.Contains(fc.Problems[0], "nested deeper") {
+		t.Errorf("problems = %q, want the too-deep tree", fc.Problems)
+	}
+}
+
+// TestChangesSameSizeRewrite: a file sbx put in the upper layer (the working directory handed over with
+// a chown) rewritten with the same size and its mtime restored is modified; one only touched back is not.
+func TestChangesSameSizeRewrite(t *testing.T) {
+	for name, opts := range map[string]string{"plain": "", "metacopy": ",metacopy=on"} {
+		t.Run(name, func(t *testing.T) {
+			o := newTestOverlayOpts(t, opts)
+			m := o.merged
+			for _, f := range []string{"/etc/keep.conf", "/etc/modify.conf"} {
+				mustOK(t, os.Lchown(m+f, 1000, 1000)) // what giveTo does
+			}
+			before, err := Changes(o.upper, o.lower)
+			mustOK(t, err)
+			time.Sleep(20 * time.Millisecond) // ctime granularity
+			st, err := os.Stat(m + "/etc/modify.conf")
+			mustOK(t, err)
+			writeFile(t, m+"/etc/modify.conf", strings.Replace("lower etc/modify.conf\n", "lower", "LOWER", 1))
+			mustOK(t, os.Chtimes(m+"/etc/modify.conf", st.ModTime(), st.ModTime()))
+			st, err = os.Stat(m + "/etc/keep.conf")
+			mustOK(t, err)
+			mustOK(t, os.Chtimes(m+"/etc/keep.conf", st.ModTime(), st.ModTime()))
+			after, err := ChangesSince(before, o.upper, o.lower, Limits{})
+			mustOK(t, err)
+			if got := paths(after.Modified); !slices.Equal(got, []string{"/etc/modify.conf"}) {
+				t.Errorf("modified = %v, want [/etc/modify.conf]", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,231 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sbx-dev/sbx/internal/safefs"
+	"github.com/sbx-dev/sbx/observe"
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// ErrChangesDir is matched by the error of a --changes DIR that cannot be used.
+var ErrChangesDir = errors.New("unusable --changes directory")
+
+// openChangesDir creates dir and opens it once as the root handle every copy goes through, before the
+// command runs: from then on the path is never walked again. A dir in a writable share is refused: the
+// command could fill it with links and files of its own while it runs.
+func openChangesDir(dir string, shares []policy.Share) (*os.File, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrChangesDir, err)
+	}
+	f, err := safefs.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrChangesDir, err)
+	}
+	// The check is on what the handle is, not on the path: the path is never used again.
+	real, err := safefs.Path(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %w", ErrChangesDir, err)
+	}
+	for _, sh := range shares {
+		host, err := filepath.EvalSymlinks(sh.Host)
+		if err != nil {
+			host = sh.Host
+		}
+		if sh.Writable && (real == host || host == "/" || strings.HasPrefix(real, host+"/")) {
+			f.Close()
+			return nil, fmt.Errorf("%w: %s lies in the writable share %s", ErrChangesDir, dir, sh.Host)
+		}
+	}
+	return f, nil
+}
+
+// fileChanges lists what the command changed in the writable layers and copies it out if asked. It
+// never fails: what it could not read is a note and makes the run incomplete (observe.incomplete), what
+// it could not copy is a note.
+func (r *run) fileChanges() {
+	stop, release := r.stopOnSignal()
+	defer release()
+	lim := observe.Limits{Stop: stop}
+	cp := &observe.Copier{Stop: stop, Budget: r.sb.DiskBytes()}
+	var created, modified, deleted []observe.FileChange
+	var total observe.Totals
+	truncated := false
+	collect := func(fc *observe.FileChanges, at string) {
+		created = append(created, under(at, fc.Created)...)
+		modified = append(modified, under(at, fc.Modified)...)
+		deleted = append(deleted, under(at, fc.Deleted)...)
+		total.Created += fc.Total.Created
+		total.Modified += fc.Total.Modified
+		total.Deleted += fc.Total.Deleted
+		truncated = truncated || fc.Truncated
+	}
+	for i, l := range r.sb.Layers() {
+		fc, err := observe.ChangesSince(r.filesBefore[i], l.Upper, l.Lower, lim)
+		r.fileNotes(l.At, fc, err)
+		r.copyLayer(cp, l.Upper, nil, l.At, slices.Concat(fc.Created, fc.Modified, fc.Deleted))
+		collect(fc, l.At)
+	}
+	if fc := r.tmpfsChanges(cp, "/dev/shm", lim); fc != nil {
+		collect(fc, "/dev/shm")
+	}
+	r.copyNotes(cp)
+	// Each layer's reading is bounded; so is the report, across layers.
+	for _, l := range []*[]observe.FileChange{&created, &modified, &deleted} {
+		if len(*l) > observe.DefaultMaxEntries {
+			*l, truncated = (*l)[:observe.DefaultMaxEntries], true
+		}
+	}
+	f := &r.rep.Files
+	f.Details, f.Total, f.Truncated = nonNil(slices.Concat(created, modified, deleted)), total, truncated
+	f.Created, f.Modified, f.Deleted = paths(created), paths(modified), paths(deleted)
+	if truncated {
+		note := fmt.Sprintf("file changes: the lists keep their first %d entries each; files.total counts all (%d created, %d modified, %d deleted)",
+			observe.DefaultMaxEntries, total.Created, total.Modified, total.Deleted)
+		if r.changesDir != nil {
+			note += "; --changes copied only the listed entries"
+		}
+		r.rep.Notes = append(r.rep.Notes, note)
+	}
+}
+
+// stopOnSignal returns a channel closed when the caller signals sbx or cancels the run, so that reading
+// and copying what the command left end at once; release ends the watch.
+func (r *run) stopOnSignal() (<-chan struct{}, func()) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		select {
+		case <-r.opts.Signals:
+		case <-r.ctx.Done():
+		case <-done:
+			return
+		}
+		close(stop)
+	}()
+	return stop, func() { close(done) }
+}
+
+// fileNotes turns what a reading could not see into notes that make the run incomplete.
+func (r *run) fileNotes(at string, fc *observe.FileChanges, err error) {
+	if err != nil && len(fc.Problems) == 0 {
+		r.rep.MarkIncomplete("file changes in "+at, err)
+	}
+	for _, p := range fc.Problems {
+		r.rep.MarkIncomplete("file changes in "+at, errors.New(p))
+	}
+	for _, n := range fc.Notes {
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("file changes in %s: %s", at, n))
+	}
+}
+
+// copyLayer copies one layer's changes into its place below --changes DIR, through the root handle
+// opened before the command ran. src is the layer's tree: a path of sbx's own, or an open handle.
+func (r *run) copyLayer(cp *observe.Copier, srcPath string, src *os.File, at string, changes []observe.FileChange) {
+	if r.changesDir == nil || len(changes) == 0 {
+		return
+	}
+	if src == nil {
+		var err error
+		if src, err = safefs.OpenRoot(srcPath); err != nil {
+			cp.Problems = append(cp.Problems, fmt.Sprintf("%s: %v", at, err))
+			return
+		}
+		defer src.Close()
+	}
+	dst, err := safefs.MkdirAll(r.changesDir, at, 0o755, nil)
+	if err != nil {
+		cp.Problems = append(cp.Problems, fmt.Sprintf("%s: %v", at, err))
+		return
+	}
+	defer dst.Close()
+	if err := cp.Copy(src, dst, changes); errors.Is(err, observe.ErrCopyStopped) {
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("--changes: copying stopped by a signal after %d entries (%d bytes); the rest of %s was not copied", cp.Files, cp.Bytes, r.opts.Changes))
+	}
+}
+
+// copyNotes says in the report what the copy left out.
+func (r *run) copyNotes(cp *observe.Copier) {
+	if r.changesDir == nil {
+		return
+	}
+	for _, p := range cp.Problems {
+		r.rep.Notes = append(r.rep.Notes, "--changes: not copied: "+p)
+	}
+	if n := cp.Dropped(); n > 0 {
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("--changes: %d more entries not copied", n))
+	}
+	if len(cp.Skipped) > 0 {
+		cp.WriteSkipped(r.changesDir)
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("--changes: %d entries not copied (special files, or beyond the disk limit of %d bytes): listed in %s",
+			len(cp.Skipped), r.sb.DiskBytes(), filepath.Join(r.opts.Changes, "NOT-COPIED.txt")))
+	}
+}
+
+// under puts the paths of a layer mounted at at into the sandbox's view.
+func under(at string, cs []observe.FileChange) []observe.FileChange {
+	if at == "/" {
+		return cs
+	}
+	for i := range cs {
+		cs[i].Path = at + cs[i].Path
+		if cs[i].PathB64 != "" {
+			cs[i].PathB64 = observe.PathB64(cs[i].Path)
+		}
+	}
+	return cs
+}
+
+// tmpfsChanges lists what the command left in one of the sandbox's own tmpfs mounts, which start empty
+// (everything there is created), and copies it out with the rest when asked. It reads the mount through
+// the sandbox's pid 1 (its /proc root, then no link below it), so only while the sandbox is up: a
+// sandbox sbx killed has nothing to show.
+func (r *run) tmpfsChanges(cp *observe.Copier, mount string, lim observe.Limits) *observe.FileChanges {
+	// The pid is the sandbox's init only while the sandbox's cgroup holds it: checked before and after
+	// the open, so that a reused pid never makes sbx read another process's files.
+	if !r.initAlive() {
+		return nil
+	}
+	root, err := safefs.OpenRoot(fmt.Sprintf("/proc/%d/root", r.sb.InitPid()))
+	if err != nil {
+		return nil
+	}
+	defer root.Close()
+	if !r.initAlive() {
+		return nil
+	}
+	dir, err := safefs.OpenDir(root, mount)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			r.rep.MarkIncomplete("file changes in "+mount, err)
+		}
+		return nil
+	}
+	defer dir.Close()
+	fc := observe.ChangesSinceDir(nil, dir, "", lim)
+	r.fileNotes(mount, fc, nil)
+	r.copyLayer(cp, "", dir, mount, fc.Created)
+	return fc
+}
+
+// initAlive says whether the sandbox's init is still in the sandbox's cgroup.
+func (r *run) initAlive() bool {
+	pids, err := r.sb.Pids()
+	return err == nil && slices.Contains(pids, r.sb.InitPid())
+}
+
+func paths(cs []observe.FileChange) []string {
+	out := make([]string, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, c.Path)
+	}
+	return out
+}
