@@ -35,9 +35,14 @@ const (
 	Gateway10   = "10.0.0.1"        // typical gateways: TCP 22, 5432, 6379
 	Gateway172  = "172.16.0.1"
 	Gateway192  = "192.168.1.1"
-	Public      = "203.0.113.10"  // fake public host: TCP 443, UDP echo 7
-	Public2     = "198.51.100.20" // another fake public host: TCP 443
-	DNS         = "198.51.100.53" // fake DNS server, port 53
+	Public      = "203.0.113.10"     // fake public host: TCP 443, UDP echo 7
+	Public2     = "198.51.100.20"    // another fake public host: TCP 443
+	DNS         = "198.51.100.53"    // fake DNS server, port 53
+	WireServer  = "168.63.129.16"    // Azure's WireServer, HTTP on 80
+	NAT64       = "64:ff9b::a00:5"   // 10.0.0.5 through the NAT64 well-known prefix
+	NAT64Local  = "64:ff9b:1::a00:5" // 10.0.0.5 through a local-use NAT64 prefix
+	SixToFour   = "2002:a00:5::1"    // a 6to4 address embedding 10.0.0.5
+	Public6     = "2001:db8:5b::10"  // fake public IPv6 host: TCP 443
 )
 
 // TCPPorts are served by every fake host (an HTTP server that names the address it was reached on).
@@ -57,7 +62,8 @@ var Records = map[string]string{
 const TTL = 5
 
 // hosts are the addresses put on the namespace's lo.
-var hosts = []string{Metadata4, Metadata6, MetadataAli, LAN, Gateway10, Gateway172, Gateway192, Public, Public2, DNS}
+var hosts = []string{Metadata4, Metadata6, MetadataAli, LAN, Gateway10, Gateway172, Gateway192, Public, Public2, DNS,
+	WireServer, NAT64, NAT64Local, SixToFour, Public6}
 
 var counter atomic.Int32
 
