@@ -47,6 +47,7 @@ bench: build
 	$(GO) run -tags $(TAGS) ./internal/cmd/bench -sbx $(BIN)
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'Snapshot$$|SnapshotBusyHost' -benchtime 200x ./observe
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'SetupClose' -benchtime 100x ./sandbox/netcontract
+	$(GO) test -tags $(TAGS) -run '^$$' -bench 'CompareFlood' -benchtime 3x ./policy
 
 # Long: 200 runs of bin/sbx in a row and 20 at once, then a check that no process, mount, cgroup,
 # namespace, link, nft table or state dir is left. Kept out of `make test`.

@@ -19,14 +19,13 @@ import (
 // executables outside expect.execs (when those are set). Each message is one specific line.
 func Compare(exp Expect, r *report.Report) {
 	var v []report.Violation
+	seen := map[report.Violation]bool{} // de-duplication in linear time: a flood of records must not cost O(n²)
 	add := func(rule, format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		for _, old := range v {
-			if old.Rule == rule && old.Message == msg {
-				return
-			}
+		x := report.Violation{Rule: rule, Message: fmt.Sprintf(format, args...)}
+		if !seen[x] {
+			seen[x] = true
+			v = append(v, x)
 		}
-		v = append(v, report.Violation{Rule: rule, Message: msg})
 	}
 	if !exp.LeftRunning {
 		for _, p := range r.Processes.LeftRunning {
