@@ -88,11 +88,18 @@ type Denied struct {
 	Count   int    `json:"count"`
 }
 
-// DNSQuery is one query the sandbox sent to sbx's DNS filter.
+// DNSQuery is one query the sandbox sent to sbx's DNS filter. Name is as the client sent it, in DNS
+// presentation format (a dot inside a label and bytes outside printable ASCII escaped).
 type DNSQuery struct {
 	Name    string `json:"name"`
 	Type    string `json:"type"`
 	Allowed bool   `json:"allowed"`
+	// Reason says why a query was refused when the name alone does not (a malformed message, an opcode
+	// other than QUERY, a CNAME to a name not allowed, ...).
+	Reason string `json:"reason,omitempty"`
+	// Count is set on entries past the log's first entries, which are counted per name instead of
+	// listed one by one; 0 means once.
+	Count int `json:"count,omitempty"`
 }
 
 // Files lists paths, as seen inside the sandbox, that the run changed.

@@ -275,6 +275,7 @@ func (r *run) observeAfterward(cmdPid int) error {
 		}
 		r.rep.Network.Denied = nonNil(denied)
 		r.rep.Network.DNS = nonNil(n.DNS())
+		r.rep.Notes = append(r.rep.Notes, n.Notes()...)
 	}
 	return nil
 }

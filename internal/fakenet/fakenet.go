@@ -58,8 +58,27 @@ var Records = map[string]string{
 	"metadata.google.internal.": Metadata4,
 }
 
+// CNAMEs are aliases the fake DNS server answers with a CNAME record, followed by the target's A record
+// when it has one.
+var CNAMEs = map[string]string{
+	"chain.allowed.test.": "target.allowed.test.",      // a chain that stays inside *.allowed.test
+	"alias.allowed.test.": "metadata.google.internal.", // a chain out to a name nobody allows
+}
+
+// Smuggle is a name whose answer carries, besides its own A record (Public), an A record of an
+// unrelated owner (Unrelated, with the address Public2): a filter must learn only the first.
+const (
+	Smuggle   = "smuggle.allowed.test."
+	Unrelated = "unrelated.test."
+)
+
 // TTL of the fake DNS answers.
 const TTL = 5
+
+func init() {
+	Records["target.allowed.test."] = Public2
+	Records[Smuggle] = Public
+}
 
 // hosts are the addresses put on the namespace's lo.
 var hosts = []string{Metadata4, Metadata6, MetadataAli, LAN, Gateway10, Gateway172, Gateway192, Public, Public2, DNS,
@@ -75,6 +94,7 @@ type Net struct {
 	closers []io.Closer
 	mu      sync.Mutex
 	queries []string
+	msgs    []*dns.Msg
 	conns   []string
 }
 
@@ -224,22 +244,42 @@ func (n *Net) serveDNS(addr string) error {
 // answer is the fake DNS server's handler.
 func (n *Net) answer(w dns.ResponseWriter, req *dns.Msg) {
 	m := new(dns.Msg).SetReply(req)
+	n.mu.Lock()
+	n.msgs = append(n.msgs, req.Copy())
+	n.mu.Unlock()
 	for _, q := range req.Question {
 		n.mu.Lock()
 		n.queries = append(n.queries, q.Name)
 		n.mu.Unlock()
-		ip, ok := Records[dns.CanonicalName(q.Name)]
+		name := dns.CanonicalName(q.Name)
+		if target, ok := CNAMEs[name]; ok {
+			m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: TTL}, Target: target})
+			name = target
+		}
+		ip, ok := Records[name]
 		switch {
 		case !ok:
 			m.Rcode = dns.RcodeNameError
 		case q.Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{
-				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: TTL},
-				A:   net.ParseIP(ip),
-			})
+			m.Answer = append(m.Answer, aRecord(name, ip))
+			if name == Smuggle {
+				m.Answer = append(m.Answer, aRecord(Unrelated, Public2))
+			}
 		}
 	}
 	w.WriteMsg(m)
+}
+
+// aRecord is an A record of the fake server.
+func aRecord(name, ip string) *dns.A {
+	return &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: TTL}, A: net.ParseIP(ip)}
+}
+
+// Messages lists every message the fake DNS server received, in order.
+func (n *Net) Messages() []*dns.Msg {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*dns.Msg{}, n.msgs...)
 }
 
 // shutdowner adapts a dns.Server to io.Closer.

@@ -214,6 +214,7 @@ func (n *Net) startDNS() error {
 	d, err := startDNSFilter(dnsFilterConfig{
 		net:      n.cfg.Net,
 		listen:   n.plumb.peer4.Addr(),
+		client:   n.plumb.sbx4.Addr(),
 		uplinkFd: n.uplinkFd,
 		learn:    n.learn,
 	})
@@ -249,6 +250,16 @@ func (n *Net) DNS() []report.DNSQuery {
 		return []report.DNSQuery{}
 	}
 	return n.dns.queries()
+}
+
+// Notes says where the network's records are incomplete (a log past its bounds, a denied record that
+// overflowed) and what was dropped that was not the command's doing. Call it before Close.
+func (n *Net) Notes() []string {
+	notes := []string{}
+	if n.dns != nil {
+		notes = append(notes, n.dns.log.notes()...)
+	}
+	return notes
 }
 
 // Close tears the network down: DNS filter, NAT reference, the peer's addresses and slot, the namespace
