@@ -45,7 +45,7 @@ func Compare(exp Expect, r *report.Report) {
 	if exp.DNSRefusedIsViolation {
 		for _, q := range r.Network.DNS {
 			if !q.Allowed {
-				add(report.RuleDNS, "DNS query for %s (%s) refused", q.Name, q.Type)
+				add(report.RuleDNS, "DNS query for %s refused%s", dnsWhat(q), dnsWhy(q))
 			}
 		}
 	}
@@ -76,6 +76,30 @@ func Compare(exp Expect, r *report.Report) {
 	if len(v) > 0 {
 		r.Verdict = report.VerdictViolation
 	}
+}
+
+// dnsWhat names a logged DNS query: its name and type, or the reason when the message had no readable
+// question.
+func dnsWhat(q report.DNSQuery) string {
+	switch {
+	case q.Name == "" && q.Type == "":
+		return "(unreadable)"
+	case q.Type == "":
+		return q.Name
+	}
+	return fmt.Sprintf("%s (%s)", q.Name, q.Type)
+}
+
+// dnsWhy is the reason and count of a refused query, for its violation message.
+func dnsWhy(q report.DNSQuery) string {
+	s := ""
+	if q.Reason != "" {
+		s = ": " + q.Reason
+	}
+	if q.Count > 1 {
+		s += fmt.Sprintf(" (%d times)", q.Count)
+	}
+	return s
 }
 
 // listenerAllowed: tcp matches tcp and tcp6, udp matches udp and udp6, port 0 any port, unix any unix
