@@ -126,6 +126,13 @@ func addOutputChain(c *nftables.Conn, t *nftables.Table, dnsFilter netip.Addr, s
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop,
 	})
 	add := func(e ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
+	// Headers that steer routing come first, before lo and established flows: with an IPv6 routing
+	// header (segment routing, type 0, any type) or an IPv4 source route, the address the contract sees
+	// is only the first hop, not where the packet ends. A socket option sets them without privileges.
+	add(cat(matchNfproto(unix.NFPROTO_IPV6), exthdrExists(expr.ExthdrOpIpv6, unix.IPPROTO_ROUTING), jump(fam6.refuse))...)
+	for _, opt := range []uint8{ipoptLSRR, ipoptSSRR} {
+		add(cat(matchNfproto(unix.NFPROTO_IPV4), exthdrExists(exthdrOpIPv4, opt), jump(fam4.refuse))...)
+	}
 	add(cat(oifname("lo"), accept())...)
 	add(cat(ctEstablished(), accept())...)
 	add(cat(matchNfproto(unix.NFPROTO_IPV6), matchL4(unix.IPPROTO_ICMPV6), icmp6TypeRange(133, 136), accept())...)
@@ -221,6 +228,22 @@ func matchDaddr(f family, a netip.Addr) []expr.Any {
 	return []expr.Any{
 		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: f.addrOff, Len: f.addrLen},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: a.AsSlice()},
+	}
+}
+
+// IPv4 options that route a packet through addresses of the sender's choosing, and the exthdr operation
+// that reads IPv4 options (NFT_EXTHDR_OP_IPV4, Linux 5.3; google/nftables has no name for it).
+const (
+	ipoptLSRR    = 131
+	ipoptSSRR    = 137
+	exthdrOpIPv4 = expr.ExthdrOp(2)
+)
+
+// exthdrExists is `exthdr TYPE exists` (IPv6 extension header, or IPv4 option).
+func exthdrExists(op expr.ExthdrOp, typ uint8) []expr.Any {
+	return []expr.Any{
+		&expr.Exthdr{DestRegister: reg1, Type: typ, Offset: 0, Len: 1, Flags: unix.NFT_EXTHDR_F_PRESENT, Op: op},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{1}},
 	}
 }
 
