@@ -101,6 +101,7 @@ func addSets(c *nftables.Conn, t *nftables.Table, f family, in contractInput) (*
 		denied: &nftables.Set{Table: t, Name: "denied" + f.suffix, KeyType: f.keyType,
 			Concatenation: true, Dynamic: true, Counter: true, Size: deniedMax},
 	}
+	s.never.Counter = true // per-range counts that the dynamic set's overflow cannot hide
 	for _, p := range []struct {
 		set   *nftables.Set
 		spans []span
@@ -164,6 +165,7 @@ func addOutputChain(c *nftables.Conn, t *nftables.Table, dnsFilter netip.Addr, s
 func addRefuseChain(c *nftables.Conn, t *nftables.Table, f family, denied *nftables.Set) {
 	ch := c.AddChain(&nftables.Chain{Name: f.refuse, Table: t})
 	add := func(e ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
+	add(&expr.Counter{}) // every refusal: what the denied set lacks of it overflowed (see Net.Denied)
 	add(cat(matchL4(unix.IPPROTO_TCP), loadKey(f, true), record(denied))...)
 	add(cat(matchL4(unix.IPPROTO_UDP), loadKey(f, true), record(denied))...)
 	// Other protocols have no port: record port 0 rather than whatever bytes sit where a port would be.

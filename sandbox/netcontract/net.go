@@ -33,9 +33,11 @@ type Net struct {
 	ready    chan struct{} // closed once the background part of the setup is done
 	readyErr error
 
-	nftMu sync.Mutex // one netlink conversation at a time on nft
-	nft   *nftables.Conn
-	sets  map[byte]*contractSets
+	nftMu       sync.Mutex // one netlink conversation at a time on nft
+	nft         *nftables.Conn
+	sets        map[byte]*contractSets
+	pieces      []piece  // the always-deny set's elements, with their labels
+	deniedNotes []string // what Denied found incomplete
 }
 
 // Setup builds the network of one run: in mode none a namespace with lo up, in mode contract everything
@@ -157,8 +159,9 @@ func (n *Net) newPlumbing() plumbing {
 	return p
 }
 
-// hostAddrs are sbx's own namespace's addresses: the sandbox never reaches the host itself, whichever
-// namespace its uplink is.
+// hostAddrs are the subnets of sbx's own namespace's addresses: the sandbox never reaches the host
+// itself, whichever namespace its uplink is, nor its neighbours on those subnets, nor their broadcast
+// addresses (a profile that needs a host there names it in network.except).
 func hostAddrs(isHost bool, uplinkFd int) ([]netip.Prefix, error) {
 	fd := uplinkFd
 	if !isHost {
@@ -178,9 +181,14 @@ func hostAddrs(isHost bool, uplinkFd int) ([]netip.Prefix, error) {
 	}
 	var out []netip.Prefix
 	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			ip = ip.Unmap()
-			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		if bits, _ := a.Mask.Size(); bits > 0 && a.Mask != nil {
+			out = append(out, netip.PrefixFrom(ip, bits).Masked())
 		}
 	}
 	return out, nil
@@ -199,11 +207,12 @@ func (n *Net) loadContract(own []netip.Prefix) error {
 	}
 	never := append(append([]netip.Prefix{}, alwaysDeny...), own...)
 	never = append(never, n.plumb.peer4.Masked(), n.plumb.peer6.Masked())
+	n.pieces = neverPieces(never)
 	n.sets, err = loadContract(c, contractInput{
 		dnsFilter: n.plumb.peer4.Addr(),
 		deny:      ruleSpans(n.cfg.Net.Deny),
 		except:    ruleSpans(n.cfg.Net.Except),
-		never:     wholeSpans(never),
+		never:     pieceSpans(n.pieces),
 		allow:     ruleSpans(n.cfg.Net.Allow),
 	})
 	return err
@@ -259,6 +268,9 @@ func (n *Net) Notes() []string {
 	if n.dns != nil {
 		notes = append(notes, n.dns.log.notes()...)
 	}
+	n.nftMu.Lock()
+	notes = append(notes, n.deniedNotes...)
+	n.nftMu.Unlock()
 	return notes
 }
 
