@@ -23,6 +23,10 @@ type Config struct {
 	// noContract builds the plumbing without loading the contract: tests use it to show that every target
 	// is reachable without it, so that "blocked" means something.
 	noContract bool
+	// hostState makes the uplink namespace act as the host (NAT, forwarding and the host's filters), with
+	// the state shared by its runs in this directory instead of sbx's own: tests use a namespace of their
+	// own as the host, so that nothing they check depends on the real host.
+	hostState string
 }
 
 // ErrConfig is matched by every error about an invalid Config.

@@ -178,3 +178,6 @@ func eventually(d time.Duration, cond func() bool) bool {
 }
 
 func itoa(i int) string { return fmt.Sprint(i) }
+
+// runQuiet runs a command and returns its error only.
+func runQuiet(name string, args ...string) error { return exec.Command(name, args...).Run() }

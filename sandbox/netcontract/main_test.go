@@ -47,6 +47,6 @@ func leftovers() string {
 
 // natUsersEmpty says whether no sandbox holds the host NAT (another sbx may legitimately be running).
 func natUsersEmpty() bool {
-	e, _ := os.ReadDir(natUsers)
+	e, _ := os.ReadDir(realHostDir + "/users")
 	return len(e) == 0
 }

@@ -23,6 +23,7 @@ type Net struct {
 	fd       int    // the sandbox's namespace, -1 when not open
 	uplinkFd int
 	host     bool // the uplink is sbx's own namespace: NAT and forwarding are needed
+	hostSide hostSide
 	plumb    plumbing
 	slot     slot
 	nat      bool
@@ -115,6 +116,10 @@ func (n *Net) setupPlumbing() error {
 	if n.uplinkFd, n.host, err = openUplink(n.cfg.Net.UplinkNetNS); err != nil {
 		return err
 	}
+	n.hostSide = hostSide{fd: n.uplinkFd, dir: realHostDir}
+	if n.cfg.hostState != "" {
+		n.host, n.hostSide.dir = true, n.cfg.hostState
+	}
 	own, err := hostAddrs(n.host, n.uplinkFd)
 	if err != nil {
 		return err
@@ -143,7 +148,7 @@ func (n *Net) setupContract() error {
 		return err
 	}
 	if n.host {
-		if err := natAcquire(n.uplinkFd, n.cfg.name(), n.path); err != nil {
+		if err := natAcquire(n.hostSide, n.cfg.name(), n.path); err != nil {
 			return err
 		}
 		n.nat = true
@@ -294,7 +299,7 @@ func (n *Net) Close() error {
 		n.nftMu.Unlock()
 	}
 	if n.nat {
-		errs = append(errs, natRelease(n.uplinkFd, n.cfg.name()))
+		errs = append(errs, natRelease(n.hostSide, n.cfg.name()))
 		n.nat = false
 	}
 	if n.slot.file != "" {
