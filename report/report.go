@@ -67,6 +67,9 @@ type Sockets struct {
 	Established []observe.Socket `json:"established"`
 }
 
+// DirectionIn is Denied.Direction of an inbound attempt.
+const DirectionIn = "in"
+
 // Network modes.
 const (
 	NetworkNone     = "none"
@@ -80,12 +83,18 @@ type Network struct {
 	DNS    []DNSQuery `json:"dns"`
 }
 
-// Denied is one destination the contract refused, with how many packets tried it.
+// Denied is one destination the contract refused, with how many packets tried it. Proto "any" with a
+// range as Address and port 0 counts attempts on an always-deny range that the per-destination record,
+// once full, could not itemize.
 type Denied struct {
 	Proto   string `json:"proto"`
 	Address string `json:"address"`
 	Port    int    `json:"port"`
 	Count   int    `json:"count"`
+	// Direction "in" marks an attempt from the uplink side to reach the sandbox (Address is the sender,
+	// Port the sandbox's port), refused because network.ingress does not open it. Not the command's
+	// doing: it is recorded, not judged. Empty means outbound.
+	Direction string `json:"direction,omitempty"`
 }
 
 // DNSQuery is one query the sandbox sent to sbx's DNS filter. Name is as the client sent it, in DNS

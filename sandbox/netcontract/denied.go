@@ -58,6 +58,15 @@ func (n *Net) deniedOf(f family) ([]report.Denied, error) {
 		out = append(out, d)
 		itemized += d.Count
 	}
+	in, err := n.nft.GetSetElements(s.deniedIn)
+	if err != nil {
+		return nil, fmt.Errorf("reading refused inbound attempts: %w", err)
+	}
+	for _, e := range in {
+		d := decodeDenied(f.inbound(), e)
+		d.Direction = report.DirectionIn
+		out = append(out, d)
+	}
 	total, err := n.refusals(f)
 	if err != nil {
 		return nil, err
@@ -112,6 +121,9 @@ func (n *Net) rangeCounts(f family, itemized []report.Denied) ([]report.Denied, 
 		counts[label] += int(e.Counter.Packets)
 	}
 	for _, d := range itemized {
+		if d.Direction != "" {
+			continue
+		}
 		if a, err := netip.ParseAddr(d.Address); err == nil {
 			if label, ok := labelOf(n.pieces, a); ok {
 				counts[label] -= d.Count

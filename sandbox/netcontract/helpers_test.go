@@ -181,3 +181,8 @@ func itoa(i int) string { return fmt.Sprint(i) }
 
 // runQuiet runs a command and returns its error only.
 func runQuiet(name string, args ...string) error { return exec.Command(name, args...).Run() }
+
+// runInFake runs f inside the namespace at path (the uplink side).
+func runInFake(path string, f func()) error {
+	return fakenet.RunIn(path, func() error { f(); return nil })
+}

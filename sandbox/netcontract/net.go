@@ -219,6 +219,7 @@ func (n *Net) loadContract(own []netip.Prefix) error {
 		except:    ruleSpans(n.cfg.Net.Except),
 		never:     pieceSpans(n.pieces),
 		allow:     ruleSpans(n.cfg.Net.Allow),
+		ingress:   n.cfg.Net.Ingress,
 	})
 	return err
 }
