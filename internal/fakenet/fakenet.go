@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -299,6 +301,37 @@ func (n *Net) Connections() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]string{}, n.conns...)
+}
+
+// Refuse makes the given IPv4 hosts act as if every port were closed: TCP answered with a reset, UDP with
+// ICMP port unreachable (an nftables table in the fake namespace). Their servers stay up but unreachable.
+func (n *Net) Refuse(addrs ...string) error {
+	fd, err := unix.Open(n.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		return err
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "fakenet"})
+	ch := c.AddChain(&nftables.Chain{Name: "closed", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
+	for _, a := range addrs {
+		daddr := []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: netip.MustParseAddr(a).AsSlice()},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		}
+		tcp := append(append([]expr.Any{}, daddr...), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
+		udp := append(append([]expr.Any{}, daddr...), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
+			&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3}) // port unreachable
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: tcp})
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: udp})
+	}
+	return c.Flush()
 }
 
 // Links lists the links in the namespace other than lo: after a sandbox ends there should be none.
