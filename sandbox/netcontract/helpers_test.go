@@ -167,16 +167,6 @@ func run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
-// eventually polls cond for up to d.
-func eventually(d time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
-}
-
 func itoa(i int) string { return fmt.Sprint(i) }
 
 // runQuiet runs a command and returns its error only.

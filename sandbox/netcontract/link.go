@@ -1,6 +1,7 @@
 package netcontract
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -167,6 +168,25 @@ func (p plumbing) uplinkSide() error {
 	}
 	if err := h.LinkSetUp(link); err != nil {
 		return fmt.Errorf("bringing %s up: %w", p.peerName, err)
+	}
+	return nil
+}
+
+// deletePeer deletes the veth pair through its uplink end, so that nothing of the run is left in the
+// uplink namespace when Close returns (the kernel's cleanup of a dropped namespace would remove it only
+// later, in the background). Already gone is fine.
+func (p plumbing) deletePeer() error {
+	h, err := p.uplinkHandle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link, err := h.LinkByName(p.peerName)
+	if err != nil {
+		return nil
+	}
+	if err := h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("deleting veth peer %s: %w", p.peerName, err)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ type Net struct {
 	dns      *dnsFilter
 	own      []netip.Prefix // the uplink's own addresses, always denied
 
+	vethGone chan error    // the result of deleting the veth pair, once StartClose has begun it
 	ready    chan struct{} // closed once the background part of the setup is done
 	readyErr error
 
@@ -280,14 +281,31 @@ func (n *Net) Notes() []string {
 	return notes
 }
 
-// Close tears the network down: DNS filter, NAT reference, the peer's addresses and slot, the namespace
-// file. The namespace and its veth are freed by the kernel once the last process in it and the last fd
-// are gone; the veth peer therefore disappears from the uplink namespace shortly after Close returns
-// (deleting it here would cost tens of milliseconds). Close is safe to call on a partial setup.
+// StartClose begins deleting the veth pair in the background, so that the wait for the kernel overlaps
+// the caller's other teardown (killing the container, unmounting); Close waits for it. The sandbox loses
+// its network at once: call it only once the command's network records are read or no longer matter.
+// Calling it again, or not at all, is fine.
+func (n *Net) StartClose() {
+	if n.ready != nil {
+		<-n.ready
+	}
+	if n.vethGone != nil || n.slot.file == "" || n.uplinkFd < 0 {
+		return
+	}
+	n.vethGone = make(chan error, 1)
+	p := n.plumb
+	go func() { n.vethGone <- p.deletePeer() }()
+}
+
+// Close tears the network down: the veth pair, DNS filter, NAT reference, slot, the namespace file. The
+// veth is deleted while the rest is torn down (deleting a link waits for an RCU grace period) and is
+// gone when Close returns; left to the kernel's cleanup of the namespace, its uplink end would outlive
+// sbx by up to a few hundred milliseconds. Close is safe to call on a partial setup.
 func (n *Net) Close() error {
 	if n.ready != nil {
 		<-n.ready // the background setup owns n until it is done
 	}
+	n.StartClose()
 	var errs []error
 	if n.dns != nil {
 		errs = append(errs, n.dns.close())
@@ -303,8 +321,12 @@ func (n *Net) Close() error {
 		errs = append(errs, natRelease(n.hostSide, n.cfg.name()))
 		n.nat = false
 	}
+	if n.vethGone != nil {
+		errs = append(errs, <-n.vethGone)
+		n.vethGone = nil
+	}
 	if n.slot.file != "" {
-		errs = append(errs, n.plumb.unaddressPeer(), n.slot.release())
+		errs = append(errs, n.plumb.unaddressPeer(), n.slot.release()) // the addresses went with the veth, unless deleting it failed
 		n.slot = slot{}
 	}
 	errs = append(errs, n.closeFds()...)
