@@ -226,7 +226,7 @@ func (d *dnsFilter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 func (d *dnsFilter) resolve(w dns.ResponseWriter, req *dns.Msg, entry report.DNSQuery, ask string, rules []policy.NetRule) {
 	resp, err := d.forward(upstreamQuery(ask, req.Question[0].Qtype))
 	if err != nil {
-		entry.Allowed, entry.Reason = true, "upstream failed"
+		entry.Allowed, entry.Reason = true, "upstream failed: "+err.Error()
 		d.log.add(entry)
 		reply(w, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
 		return

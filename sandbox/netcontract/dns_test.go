@@ -89,7 +89,7 @@ func TestDNSFilterAsksItsOwnQuestion(t *testing.T) {
 	var r *dns.Msg
 	in(t, n, func() { r = exchangeRaw(t, server, pack(t, m)) })
 	if r == nil || r.Rcode != dns.RcodeSuccess || r.Id != m.Id || len(r.Answer) != 1 || r.Question[0].Name != "AlLoWeD.TeSt." {
-		t.Fatalf("answer to the client: %v, want its ID, its question and one A record", r)
+		t.Fatalf("answer to the client: %v, want its ID, its question and one A record (log %+v, upstream saw %v)", r, n.DNS(), fake.Messages())
 	}
 	msgs := fake.Messages()
 	if len(msgs) != 1 {

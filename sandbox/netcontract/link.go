@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -168,6 +169,28 @@ func (p plumbing) uplinkSide() error {
 	}
 	if err := h.LinkSetUp(link); err != nil {
 		return fmt.Errorf("bringing %s up: %w", p.peerName, err)
+	}
+	return nil
+}
+
+// waitUp waits until the sandbox's end of the veth is operationally up. Until the kernel's link watch
+// has run after the peer came up, the link's queue discards what is sent (silently: a first DNS query
+// would be lost and wait for the resolver's retry). Bounded by a second; a link that is not up by then
+// is left to the command's retries.
+func waitUp(nsFd int) error {
+	h, err := netlink.NewHandleAt(netns.NsHandle(nsFd), unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink in sandbox namespace: %w", err)
+	}
+	defer h.Close()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		link, err := h.LinkByName(sandboxIf)
+		if err != nil {
+			return fmt.Errorf("finding %s: %w", sandboxIf, err)
+		}
+		if link.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
 	}
 	return nil
 }

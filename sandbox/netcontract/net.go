@@ -148,6 +148,9 @@ func (n *Net) setupContract() error {
 	if err := n.startDNS(); err != nil {
 		return err
 	}
+	if err := waitUp(n.fd); err != nil {
+		return err
+	}
 	if n.host {
 		if err := natAcquire(n.hostSide, n.cfg.name(), n.path); err != nil {
 			return err
