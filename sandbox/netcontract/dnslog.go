@@ -22,6 +22,7 @@ type dnsLog struct {
 	counted map[report.DNSQuery]int
 	order   []report.DNSQuery // keys of counted, in first-seen order
 	dropped int               // queries neither listed nor counted per name
+	total   int               // every query logged
 	foreign int               // messages from an address other than the sandbox's, dropped unanswered
 }
 
@@ -29,6 +30,7 @@ type dnsLog struct {
 func (l *dnsLog) add(q report.DNSQuery) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.total++
 	if len(l.entries) < maxDNSEntries {
 		l.entries = append(l.entries, q)
 		return
