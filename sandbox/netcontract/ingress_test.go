@@ -41,7 +41,7 @@ func TestIngress(t *testing.T) {
 					c.Close()
 				}
 			}()
-			target := net.JoinHostPort(n.plumb.sbx4.Addr().String(), "8080")
+			target := net.JoinHostPort(n.link.addrs().sbx4.Addr().String(), "8080")
 			var got bool
 			if err := runInFake(fake.Path, func() {
 				c, err := net.DialTimeout("tcp4", target, time.Second)
@@ -62,7 +62,7 @@ func TestIngress(t *testing.T) {
 				t.Fatal(err)
 			}
 			recorded := slices.ContainsFunc(denied, func(d report.Denied) bool {
-				return d.Direction == report.DirectionIn && d.Port == 8080 && d.Address == n.plumb.peer4.Addr().String()
+				return d.Direction == report.DirectionIn && d.Port == 8080 && d.Address == n.link.addrs().peer4.Addr().String()
 			})
 			if recorded == tc.want {
 				t.Errorf("inbound record %+v: recorded = %v, want %v", denied, recorded, !tc.want)

@@ -15,16 +15,29 @@ import (
 // sandboxIf is the name of the veth end inside the sandbox.
 const sandboxIf = "eth0"
 
-// plumbing is what links the sandbox to its uplink.
+// plumbing is the built-in uplink: a veth pair whose peer lives in the uplink namespace.
 type plumbing struct {
-	peerName    string
-	uplinkFd    int
-	peer4, sbx4 netip.Prefix
-	peer6, sbx6 netip.Prefix
-	route6      bool // add an IPv6 default route (not with the host as uplink: no IPv6 forwarding)
-	mtu         int
-	peerMAC     net.HardwareAddr
-	sbxMAC      net.HardwareAddr
+	linkAddrs
+	peerName string
+	uplinkFd int
+	route6   bool // add an IPv6 default route (not with the host as uplink: no IPv6 forwarding)
+	mtu      int
+	peerMAC  net.HardwareAddr
+	sbxMAC   net.HardwareAddr
+}
+
+var _ uplink = plumbing{}
+
+// addrs implements uplink.
+func (p plumbing) addrs() linkAddrs { return p.linkAddrs }
+
+// remove implements uplink: it deletes the veth pair, and if that fails, takes at least the peer's
+// addresses away so that the address slot can be reused.
+func (p plumbing) remove() error {
+	if err := p.deletePeer(); err != nil {
+		return errors.Join(err, p.unaddressPeer())
+	}
+	return nil
 }
 
 // macs are the addresses of the two veth ends, derived from the slot (locally administered, unique per

@@ -24,14 +24,14 @@ type Net struct {
 	uplinkFd int
 	host     bool // the uplink is sbx's own namespace: NAT and forwarding are needed
 	hostSide hostSide
-	plumb    plumbing
 	slot     slot
 	nat      bool
 	resolv   string
 	dns      *dnsFilter
 	own      []netip.Prefix // the uplink's own addresses, always denied
 
-	vethGone chan error    // the result of deleting the veth pair, once StartClose has begun it
+	link     uplink        // nil in mode none
+	linkGone chan error    // the result of removing the link, once StartClose has begun it
 	ready    chan struct{} // closed once the background part of the setup is done
 	readyErr error
 
@@ -128,12 +128,12 @@ func (n *Net) setupPlumbing() error {
 	if n.slot, err = allocSlot(n.cfg.nsPath()); err != nil {
 		return err
 	}
-	n.plumb = n.newPlumbing()
-	if n.fd, err = newNetNS(n.cfg.nsPath(), n.plumb.sandboxSide); err != nil {
+	n.link = n.newUplink()
+	if n.fd, err = newNetNS(n.cfg.nsPath(), n.link.sandboxSide); err != nil {
 		return fmt.Errorf("setting up network namespace: %w", err)
 	}
 	n.path = n.cfg.nsPath()
-	if err := n.plumb.uplinkSide(); err != nil {
+	if err := n.link.uplinkSide(); err != nil {
 		return err
 	}
 	n.own = own
@@ -160,8 +160,8 @@ func (n *Net) setupContract() error {
 	return nil
 }
 
-// newPlumbing describes the veth pair of the run's slot.
-func (n *Net) newPlumbing() plumbing {
+// newUplink describes the link of the run: the veth pair of the run's slot.
+func (n *Net) newUplink() uplink {
 	p := plumbing{peerName: n.cfg.name(), uplinkFd: n.uplinkFd, route6: !n.host}
 	p.peer4, p.sbx4, p.peer6, p.sbx6 = n.slot.addrs()
 	p.peerMAC, p.sbxMAC = macs(n.slot.n)
@@ -215,10 +215,11 @@ func (n *Net) loadContract(own []netip.Prefix) error {
 		return nil
 	}
 	never := append(append([]netip.Prefix{}, alwaysDeny...), own...)
-	never = append(never, n.plumb.peer4.Masked(), n.plumb.peer6.Masked())
+	a := n.link.addrs()
+	never = append(never, a.peer4.Masked(), a.peer6.Masked())
 	n.pieces = neverPieces(never)
 	n.sets, err = loadContract(c, contractInput{
-		dnsFilter: n.plumb.peer4.Addr(),
+		dnsFilter: a.peer4.Addr(),
 		deny:      ruleSpans(n.cfg.Net.Deny),
 		except:    ruleSpans(n.cfg.Net.Except),
 		never:     pieceSpans(n.pieces),
@@ -232,8 +233,8 @@ func (n *Net) loadContract(own []netip.Prefix) error {
 func (n *Net) startDNS() error {
 	d, err := startDNSFilter(dnsFilterConfig{
 		net:      n.cfg.Net,
-		listen:   n.plumb.peer4.Addr(),
-		client:   n.plumb.sbx4.Addr(),
+		listen:   n.link.addrs().peer4.Addr(),
+		client:   n.link.addrs().sbx4.Addr(),
 		uplinkFd: n.uplinkFd,
 		learn:    n.learn,
 	})
@@ -247,7 +248,7 @@ func (n *Net) startDNS() error {
 // writeResolvConf points the sandbox's resolver at the DNS filter's address.
 func (n *Net) writeResolvConf() error {
 	path := filepath.Join(n.cfg.StateDir, "resolv.conf")
-	conf := fmt.Sprintf("# written by sbx: the DNS filter of this run\nnameserver %s\noptions attempts:2 timeout:2\n", n.plumb.peer4.Addr())
+	conf := fmt.Sprintf("# written by sbx: the DNS filter of this run\nnameserver %s\noptions attempts:2 timeout:2\n", n.link.addrs().peer4.Addr())
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("writing resolv.conf: %w", err)
 	}
@@ -284,7 +285,7 @@ func (n *Net) Notes() []string {
 	return notes
 }
 
-// StartClose begins deleting the veth pair in the background, so that the wait for the kernel overlaps
+// StartClose begins removing the link (the veth pair) in the background, so that the wait for the kernel overlaps
 // the caller's other teardown (killing the container, unmounting); Close waits for it. The sandbox loses
 // its network at once: call it only once the command's network records are read or no longer matter.
 // Calling it again, or not at all, is fine.
@@ -292,12 +293,12 @@ func (n *Net) StartClose() {
 	if n.ready != nil {
 		<-n.ready
 	}
-	if n.vethGone != nil || n.slot.file == "" || n.uplinkFd < 0 {
+	if n.linkGone != nil || n.link == nil || n.uplinkFd < 0 {
 		return
 	}
-	n.vethGone = make(chan error, 1)
-	p := n.plumb
-	go func() { n.vethGone <- p.deletePeer() }()
+	n.linkGone = make(chan error, 1)
+	l := n.link
+	go func() { n.linkGone <- l.remove() }()
 }
 
 // Close tears the network down: the veth pair, DNS filter, NAT reference, slot, the namespace file. The
@@ -324,12 +325,12 @@ func (n *Net) Close() error {
 		errs = append(errs, natRelease(n.hostSide, n.cfg.name()))
 		n.nat = false
 	}
-	if n.vethGone != nil {
-		errs = append(errs, <-n.vethGone)
-		n.vethGone = nil
+	if n.linkGone != nil {
+		errs = append(errs, <-n.linkGone)
+		n.linkGone, n.link = nil, nil
 	}
 	if n.slot.file != "" {
-		errs = append(errs, n.plumb.unaddressPeer(), n.slot.release()) // the addresses went with the veth, unless deleting it failed
+		errs = append(errs, n.slot.release()) // after the link's removal: its addresses must be gone
 		n.slot = slot{}
 	}
 	errs = append(errs, n.closeFds()...)
