@@ -73,3 +73,38 @@ func TestRoutingHeaderRefused(t *testing.T) {
 		t.Errorf("Denied() = %+v, want the routed attempt recorded", denied)
 	}
 }
+
+// lsrr is an IPv4 loose source route option through firstHop, padded to 8 bytes. The kernel sends the
+// packet to firstHop and puts the connect() address at the end of the route.
+func lsrr(firstHop string) []byte {
+	return append([]byte{ipoptLSRR, 7, 4}, append(net.ParseIP(firstHop).To4(), 1)...) // 1: NOP padding
+}
+
+// TestSourceRouteRefused: an IPv4 connection to cloud metadata source-routed through an allowed first hop
+// is dropped and recorded. (Setting the option needs CAP_NET_RAW, which the command lacks; the tests run
+// as root, and the contract must not rely on that.)
+func TestSourceRouteRefused(t *testing.T) {
+	fake := newFake(t)
+	n := setup(t, Config{Net: contractNet(fake)})
+	in(t, n, func() {
+		d := net.Dialer{Timeout: time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptString(int(fd), unix.IPPROTO_IP, unix.IP_OPTIONS, string(lsrr(fakenet.Public)))
+			})
+			return errors.Join(err, serr)
+		}}
+		c, err := d.Dial("tcp4", fakenet.Metadata4+":443")
+		if err == nil {
+			c.Close()
+			t.Errorf("metadata through a source route: connected, want dropped")
+		}
+	})
+	denied, err := n.Denied()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(denied, func(d report.Denied) bool { return d.Address == fakenet.Public && d.Port == 443 }) {
+		t.Errorf("Denied() = %+v, want the source-routed attempt recorded under its first hop", denied)
+	}
+}
