@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
+	"golang.org/x/net/netutil"
 )
 
 // TTL bounds of addresses learnt from DNS answers: a short TTL must not expire before the command had a
@@ -29,6 +30,9 @@ const forwardTimeout = 3 * time.Second
 // maxInFlight bounds the queries forwarded upstream at once: a flood of allowed names gets SERVFAIL
 // rather than thousands of goroutines and sockets in sbx.
 const maxInFlight = 64
+
+// maxTCPConns bounds the DNS-over-TCP connections the filter serves at once.
+const maxTCPConns = 16
 
 // upstreamUDPSize is the EDNS buffer size sbx announces upstream (the DNS flag day 2020 value); it is
 // the only EDNS the upstream sees.
@@ -80,7 +84,9 @@ func startDNSFilter(cfg dnsFilterConfig) (*dnsFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("DNS filter listening on %s: %w", addr, err)
 	}
-	d.serve(d.server(&dns.Server{PacketConn: pc}), d.server(&dns.Server{Listener: ln}))
+	// TCP connections each hold a goroutine and buffers in sbx: past maxTCPConns, further ones wait in
+	// the kernel's backlog.
+	d.serve(d.server(&dns.Server{PacketConn: pc}), d.server(&dns.Server{Listener: netutil.LimitListener(ln, maxTCPConns)}))
 	return d, nil
 }
 
