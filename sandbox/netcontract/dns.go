@@ -211,6 +211,9 @@ func (d *dnsFilter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	ask, labels := canonicalName(q.Name)
 	rules, ok := d.match(labels)
+	if ok && metadataNames[ask] && !d.namedExactly(ask) {
+		ok, entry.Reason = false, "a cloud metadata name, allowed only when named exactly"
+	}
 	if !ok {
 		d.refuse(w, req, entry)
 		return
@@ -344,6 +347,30 @@ func plainLabel(l string) bool {
 		}
 	}
 	return true
+}
+
+// metadataNames are cloud metadata services' names. A wildcard never makes them resolve: only a profile
+// that names one exactly (and opens its address with network.except) reaches it.
+var metadataNames = map[string]bool{
+	"metadata.google.internal.":   true,
+	"metadata.goog.":              true,
+	"instance-data.ec2.internal.": true,
+}
+
+// namedExactly says whether the profile allows the canonical name ask by its own name, not a wildcard.
+func (d *dnsFilter) namedExactly(ask string) bool {
+	name := strings.TrimSuffix(ask, ".")
+	for _, p := range d.cfg.net.DNS.Allow {
+		if strings.EqualFold(strings.TrimSuffix(p, "."), name) {
+			return true
+		}
+	}
+	for _, r := range d.cfg.net.Allow {
+		if strings.EqualFold(strings.TrimSuffix(r.Host, "."), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // match says whether the name with these labels may resolve, and which allow rules give its addresses

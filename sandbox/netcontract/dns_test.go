@@ -283,3 +283,23 @@ func TestLabelsMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestDNSFilterMetadataNames: a wildcard that covers a cloud metadata name does not make it resolve.
+func TestDNSFilterMetadataNames(t *testing.T) {
+	fake := newFake(t)
+	nw := wildcardNet(fake)
+	nw.Allow = append(nw.Allow, policy.NetRule{Host: "*.google.internal", Proto: "tcp", Port: 80})
+	n := setup(t, Config{Net: nw})
+	server := resolver(t, n.ResolvConf())
+	in(t, n, func() {
+		if r, err := dnsLookup(server, "metadata.google.internal"); err != nil || r.Rcode != dns.RcodeRefused {
+			t.Errorf("metadata.google.internal under *.google.internal: %v %v, want REFUSED", r, err)
+		}
+	})
+	if got := n.DNS(); len(got) != 1 || got[0].Allowed || !strings.Contains(got[0].Reason, "metadata") {
+		t.Errorf("DNS() = %+v, want the metadata name refused with its reason", got)
+	}
+	if len(fake.Messages()) != 0 {
+		t.Errorf("the upstream was asked: %v", fake.Messages())
+	}
+}
