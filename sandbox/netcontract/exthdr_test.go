@@ -108,3 +108,31 @@ func TestSourceRouteRefused(t *testing.T) {
 		t.Errorf("Denied() = %+v, want the source-routed attempt recorded under its first hop", denied)
 	}
 }
+
+// TestUnknownNextHeaderRefused: an IPv6 packet whose next header the contract cannot read past (here an
+// experimental protocol, 253) to an allowed address is refused and recorded with its protocol number.
+func TestUnknownNextHeaderRefused(t *testing.T) {
+	fake := newFake(t)
+	nw := contractNet(fake)
+	nw.Allow = append(nw.Allow, policy.NetRule{CIDR: fakenet.Public6 + "/128", Proto: "tcp", Port: 443})
+	n := setup(t, Config{Net: nw})
+	in(t, n, func() {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW, 253)
+		if err != nil {
+			t.Fatalf("raw socket: %v", err)
+		}
+		defer unix.Close(fd)
+		to := &unix.SockaddrInet6{}
+		copy(to.Addr[:], net.ParseIP(fakenet.Public6))
+		if err := unix.Sendto(fd, []byte("past the contract?"), 0, to); err == nil {
+			t.Errorf("sending protocol 253 to an allowed address: accepted, want refused")
+		}
+	})
+	denied, err := n.Denied()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(denied, func(d report.Denied) bool { return d.Address == fakenet.Public6 && d.Proto == "253" }) {
+		t.Errorf("Denied() = %+v, want protocol 253 to %s recorded", denied, fakenet.Public6)
+	}
+}
