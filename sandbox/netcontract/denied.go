@@ -58,15 +58,11 @@ func (n *Net) deniedOf(f family) ([]report.Denied, error) {
 		out = append(out, d)
 		itemized += d.Count
 	}
-	in, err := n.nft.GetSetElements(s.deniedIn)
+	inbound, err := n.deniedIn(f)
 	if err != nil {
-		return nil, fmt.Errorf("reading refused inbound attempts: %w", err)
+		return nil, err
 	}
-	for _, e := range in {
-		d := decodeDenied(f.inbound(), e)
-		d.Direction = report.DirectionIn
-		out = append(out, d)
-	}
+	out = append(out, inbound...)
 	total, err := n.refusals(f)
 	if err != nil {
 		return nil, err
@@ -81,6 +77,30 @@ func (n *Net) deniedOf(f family) ([]report.Denied, error) {
 	out = append(out, ranges...)
 	n.deniedNotes = append(n.deniedNotes, fmt.Sprintf("denied record of IPv%s full (%d destinations): %d refused packets not itemized; attempts on always-deny ranges are counted per range",
 		map[byte]string{unix.NFPROTO_IPV4: "4", unix.NFPROTO_IPV6: "6"}[f.nfproto], deniedMax, total-itemized))
+	return out, nil
+}
+
+// deniedIn reads the family's refused inbound attempts, noting how many the full record did not itemize.
+func (n *Net) deniedIn(f family) ([]report.Denied, error) {
+	elems, err := n.nft.GetSetElements(n.sets[f.nfproto].deniedIn)
+	if err != nil {
+		return nil, fmt.Errorf("reading refused inbound attempts: %w", err)
+	}
+	var out []report.Denied
+	itemized := 0
+	for _, e := range elems {
+		d := decodeDenied(f.inbound(), e)
+		d.Direction = report.DirectionIn
+		out = append(out, d)
+		itemized += d.Count
+	}
+	total, err := n.refusals(f.inbound())
+	if err != nil {
+		return nil, err
+	}
+	if total > itemized {
+		n.deniedNotes = append(n.deniedNotes, fmt.Sprintf("record of refused inbound attempts full (%d senders and ports): %d packets not itemized", deniedMax, total-itemized))
+	}
 	return out, nil
 }
 
