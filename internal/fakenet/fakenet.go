@@ -24,6 +24,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/miekg/dns"
+	"github.com/sbx-dev/sbx/internal/netnsdir"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -104,7 +105,7 @@ type Net struct {
 func New() (*Net, error) {
 	n := &Net{Name: fmt.Sprintf("sbx-test-up-%d-%d", os.Getpid(), counter.Add(1))}
 	n.Path = filepath.Join("/run/netns", n.Name)
-	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
+	if err := netnsdir.Prepare("/run/sbx/netns.lock"); err != nil {
 		return nil, err
 	}
 	errc := make(chan error, 1)

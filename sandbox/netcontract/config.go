@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sbx-dev/sbx/internal/netnsdir"
 	"github.com/sbx-dev/sbx/policy"
 )
 
@@ -33,7 +34,7 @@ type Config struct {
 var ErrConfig = errors.New("invalid network configuration")
 
 // netnsDir is where named network namespaces live, the directory `ip netns` reads.
-const netnsDir = "/run/netns"
+const netnsDir = netnsdir.Dir
 
 // name is the name of the run's network namespace and of its veth peer.
 func (c Config) name() string {
