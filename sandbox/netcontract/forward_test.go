@@ -88,15 +88,24 @@ func TestHostForwardsOnlySandboxTraffic(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		forward       string
+		crashed       bool // a run of sbx that turned forwarding on died before restoring it
 		wantForwarded bool
+		after         string
 	}{
-		{"host did not forward", "0", false},
-		{"host already forwarded", "1", true},
+		{"host did not forward", "0", false, false, "0"},
+		{"host already forwarded", "1", false, true, "1"},
+		{"forwarding left on by a dead run", "1", true, false, "0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			th := newTestHost(t, tc.forward)
 			if got := th.forwarded(t); got != (tc.forward == "1") {
 				t.Fatalf("before the run: forwarded = %v with ip_forward=%s", got, tc.forward)
+			}
+			state := t.TempDir()
+			if tc.crashed {
+				if err := os.WriteFile(hostSide{dir: state}.forwarding(), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
 			}
 			var ln net.Listener
 			if err := fakenet.RunIn(nsFile(th.b), func() (err error) { ln, err = net.Listen("tcp4", "198.18.2.2:80"); return err }); err != nil {
@@ -110,7 +119,7 @@ func TestHostForwardsOnlySandboxTraffic(t *testing.T) {
 			}()
 			nw := policy.Network{Mode: policy.NetContract, UplinkNetNS: th.h, DNS: policy.DNS{Upstream: "127.0.0.1:53"},
 				Except: []policy.NetRule{{CIDR: "198.18.2.2/32", Proto: "tcp", Port: 80}}}
-			n := setup(t, Config{Net: nw, hostState: t.TempDir()})
+			n := setup(t, Config{Net: nw, hostState: state})
 			if got := th.hostForwarding(t); got != "1" {
 				t.Fatalf("ip_forward of the host during the run = %s, want 1", got)
 			}
@@ -128,8 +137,8 @@ func TestHostForwardsOnlySandboxTraffic(t *testing.T) {
 			if err := n.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if got := th.hostForwarding(t); got != tc.forward {
-				t.Errorf("ip_forward after the run = %s, want %s", got, tc.forward)
+			if got := th.hostForwarding(t); got != tc.after {
+				t.Errorf("ip_forward after the run = %s, want %s", got, tc.after)
 			}
 			if out := run(t, "ip", "netns", "exec", th.h, "nft", "list", "tables"); strings.Contains(out, natTable) {
 				t.Errorf("the host keeps %s after the run:\n%s", natTable, out)

@@ -122,7 +122,8 @@ func enableForwarding(h hostSide) (bool, error) {
 		return false, fmt.Errorf("reading %s: %w", ipForwardSy, err)
 	}
 	if len(b) > 0 && b[0] == '1' {
-		return false, nil
+		// On already: the host's own doing, unless a run of sbx that died turned it on.
+		return exists(h.forwarding()), nil
 	}
 	if err := os.WriteFile(h.forwarding(), nil, 0o600); err != nil {
 		return false, fmt.Errorf("recording forwarding state: %w", err)
