@@ -214,10 +214,9 @@ func (n *Net) loadContract(own []netip.Prefix) error {
 	if n.cfg.noContract {
 		return nil
 	}
-	never := append(append([]netip.Prefix{}, alwaysDeny...), own...)
 	a := n.link.addrs()
-	never = append(never, a.peer4.Masked(), a.peer6.Masked())
-	n.pieces = neverPieces(never)
+	extra := append(append([]netip.Prefix{}, own...), a.peer4.Masked(), a.peer6.Masked())
+	n.pieces = neverPieces(append(append([]netip.Prefix{}, alwaysDeny...), outside(extra, alwaysDeny)...))
 	n.sets, err = loadContract(c, contractInput{
 		dnsFilter: a.peer4.Addr(),
 		deny:      ruleSpans(n.cfg.Net.Deny),

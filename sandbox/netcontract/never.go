@@ -76,3 +76,25 @@ func labelOf(ps []piece, a netip.Addr) (netip.Prefix, bool) {
 	}
 	return netip.Prefix{}, false
 }
+
+// outside keeps the prefixes of ps that no prefix of within, nor a wider one of ps, already covers: they
+// would add nothing to the verdict, only elements to the set (a host with many sandboxes has many pool
+// addresses, and each element costs time in the set's commit).
+func outside(ps, within []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for i, p := range ps {
+		covered := slices.ContainsFunc(within, func(w netip.Prefix) bool { return covers(w, p) })
+		for j, q := range ps {
+			covered = covered || (j != i && covers(q, p) && (q != p || j < i))
+		}
+		if !covered {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// covers says whether every address of p is in w.
+func covers(w, p netip.Prefix) bool {
+	return w.Addr().BitLen() == p.Addr().BitLen() && w.Bits() <= p.Bits() && w.Contains(p.Addr())
+}

@@ -3,6 +3,7 @@ package netcontract
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/sbx-dev/sbx/internal/fakenet"
@@ -99,5 +100,16 @@ func TestNeverPieces(t *testing.T) {
 		if got[i].lo.String() != w.lo || got[i].hi.String() != w.hi || got[i].label.String() != w.label {
 			t.Errorf("piece %d = %s-%s (%s), want %s-%s (%s)", i, got[i].lo, got[i].hi, got[i].label, w.lo, w.hi, w.label)
 		}
+	}
+}
+
+// TestOutside: prefixes already covered by the always-deny list or by a wider prefix of their own list add
+// no element; duplicates keep one.
+func TestOutside(t *testing.T) {
+	got := outside(mustPrefixes("10.199.3.1/32", "10.199.3.0/30", "192.0.2.2/32", "192.0.2.0/24", "192.0.2.0/24", "2001:db8::1/128"),
+		mustPrefixes("10.0.0.0/8"))
+	want := mustPrefixes("192.0.2.0/24", "2001:db8::1/128")
+	if !slices.Equal(got, want) {
+		t.Errorf("outside = %v, want %v", got, want)
 	}
 }
