@@ -123,6 +123,12 @@ func TestHostForwardsOnlySandboxTraffic(t *testing.T) {
 			if got := th.hostForwarding(t); got != "1" {
 				t.Fatalf("ip_forward of the host during the run = %s, want 1", got)
 			}
+			table := run(t, "ip", "netns", "exec", th.h, "nft", "list", "table", "ip", natTable)
+			for _, want := range []string{"ip saddr 10.199.0.0/16 ip daddr != 10.199.0.0/16 masquerade", `iifname "sbx*" ip daddr 10.199.0.0/16 udp dport 53 accept`} {
+				if !strings.Contains(table, want) {
+					t.Errorf("the host's table lacks %q:\n%s", want, table)
+				}
+			}
 			if got := th.forwarded(t); got != tc.wantForwarded {
 				t.Errorf("during the run: a datagram between two other links forwarded = %v, want %v", got, tc.wantForwarded)
 			}

@@ -3,6 +3,7 @@ package netcontract
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -172,17 +173,18 @@ func addMasquerade(c *nftables.Conn, t *nftables.Table) {
 		Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
 	})
-	mask := []byte{255, 255, 0, 0}
-	net := pool4.Addr().AsSlice()
-	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
-		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: net},
-		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: net},
-		&expr.Masq{},
-	}})
+	notToPool := inPool(16)
+	notToPool[2].(*expr.Cmp).Op = expr.CmpOpNeq
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(inPool(12), notToPool, []expr.Any{&expr.Masq{}})})
+}
+
+// inPool matches an IPv4 packet whose address at offset off (12 source, 16 destination) is in pool4.
+func inPool(off uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: net.CIDRMask(pool4.Bits(), 32), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: pool4.Addr().AsSlice()},
+	}
 }
 
 // addInputGuard drops new connections from a sandbox's veth to the host, DNS (to the filter) excepted.
@@ -195,7 +197,7 @@ func addInputGuard(c *nftables.Conn, t *nftables.Table) {
 	add := func(e ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
 	add(cat(ifnamePrefix(expr.MetaKeyIIFNAME, vethPrefix), ctEstablished(), accept())...)
 	for _, p := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
-		add(cat(ifnamePrefix(expr.MetaKeyIIFNAME, vethPrefix), matchL4(p), matchDport(53), accept())...)
+		add(cat(ifnamePrefix(expr.MetaKeyIIFNAME, vethPrefix), inPool(16), matchL4(p), matchDport(53), accept())...)
 	}
 	add(cat(ifnamePrefix(expr.MetaKeyIIFNAME, vethPrefix), []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}})...)
 }
