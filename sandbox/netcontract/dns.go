@@ -222,7 +222,7 @@ func (d *dnsFilter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	case d.inFlight <- struct{}{}:
 		defer func() { <-d.inFlight }()
 	default:
-		entry.Reason = "too many queries in flight"
+		entry.Allowed, entry.Reason = true, "too many queries in flight, answered SERVFAIL"
 		d.log.add(entry)
 		reply(w, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
 		return
@@ -235,7 +235,7 @@ func (d *dnsFilter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 func (d *dnsFilter) resolve(w dns.ResponseWriter, req *dns.Msg, entry report.DNSQuery, ask string, rules []policy.NetRule) {
 	resp, err := d.forward(upstreamQuery(ask, req.Question[0].Qtype))
 	if err != nil {
-		entry.Allowed, entry.Reason = true, "upstream failed: "+err.Error()
+		entry.Allowed, entry.Reason = true, "no answer from the upstream" // stable: one log key, not one per socket
 		d.log.add(entry)
 		reply(w, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
 		return
