@@ -42,11 +42,14 @@ demo: build
 		echo "sbx exit status: $$? (100: violation)"
 
 # Whole runs side by side with runc and bwrap, then the after-snapshot with 20 sandbox processes, alone
-# and with 500 idle host processes present, then the network contract's setup alone.
+# and with 500 idle host processes present, then the network contract's setup alone, Compare over 400k
+# records, and a flood of a million DNS queries from a sandbox (peak RSS, observe time).
 bench: build
 	$(GO) run -tags $(TAGS) ./internal/cmd/bench -sbx $(BIN)
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'Snapshot$$|SnapshotBusyHost' -benchtime 200x ./observe
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'SetupClose' -benchtime 100x ./sandbox/netcontract
+	$(GO) test -tags $(TAGS) -run '^$$' -bench 'CompareFlood' -benchtime 3x ./policy
+	$(GO) test -tags $(TAGS) -run '^$$' -bench 'DNSFlood' -benchtime 1x -timeout 20m ./sandbox/netcontract
 
 # Long: 200 runs of bin/sbx in a row and 20 at once, then a check that no process, mount, cgroup,
 # namespace, link, nft table or state dir is left. Kept out of `make test`.

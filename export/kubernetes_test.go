@@ -231,3 +231,17 @@ func at(doc map[string]any, path string) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestNetworkPolicyIngress: the NetworkPolicy denies every inbound connection but network.ingress ports.
+func TestNetworkPolicyIngress(t *testing.T) {
+	plan := &policy.Plan{Profile: "p", Network: policy.Network{Mode: policy.NetContract,
+		Ingress: []policy.Listener{{Proto: "tcp", Port: 8080}}}}
+	spec := networkPolicy(plan, &Fidelity{})
+	if len(spec.Ingress) != 1 || len(spec.Ingress[0].Ports) != 1 || spec.Ingress[0].Ports[0] != (NPPort{Protocol: "TCP", Port: 8080}) {
+		t.Errorf("ingress = %+v, want one rule for TCP 8080", spec.Ingress)
+	}
+	plan.Network.Ingress = nil
+	if spec := networkPolicy(plan, &Fidelity{}); len(spec.Ingress) != 0 || spec.PolicyTypes[0] != "Ingress" {
+		t.Errorf("without network.ingress: %+v, want no ingress rule under policyTypes Ingress", spec)
+	}
+}

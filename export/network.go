@@ -14,7 +14,7 @@ var kubeDNS = NPPeer{
 	PodSelector:       &LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
 }
 
-// networkPolicy denies all ingress and allows egress only to the plan's CIDR entries, with the
+// networkPolicy denies all ingress but the plan's ingress ports and allows egress only to the plan's CIDR entries, with the
 // always-denied ranges cut out of each. Host names cannot be written in a NetworkPolicy: they go to
 // the CiliumNetworkPolicy, and this policy only lets DNS through for them.
 func networkPolicy(plan *policy.Plan, f *Fidelity) NetworkPolicySpec {
@@ -57,6 +57,10 @@ func networkPolicy(plan *policy.Plan, f *Fidelity) NetworkPolicySpec {
 			"a deny inside an allowed CIDR is not cut out (the CiliumNetworkPolicy's egressDeny is exact)")
 	}
 	f.add("network.always_deny", Translated, "metadata, RFC 1918, link-local, CGNAT and ULA ranges are in each ipBlock's except")
+	for _, l := range n.Ingress {
+		spec.Ingress = append(spec.Ingress, NPRule{Ports: []NPPort{{Protocol: strings.ToUpper(l.Proto), Port: l.Port}}})
+		f.add("network.ingress "+l.String(), Translated, "NetworkPolicy ingress rule for that port, from anywhere")
+	}
 	return spec
 }
 

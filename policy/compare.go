@@ -20,14 +20,13 @@ import (
 // failed (report.Incomplete), whatever the expectations. Each message is one specific line.
 func Compare(exp Expect, r *report.Report) {
 	var v []report.Violation
+	seen := map[report.Violation]bool{} // de-duplication in linear time: a flood of records must not cost O(n²)
 	add := func(rule, format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		for _, old := range v {
-			if old.Rule == rule && old.Message == msg {
-				return
-			}
+		x := report.Violation{Rule: rule, Message: fmt.Sprintf(format, args...)}
+		if !seen[x] {
+			seen[x] = true
+			v = append(v, x)
 		}
-		v = append(v, report.Violation{Rule: rule, Message: msg})
 	}
 	if !exp.LeftRunning {
 		for _, p := range r.Processes.LeftRunning {
@@ -41,13 +40,16 @@ func Compare(exp Expect, r *report.Report) {
 	}
 	if exp.DeniedIsViolation {
 		for _, d := range r.Network.Denied {
+			if d.Direction == report.DirectionIn {
+				continue // someone else's attempt to reach the sandbox: recorded, not the command's doing
+			}
 			add(report.RuleDenied, "%s to %s denied (%s)", d.Proto, hostPort(d.Address, d.Port), plural(d.Count, "attempt"))
 		}
 	}
 	if exp.DNSRefusedIsViolation {
 		for _, q := range r.Network.DNS {
 			if !q.Allowed {
-				add(report.RuleDNS, "DNS query for %s (%s) refused", q.Name, q.Type)
+				add(report.RuleDNS, "DNS query for %s refused%s", dnsWhat(q), dnsWhy(q))
 			}
 		}
 	}
@@ -85,6 +87,30 @@ func Compare(exp Expect, r *report.Report) {
 	if len(v) > 0 {
 		r.Verdict = report.VerdictViolation
 	}
+}
+
+// dnsWhat names a logged DNS query: its name and type, or the reason when the message had no readable
+// question.
+func dnsWhat(q report.DNSQuery) string {
+	switch {
+	case q.Name == "" && q.Type == "":
+		return "(unreadable)"
+	case q.Type == "":
+		return q.Name
+	}
+	return fmt.Sprintf("%s (%s)", q.Name, q.Type)
+}
+
+// dnsWhy is the reason and count of a refused query, for its violation message.
+func dnsWhy(q report.DNSQuery) string {
+	s := ""
+	if q.Reason != "" {
+		s = ": " + q.Reason
+	}
+	if q.Count > 1 {
+		s += fmt.Sprintf(" (%d times)", q.Count)
+	}
+	return s
 }
 
 // listenerAllowed: tcp matches tcp and tcp6, udp matches udp and udp6, port 0 any port, unix any unix

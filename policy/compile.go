@@ -186,6 +186,7 @@ func compileNetwork(n NetworkConfig) Network {
 	out := Network{
 		Mode:        string(n.Mode),
 		DNS:         DNS{Upstream: n.DNS.Upstream},
+		Ingress:     slices.Clone(n.Ingress),
 		UplinkNetNS: n.UplinkNetNS,
 	}
 	if out.Mode == "" {

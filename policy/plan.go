@@ -65,7 +65,8 @@ type Network struct {
 	Deny        []NetRule // extra denies on top of the built-in always-deny ranges
 	Except      []NetRule // exact exceptions to the always-deny ranges, named on purpose by the profile
 	DNS         DNS
-	UplinkNetNS string // name or path of the namespace the veth peer goes into; "" = the host's
+	Ingress     []Listener // inbound ports open to the uplink side (tcp or udp; port 0 = any); nil = none
+	UplinkNetNS string     // name or path of the namespace the veth peer goes into; "" = the host's
 }
 
 // NetRule is one destination: exactly one of Host, CIDR is set. An IP is a /32 or /128 CIDR.

@@ -52,6 +52,7 @@ type NetworkConfig struct {
 	Deny        []NetRule   `yaml:"deny,omitempty" doc:"destinations refused on top of the always-denied ranges"`
 	Except      []NetRule   `yaml:"except,omitempty" doc:"explicit exceptions to the always-denied ranges (metadata, private, link-local)"`
 	DNS         DNSConfig   `yaml:"dns,omitempty" doc:"DNS filter"`
+	Ingress     []Listener  `yaml:"ingress,omitempty" doc:"ports of the sandbox reachable from the uplink side, tcp:8080, udp:5353, tcp:*; default none"`
 	UplinkNetNS string      `yaml:"uplink_netns,omitempty" doc:"network namespace (name or path) the sandbox's uplink goes into; default: the host's"`
 }
 

@@ -167,6 +167,9 @@ func (p *Profile) validateNetwork() error {
 	if n.Mode != ModeContract && (n.DNS.Upstream != "" || len(n.DNS.Allow) > 0) {
 		return p.invalid("network.dns", "add mode: contract under network; without network there is no DNS", "is given but network.mode is %s", modeName(n.Mode))
 	}
+	if n.Mode != ModeContract && len(n.Ingress) > 0 {
+		return p.invalid("network.ingress", "add mode: contract under network; without network nothing can connect in", "is given but network.mode is %s", modeName(n.Mode))
+	}
 	return p.validateNetworkEntries()
 }
 
@@ -190,6 +193,11 @@ func (p *Profile) validateNetworkEntries() error {
 			if err := r.check(); err != nil {
 				return p.invalid(fmt.Sprintf("%s[%d]", l.field, i), err.(*valueError).hint, "%s", err)
 			}
+		}
+	}
+	for i, l := range p.Network.Ingress {
+		if _, err := ParseListener(l.String()); err != nil || l.Port < 0 || l.Proto == "unix" {
+			return p.invalid(fmt.Sprintf("network.ingress[%d]", i), "write inbound ports as tcp:8080, udp:5353 or tcp:* (unix sockets are not reachable from the network)", "%q is not a tcp or udp port", l.String())
 		}
 	}
 	return p.validateDNS()

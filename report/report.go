@@ -103,6 +103,9 @@ type Sockets struct {
 	Truncated        bool `json:"truncated"`
 }
 
+// DirectionIn is Denied.Direction of an inbound attempt.
+const DirectionIn = "in"
+
 // Network modes.
 const (
 	NetworkNone     = "none"
@@ -116,19 +119,32 @@ type Network struct {
 	DNS    []DNSQuery `json:"dns"`
 }
 
-// Denied is one destination the contract refused, with how many packets tried it.
+// Denied is one destination the contract refused, with how many packets tried it. Proto "any" with a
+// range as Address and port 0 counts attempts on an always-deny range that the per-destination record,
+// once full, could not itemize.
 type Denied struct {
 	Proto   string `json:"proto"`
 	Address string `json:"address"`
 	Port    int    `json:"port"`
 	Count   int    `json:"count"`
+	// Direction "in" marks an attempt from the uplink side to reach the sandbox (Address is the sender,
+	// Port the sandbox's port), refused because network.ingress does not open it. Not the command's
+	// doing: it is recorded, not judged. Empty means outbound.
+	Direction string `json:"direction,omitempty"`
 }
 
-// DNSQuery is one query the sandbox sent to sbx's DNS filter.
+// DNSQuery is one query the sandbox sent to sbx's DNS filter. Name is as the client sent it, in DNS
+// presentation format (a dot inside a label and bytes outside printable ASCII escaped).
 type DNSQuery struct {
 	Name    string `json:"name"`
 	Type    string `json:"type"`
 	Allowed bool   `json:"allowed"`
+	// Reason says why a query was refused when the name alone does not (a malformed message, an opcode
+	// other than QUERY, a CNAME to a name not allowed, ...).
+	Reason string `json:"reason,omitempty"`
+	// Count is set on entries past the log's first entries, which are counted per name instead of
+	// listed one by one; 0 means once.
+	Count int `json:"count,omitempty"`
 }
 
 // Files lists paths, as seen inside the sandbox, that the run changed.

@@ -351,6 +351,7 @@ func (r *run) observeAfterward(cmdPid int) {
 		}
 		r.rep.Network.Denied = nonNil(denied)
 		r.rep.Network.DNS = nonNil(n.DNS())
+		r.rep.Notes = append(r.rep.Notes, n.Notes()...)
 	}
 }
 

@@ -442,6 +442,9 @@ func (r *Running) Signal(sig syscall.Signal) error {
 // run's state. It is safe on a partly built sandbox and reports every step that failed.
 func (s *Sandbox) Destroy() error {
 	var errs []error
+	if s.net != nil {
+		s.net.StartClose() // deleting the veth waits on the kernel: let it overlap the steps below
+	}
 	if s.container != nil {
 		if s.init != nil && s.initPid > 0 {
 			// Killing pid 1 of a pid namespace kills every process in it.

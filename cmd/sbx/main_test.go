@@ -163,7 +163,16 @@ var fakenets sync.Map
 
 // fakenet: build a fake upstream network namespace (fake metadata server, LAN hosts, public hosts, DNS
 // server, all on its lo) and set $FAKENET to its name, for --uplink-netns. It goes when the script ends.
+// "fakenet refuse ADDR..." makes those fake hosts answer every port as closed.
 func cmdFakenet(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) > 0 && args[0] == "refuse" {
+		v, ok := fakenets.Load(ts.Getenv("WORK"))
+		if !ok {
+			ts.Fatalf("no fakenet in this script")
+		}
+		ts.Check(v.(*fakenet.Net).Refuse(args[1:]...))
+		return
+	}
 	n, err := fakenet.New()
 	ts.Check(err)
 	fakenets.Store(ts.Getenv("WORK"), n)

@@ -59,7 +59,9 @@ func newProbeCmd(io stdio) *cobra.Command {
 		Long: `probe builds the same sandbox sbx exec would and tries, from inside it, the built-in deny
 targets (cloud metadata by address and by name, typical LAN gateways on ssh, redis and postgres
 ports, a UDP target, a random name outside the allow list) and every allow target. Deny targets
-must be blocked, allow targets reachable. It prints one line per target and exits 1 on any breach.
+must be blocked by the contract itself (its record of refused attempts or of refused names says
+so: a reset or silence from the destination does not count), allow targets reachable. It prints
+one line per target and exits 1 on any breach.
 
 Examples:
   sbx probe -p contract --allow pypi.org:443
@@ -117,6 +119,8 @@ func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 	if err := json.Unmarshal(out.Bytes(), &results); err != nil || rep.ExitCode != 0 {
 		return nil, fmt.Errorf("the probe inside the sandbox failed (status %d): %s", rep.ExitCode, bytes.TrimSpace(errb.Bytes()))
 	}
+	// A deny target counts as blocked only when the contract's own record says it refused it.
+	results = netcontract.Confirm(results, rep.Network.Denied, rep.Network.DNS)
 	pr := &probeReport{Schema: "sbx.probe/v1", Profile: plan.Profile, Passed: netcontract.Passed(results)}
 	for _, r := range results {
 		t := r.Target

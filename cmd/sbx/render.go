@@ -403,7 +403,11 @@ func pidString(pid int) string {
 func (rr *renderer) denied(ds []report.Denied) {
 	rows := make([][]string, 0, len(ds))
 	for _, d := range ds {
-		rows = append(rows, []string{d.Proto, d.Address, strconv.Itoa(d.Port), strconv.Itoa(d.Count)})
+		proto := d.Proto
+		if d.Direction == report.DirectionIn {
+			proto += " in" // someone on the uplink side tried to reach the sandbox's port
+		}
+		rows = append(rows, []string{proto, d.Address, strconv.Itoa(d.Port), strconv.Itoa(d.Count)})
 	}
 	rr.table("denied network", []string{"PROTO", "ADDRESS", "PORT", "COUNT"}, rows)
 }
@@ -414,6 +418,12 @@ func (rr *renderer) dns(qs []report.DNSQuery) {
 		verdict := "refused"
 		if q.Allowed {
 			verdict = "allowed"
+		}
+		if q.Reason != "" {
+			verdict += ": " + q.Reason
+		}
+		if q.Count > 1 {
+			verdict += fmt.Sprintf(" (%d times)", q.Count)
 		}
 		rows = append(rows, []string{q.Name, q.Type, verdict})
 	}

@@ -21,7 +21,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/miekg/dns"
+	"github.com/sbx-dev/sbx/internal/netnsdir"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -35,9 +38,14 @@ const (
 	Gateway10   = "10.0.0.1"        // typical gateways: TCP 22, 5432, 6379
 	Gateway172  = "172.16.0.1"
 	Gateway192  = "192.168.1.1"
-	Public      = "203.0.113.10"  // fake public host: TCP 443, UDP echo 7
-	Public2     = "198.51.100.20" // another fake public host: TCP 443
-	DNS         = "198.51.100.53" // fake DNS server, port 53
+	Public      = "203.0.113.10"     // fake public host: TCP 443, UDP echo 7
+	Public2     = "198.51.100.20"    // another fake public host: TCP 443
+	DNS         = "198.51.100.53"    // fake DNS server, port 53
+	WireServer  = "168.63.129.16"    // Azure's WireServer, HTTP on 80
+	NAT64       = "64:ff9b::a00:5"   // 10.0.0.5 through the NAT64 well-known prefix
+	NAT64Local  = "64:ff9b:1::a00:5" // 10.0.0.5 through a local-use NAT64 prefix
+	SixToFour   = "2002:a00:5::1"    // a 6to4 address embedding 10.0.0.5
+	Public6     = "2001:db8:5b::10"  // fake public IPv6 host: TCP 443
 )
 
 // TCPPorts are served by every fake host (an HTTP server that names the address it was reached on).
@@ -53,11 +61,31 @@ var Records = map[string]string{
 	"metadata.google.internal.": Metadata4,
 }
 
+// CNAMEs are aliases the fake DNS server answers with a CNAME record, followed by the target's A record
+// when it has one.
+var CNAMEs = map[string]string{
+	"chain.allowed.test.": "target.allowed.test.",      // a chain that stays inside *.allowed.test
+	"alias.allowed.test.": "metadata.google.internal.", // a chain out to a name nobody allows
+}
+
+// Smuggle is a name whose answer carries, besides its own A record (Public), an A record of an
+// unrelated owner (Unrelated, with the address Public2): a filter must learn only the first.
+const (
+	Smuggle   = "smuggle.allowed.test."
+	Unrelated = "unrelated.test."
+)
+
 // TTL of the fake DNS answers.
 const TTL = 5
 
+func init() {
+	Records["target.allowed.test."] = Public2
+	Records[Smuggle] = Public
+}
+
 // hosts are the addresses put on the namespace's lo.
-var hosts = []string{Metadata4, Metadata6, MetadataAli, LAN, Gateway10, Gateway172, Gateway192, Public, Public2, DNS}
+var hosts = []string{Metadata4, Metadata6, MetadataAli, LAN, Gateway10, Gateway172, Gateway192, Public, Public2, DNS,
+	WireServer, NAT64, NAT64Local, SixToFour, Public6}
 
 var counter atomic.Int32
 
@@ -69,6 +97,7 @@ type Net struct {
 	closers []io.Closer
 	mu      sync.Mutex
 	queries []string
+	msgs    []*dns.Msg
 	conns   []string
 }
 
@@ -76,7 +105,7 @@ type Net struct {
 func New() (*Net, error) {
 	n := &Net{Name: fmt.Sprintf("sbx-test-up-%d-%d", os.Getpid(), counter.Add(1))}
 	n.Path = filepath.Join("/run/netns", n.Name)
-	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
+	if err := netnsdir.Prepare("/run/sbx/netns.lock"); err != nil {
 		return nil, err
 	}
 	errc := make(chan error, 1)
@@ -218,22 +247,42 @@ func (n *Net) serveDNS(addr string) error {
 // answer is the fake DNS server's handler.
 func (n *Net) answer(w dns.ResponseWriter, req *dns.Msg) {
 	m := new(dns.Msg).SetReply(req)
+	n.mu.Lock()
+	n.msgs = append(n.msgs, req.Copy())
+	n.mu.Unlock()
 	for _, q := range req.Question {
 		n.mu.Lock()
 		n.queries = append(n.queries, q.Name)
 		n.mu.Unlock()
-		ip, ok := Records[dns.CanonicalName(q.Name)]
+		name := dns.CanonicalName(q.Name)
+		if target, ok := CNAMEs[name]; ok {
+			m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: TTL}, Target: target})
+			name = target
+		}
+		ip, ok := Records[name]
 		switch {
 		case !ok:
 			m.Rcode = dns.RcodeNameError
 		case q.Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{
-				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: TTL},
-				A:   net.ParseIP(ip),
-			})
+			m.Answer = append(m.Answer, aRecord(name, ip))
+			if name == Smuggle {
+				m.Answer = append(m.Answer, aRecord(Unrelated, Public2))
+			}
 		}
 	}
 	w.WriteMsg(m)
+}
+
+// aRecord is an A record of the fake server.
+func aRecord(name, ip string) *dns.A {
+	return &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: TTL}, A: net.ParseIP(ip)}
+}
+
+// Messages lists every message the fake DNS server received, in order.
+func (n *Net) Messages() []*dns.Msg {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*dns.Msg{}, n.msgs...)
 }
 
 // shutdowner adapts a dns.Server to io.Closer.
@@ -253,6 +302,37 @@ func (n *Net) Connections() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]string{}, n.conns...)
+}
+
+// Refuse makes the given IPv4 hosts act as if every port were closed: TCP answered with a reset, UDP with
+// ICMP port unreachable (an nftables table in the fake namespace). Their servers stay up but unreachable.
+func (n *Net) Refuse(addrs ...string) error {
+	fd, err := unix.Open(n.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		return err
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "fakenet"})
+	ch := c.AddChain(&nftables.Chain{Name: "closed", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
+	for _, a := range addrs {
+		daddr := []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: netip.MustParseAddr(a).AsSlice()},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		}
+		tcp := append(append([]expr.Any{}, daddr...), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
+		udp := append(append([]expr.Any{}, daddr...), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
+			&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3}) // port unreachable
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: tcp})
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: udp})
+	}
+	return c.Flush()
 }
 
 // Links lists the links in the namespace other than lo: after a sandbox ends there should be none.

@@ -133,7 +133,12 @@ func (c converter) network() []Event {
 		ev := c.base(ClassNetwork, categoryNetwork, 5, "Refuse", time.Time{}, sevMedium)
 		ev["dst_endpoint"] = map[string]any{"ip": d.Address, "port": d.Port}
 		ev["src_endpoint"] = map[string]any{"hostname": "sbx"}
-		ev["connection_info"] = map[string]any{"protocol_name": d.Proto}
+		ev["connection_info"] = map[string]any{"protocol_name": d.Proto, "direction_id": 2, "direction": "Outbound"}
+		if d.Direction == report.DirectionIn { // someone on the uplink side tried to reach the sandbox
+			ev["src_endpoint"] = map[string]any{"ip": d.Address}
+			ev["dst_endpoint"] = map[string]any{"hostname": "sbx", "port": d.Port}
+			ev["connection_info"] = map[string]any{"protocol_name": d.Proto, "direction_id": 1, "direction": "Inbound"}
+		}
 		ev["count"] = d.Count
 		ev["action_id"], ev["action"] = 2, "Denied"
 		ev["disposition_id"], ev["disposition"] = 2, "Blocked"
@@ -148,6 +153,12 @@ func (c converter) dns() []Event {
 		ev := c.base(ClassDNS, categoryNetwork, 1, "Query", time.Time{}, sevInformational)
 		ev["query"] = map[string]any{"hostname": q.Name, "type": q.Type}
 		ev["src_endpoint"] = map[string]any{"hostname": "sbx"}
+		if q.Count > 1 {
+			ev["count"] = q.Count
+		}
+		if q.Reason != "" {
+			ev["status_detail"] = q.Reason
+		}
 		if q.Allowed {
 			ev["action_id"], ev["action"] = 1, "Allowed"
 		} else {

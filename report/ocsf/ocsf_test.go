@@ -18,7 +18,8 @@ func TestConvert(t *testing.T) {
 	r.Verdict = report.VerdictViolation
 	r.Processes.Execs = []observe.Exec{{Pid: 2, PPid: 1, Exe: "/usr/bin/curl", Argv: []string{"curl", "http://169.254.169.254/"}}}
 	r.Processes.LeftRunning = []observe.Process{{Pid: 3, PPid: 1, Exe: "/usr/bin/sleep", Argv: []string{"sleep", "300"}}}
-	r.Network.Denied = []report.Denied{{Proto: "tcp", Address: "169.254.169.254", Port: 80, Count: 2}}
+	r.Network.Denied = []report.Denied{{Proto: "tcp", Address: "169.254.169.254", Port: 80, Count: 2},
+		{Proto: "tcp", Address: "10.199.0.5", Port: 8080, Count: 1, Direction: report.DirectionIn}}
 	r.Network.DNS = []report.DNSQuery{{Name: "evil.example", Type: "A"}, {Name: "pypi.org", Type: "A", Allowed: true}}
 	r.Files.Created = []string{"/tmp/a"}
 	r.Files.Deleted = []string{"/tmp/b"}
@@ -44,8 +45,13 @@ func TestConvert(t *testing.T) {
 			t.Errorf("type_uid %v for class %v activity %v", e["type_uid"], e["class_uid"], e["activity_id"])
 		}
 		count[e["class_uid"].(float64)]++
+		if ci, ok := e["connection_info"].(map[string]any); ok && ci["direction"] == "Inbound" {
+			if src, _ := e["src_endpoint"].(map[string]any); src["ip"] != "10.199.0.5" {
+				t.Errorf("inbound refusal: src_endpoint %v, want the sender", src)
+			}
+		}
 	}
-	want := map[float64]int{ClassProcess: 2, ClassNetwork: 1, ClassDNS: 2, ClassFileSystem: 2, ClassDetectionFinding: 2}
+	want := map[float64]int{ClassProcess: 2, ClassNetwork: 2, ClassDNS: 2, ClassFileSystem: 2, ClassDetectionFinding: 2}
 	for class, n := range want {
 		if count[class] != n {
 			t.Errorf("class %v: %d events, want %d", class, count[class], n)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sbx-dev/sbx/internal/netnsdir"
 	"github.com/sbx-dev/sbx/policy"
 )
 
@@ -23,13 +24,17 @@ type Config struct {
 	// noContract builds the plumbing without loading the contract: tests use it to show that every target
 	// is reachable without it, so that "blocked" means something.
 	noContract bool
+	// hostState makes the uplink namespace act as the host (NAT, forwarding and the host's filters), with
+	// the state shared by its runs in this directory instead of sbx's own: tests use a namespace of their
+	// own as the host, so that nothing they check depends on the real host.
+	hostState string
 }
 
 // ErrConfig is matched by every error about an invalid Config.
 var ErrConfig = errors.New("invalid network configuration")
 
 // netnsDir is where named network namespaces live, the directory `ip netns` reads.
-const netnsDir = "/run/netns"
+const netnsDir = netnsdir.Dir
 
 // name is the name of the run's network namespace and of its veth peer.
 func (c Config) name() string {

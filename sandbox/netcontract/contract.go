@@ -8,6 +8,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/sbx-dev/sbx/policy"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,6 +16,7 @@ import (
 const (
 	tableName  = "sbx"
 	chainOut   = "output"
+	chainIn    = "input"
 	chainDeny4 = "refuse4"
 	chainDeny6 = "refuse6"
 )
@@ -42,10 +44,25 @@ var (
 	fam6 = family{nfproto: unix.NFPROTO_IPV6, addrOff: 24, addrLen: 16, refuse: chainDeny6, suffix: "6", addrType: nftables.TypeIP6Addr}
 )
 
+// Inbound halves: the key is the source address . l4proto . destination port, recorded in their own
+// denied sets by their own refuse chains.
+var (
+	fam4in = family{nfproto: unix.NFPROTO_IPV4, addrOff: 12, addrLen: 4, refuse: "refusein4", suffix: "in4", addrType: nftables.TypeIPAddr}
+	fam6in = family{nfproto: unix.NFPROTO_IPV6, addrOff: 8, addrLen: 16, refuse: "refusein6", suffix: "in6", addrType: nftables.TypeIP6Addr}
+)
+
 func init() {
-	for _, f := range []*family{&fam4, &fam6} {
+	for _, f := range []*family{&fam4, &fam6, &fam4in, &fam6in} {
 		f.keyType = nftables.MustConcatSetType(f.addrType, nftables.TypeInetProto, nftables.TypeInetService)
 	}
+}
+
+// inbound is the inbound family of the same IP version.
+func (f family) inbound() family {
+	if f.nfproto == unix.NFPROTO_IPV4 {
+		return fam4in
+	}
+	return fam6in
 }
 
 // protoReg and portReg are the registers of the l4proto and port fields after the address.
@@ -55,6 +72,7 @@ func (f family) portReg() uint32  { return f.protoReg() + 1 }
 // contractSets are the sets of one family.
 type contractSets struct {
 	deny, except, never, allow, dnsAllow, denied *nftables.Set
+	deniedIn                                     *nftables.Set // inbound attempts refused
 }
 
 // contractInput is what the contract is built from.
@@ -62,6 +80,7 @@ type contractInput struct {
 	dnsFilter    netip.Addr // the DNS filter's address, the only destination for port 53
 	deny, except []span
 	never, allow []span
+	ingress      []policy.Listener // inbound ports open to the uplink side
 }
 
 // newSet declares a concatenated-range set of f in t.
@@ -84,8 +103,14 @@ func loadContract(c *nftables.Conn, in contractInput) (map[byte]*contractSets, e
 		}
 		sets[f.nfproto] = s
 		addRefuseChain(c, t, f, s.denied)
+		s.deniedIn = deniedSet(t, f.inbound())
+		if err := c.AddSet(s.deniedIn, nil); err != nil {
+			return nil, fmt.Errorf("declaring set %s: %w", s.deniedIn.Name, err)
+		}
+		addRefuseChain(c, t, f.inbound(), s.deniedIn)
 	}
 	addOutputChain(c, t, in.dnsFilter, sets)
+	addInputChain(c, t, in.ingress)
 	if err := c.Flush(); err != nil {
 		return nil, fmt.Errorf("loading nftables contract: %w", err)
 	}
@@ -98,9 +123,9 @@ func addSets(c *nftables.Conn, t *nftables.Table, f family, in contractInput) (*
 		deny: newSet(t, f, "deny", false), except: newSet(t, f, "except", false),
 		never: newSet(t, f, "never", false), allow: newSet(t, f, "allow", false),
 		dnsAllow: newSet(t, f, "dnsallow", true),
-		denied: &nftables.Set{Table: t, Name: "denied" + f.suffix, KeyType: f.keyType,
-			Concatenation: true, Dynamic: true, Counter: true, Size: deniedMax},
+		denied:   deniedSet(t, f),
 	}
+	s.never.Counter = true // per-range counts that the dynamic set's overflow cannot hide
 	for _, p := range []struct {
 		set   *nftables.Set
 		spans []span
@@ -117,6 +142,43 @@ func addSets(c *nftables.Conn, t *nftables.Table, f family, in contractInput) (*
 	return s, nil
 }
 
+// deniedSet is the dynamic record of refused attempts of f, with a packet counter per key.
+func deniedSet(t *nftables.Table, f family) *nftables.Set {
+	return &nftables.Set{Table: t, Name: "denied" + f.suffix, KeyType: f.keyType,
+		Concatenation: true, Dynamic: true, Counter: true, Size: deniedMax}
+}
+
+// addInputChain judges what reaches the sandbox: lo, replies to its own connections and neighbour
+// discovery pass, so do new connections to the profile's ingress ports; anything else from the uplink
+// side (a connection to a listener of the command, a datagram to its socket) is recorded and refused.
+// Without this, the established-state acceptance of the output chain would carry the command's side of
+// any connection the uplink side opens.
+func addInputChain(c *nftables.Conn, t *nftables.Table, ingress []policy.Listener) {
+	drop := nftables.ChainPolicyDrop
+	ch := c.AddChain(&nftables.Chain{
+		Name: chainIn, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop,
+	})
+	add := func(e ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
+	add(cat(iifname("lo"), accept())...)
+	add(cat(ctEstablished(), accept())...)
+	add(cat(matchNfproto(unix.NFPROTO_IPV6), matchL4(unix.IPPROTO_ICMPV6), icmp6TypeRange(133, 136), accept())...)
+	for _, l := range ingress {
+		p := byte(unix.IPPROTO_TCP)
+		if l.Proto == "udp" {
+			p = unix.IPPROTO_UDP
+		}
+		if l.Port == 0 {
+			add(cat(matchL4(p), accept())...)
+			continue
+		}
+		add(cat(matchL4(p), matchDport(uint16(l.Port)), accept())...)
+	}
+	for _, f := range []family{fam4in, fam6in} {
+		add(cat(matchNfproto(f.nfproto), jump(f.refuse))...)
+	}
+}
+
 // addOutputChain adds the base chain that judges every packet the sandbox sends. Its policy drops what no
 // rule decided (nothing should reach it: the last rules refuse every IPv4 and IPv6 packet).
 func addOutputChain(c *nftables.Conn, t *nftables.Table, dnsFilter netip.Addr, sets map[byte]*contractSets) {
@@ -126,6 +188,13 @@ func addOutputChain(c *nftables.Conn, t *nftables.Table, dnsFilter netip.Addr, s
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop,
 	})
 	add := func(e ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
+	// Headers that steer routing come first, before lo and established flows: with an IPv6 routing
+	// header (segment routing, type 0, any type) or an IPv4 source route, the address the contract sees
+	// is only the first hop, not where the packet ends. A socket option sets them without privileges.
+	add(cat(matchNfproto(unix.NFPROTO_IPV6), exthdrExists(expr.ExthdrOpIpv6, unix.IPPROTO_ROUTING), jump(fam6.refuse))...)
+	for _, opt := range []uint8{ipoptLSRR, ipoptSSRR} {
+		add(cat(matchNfproto(unix.NFPROTO_IPV4), exthdrExists(exthdrOpIPv4, opt), jump(fam4.refuse))...)
+	}
 	add(cat(oifname("lo"), accept())...)
 	add(cat(ctEstablished(), accept())...)
 	add(cat(matchNfproto(unix.NFPROTO_IPV6), matchL4(unix.IPPROTO_ICMPV6), icmp6TypeRange(133, 136), accept())...)
@@ -157,6 +226,7 @@ func addOutputChain(c *nftables.Conn, t *nftables.Table, dnsFilter netip.Addr, s
 func addRefuseChain(c *nftables.Conn, t *nftables.Table, f family, denied *nftables.Set) {
 	ch := c.AddChain(&nftables.Chain{Name: f.refuse, Table: t})
 	add := func(e ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
+	add(&expr.Counter{}) // every refusal: what the denied set lacks of it overflowed (see Net.Denied)
 	add(cat(matchL4(unix.IPPROTO_TCP), loadKey(f, true), record(denied))...)
 	add(cat(matchL4(unix.IPPROTO_UDP), loadKey(f, true), record(denied))...)
 	// Other protocols have no port: record port 0 rather than whatever bytes sit where a port would be.
@@ -224,6 +294,22 @@ func matchDaddr(f family, a netip.Addr) []expr.Any {
 	}
 }
 
+// IPv4 options that route a packet through addresses of the sender's choosing, and the exthdr operation
+// that reads IPv4 options (NFT_EXTHDR_OP_IPV4, Linux 5.3; google/nftables has no name for it).
+const (
+	ipoptLSRR    = 131
+	ipoptSSRR    = 137
+	exthdrOpIPv4 = expr.ExthdrOp(2)
+)
+
+// exthdrExists is `exthdr TYPE exists` (IPv6 extension header, or IPv4 option).
+func exthdrExists(op expr.ExthdrOp, typ uint8) []expr.Any {
+	return []expr.Any{
+		&expr.Exthdr{DestRegister: reg1, Type: typ, Offset: 0, Len: 1, Flags: unix.NFT_EXTHDR_F_PRESENT, Op: op},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{1}},
+	}
+}
+
 // icmp6TypeRange matches ICMPv6 types lo..hi (neighbour discovery, MLD reports).
 func icmp6TypeRange(lo, hi byte) []expr.Any {
 	return []expr.Any{
@@ -233,10 +319,16 @@ func icmp6TypeRange(lo, hi byte) []expr.Any {
 }
 
 // oifname is `oifname name`.
-func oifname(name string) []expr.Any {
+func oifname(name string) []expr.Any { return ifname(expr.MetaKeyOIFNAME, name) }
+
+// iifname is `iifname name`.
+func iifname(name string) []expr.Any { return ifname(expr.MetaKeyIIFNAME, name) }
+
+// ifname compares the whole interface name (padded), not a prefix.
+func ifname(key expr.MetaKey, name string) []expr.Any {
 	b := make([]byte, unix.IFNAMSIZ)
 	copy(b, name)
-	return []expr.Any{&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: reg1}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: b}}
+	return []expr.Any{&expr.Meta{Key: key, Register: reg1}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: b}}
 }
 
 // ctEstablished is `ct state established,related`.

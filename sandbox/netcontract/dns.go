@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
+	"golang.org/x/net/netutil"
 )
 
 // TTL bounds of addresses learnt from DNS answers: a short TTL must not expire before the command had a
@@ -25,23 +27,39 @@ const (
 // forwardTimeout bounds one exchange with the upstream resolver.
 const forwardTimeout = 3 * time.Second
 
+// maxInFlight bounds the queries forwarded upstream at once: a flood of allowed names gets SERVFAIL
+// rather than thousands of goroutines and sockets in sbx.
+const maxInFlight = 64
+
+// maxTCPConns bounds the DNS-over-TCP connections the filter serves at once.
+const maxTCPConns = 16
+
+// upstreamUDPSize is the EDNS buffer size sbx announces upstream (the DNS flag day 2020 value); it is
+// the only EDNS the upstream sees.
+const upstreamUDPSize = 1232
+
+// maxChain bounds the CNAME chain followed in an answer.
+const maxChain = 8
+
 // dnsFilterConfig is what the DNS filter needs.
 type dnsFilterConfig struct {
 	net      policy.Network
 	listen   netip.Addr // uplink side of the veth
+	client   netip.Addr // the sandbox's address: the only one whose queries are answered
 	uplinkFd int        // sockets are created in this namespace
 	learn    func(addrs []netip.Addr, rules []policy.NetRule, ttl time.Duration)
 }
 
-// dnsFilter answers the sandbox's queries: allowed names are forwarded upstream and their addresses added to
-// the allow set before the answer goes back; every other name gets REFUSED and is never forwarded.
+// dnsFilter answers the sandbox's queries. It never forwards the client's message: for an allowed name
+// it asks the upstream a question of its own (one question, class IN, opcode QUERY, its own ID, its own
+// EDNS, the name lower-cased), learns the addresses of the validated CNAME chain into the allow set
+// before the answer goes back, and refuses everything else with a reason in the log.
 type dnsFilter struct {
 	cfg      dnsFilterConfig
 	upstream string
 	servers  []*dns.Server
-
-	mu   sync.Mutex
-	seen []report.DNSQuery
+	inFlight chan struct{}
+	log      dnsLog
 }
 
 // startDNSFilter opens UDP and TCP port 53 on the listen address inside the uplink namespace and serves.
@@ -50,7 +68,7 @@ func startDNSFilter(cfg dnsFilterConfig) (*dnsFilter, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &dnsFilter{cfg: cfg, upstream: up}
+	d := &dnsFilter{cfg: cfg, upstream: up, inFlight: make(chan struct{}, maxInFlight)}
 	var pc net.PacketConn
 	var ln net.Listener
 	addr := net.JoinHostPort(cfg.listen.String(), "53")
@@ -66,8 +84,20 @@ func startDNSFilter(cfg dnsFilterConfig) (*dnsFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("DNS filter listening on %s: %w", addr, err)
 	}
-	d.serve(&dns.Server{PacketConn: pc, Handler: d}, &dns.Server{Listener: ln, Handler: d})
+	// TCP connections each hold a goroutine and buffers in sbx: past maxTCPConns, further ones wait in
+	// the kernel's backlog.
+	d.serve(d.server(&dns.Server{PacketConn: pc}), d.server(&dns.Server{Listener: netutil.LimitListener(ln, maxTCPConns)}))
 	return d, nil
+}
+
+// server fills in the hooks every server of the filter has: messages from other addresses are dropped
+// before parsing, every message the library would reject or cannot parse is logged.
+func (d *dnsFilter) server(s *dns.Server) *dns.Server {
+	s.Handler = d
+	s.DecorateReader = func(r dns.Reader) dns.Reader { return clientOnly{Reader: r, d: d} }
+	s.MsgAcceptFunc = d.accept
+	s.MsgInvalidFunc = d.invalid
+	return s
 }
 
 // serve starts the servers and waits until they run, so that close never races their start.
@@ -108,64 +138,304 @@ func (d *dnsFilter) close() error {
 	return errors.Join(errs...)
 }
 
-// queries returns a copy of the queries seen so far.
-func (d *dnsFilter) queries() []report.DNSQuery {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]report.DNSQuery{}, d.seen...)
+// queries returns the log: the first queries one by one, later ones counted per name.
+func (d *dnsFilter) queries() []report.DNSQuery { return d.log.queries() }
+
+// clientOnly reads only messages from the sandbox's address. Anyone else who reaches the filter (another
+// process on the uplink side; in host mode any local user) is dropped unanswered and counted apart:
+// their queries are not the command's, and their answers must not be learnt.
+type clientOnly struct {
+	dns.Reader
+	d *dnsFilter
+}
+
+// ReadUDP skips datagrams from other addresses.
+func (c clientOnly) ReadUDP(conn *net.UDPConn, timeout time.Duration) ([]byte, *dns.SessionUDP, error) {
+	for {
+		m, s, err := c.Reader.ReadUDP(conn, timeout)
+		if err != nil || c.d.fromClient(s.RemoteAddr()) {
+			return m, s, err
+		}
+		c.d.log.addForeign()
+	}
+}
+
+// ReadTCP ends a connection from another address before reading anything.
+func (c clientOnly) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error) {
+	if !c.d.fromClient(conn.RemoteAddr()) {
+		c.d.log.addForeign()
+		return nil, errForeign
+	}
+	return c.Reader.ReadTCP(conn, timeout)
+}
+
+// errForeign ends a TCP connection from an address other than the sandbox's.
+var errForeign = errors.New("DNS client is not the sandbox")
+
+// fromClient says whether a is the sandbox's address.
+func (d *dnsFilter) fromClient(a net.Addr) bool {
+	var ip net.IP
+	switch v := a.(type) {
+	case *net.UDPAddr:
+		ip = v.IP
+	case *net.TCPAddr:
+		ip = v.IP
+	}
+	got, ok := netip.AddrFromSlice(ip)
+	return ok && got.Unmap() == d.cfg.client
+}
+
+// accept lets every query through to the handler, which judges and logs it; the library's own checks
+// would answer some messages (UPDATE, NOTIFY, several questions) without the log seeing them.
+func (d *dnsFilter) accept(h dns.Header) dns.MsgAcceptAction {
+	if h.Bits&(1<<15) != 0 { // QR: a response sent to a resolver
+		d.log.add(report.DNSQuery{Reason: "a DNS response, not a query"})
+		return dns.MsgIgnore
+	}
+	return dns.MsgAccept
+}
+
+// invalid logs a message that could not be parsed (a name over 255 bytes, a truncated record, ...),
+// with the name as far as it could be read. The library answers FORMERR.
+func (d *dnsFilter) invalid(m []byte, err error) {
+	d.log.add(report.DNSQuery{Name: rawName(m), Reason: "malformed message: " + err.Error()})
 }
 
 // ServeDNS implements dns.Handler.
 func (d *dnsFilter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
-	if len(req.Question) != 1 {
-		reply(w, new(dns.Msg).SetRcode(req, dns.RcodeRefused)) // nobody sends more than one question
+	q, why := checkQuery(req)
+	entry := report.DNSQuery{Name: logName(q.Name), Type: typeName(q.Qtype), Reason: why}
+	if why != "" {
+		d.refuse(w, req, entry)
 		return
 	}
-	q := req.Question[0]
-	name := strings.ToLower(strings.TrimSuffix(q.Name, "."))
-	rules, ok := d.match(name)
-	d.mu.Lock()
-	d.seen = append(d.seen, report.DNSQuery{Name: name, Type: dns.Type(q.Qtype).String(), Allowed: ok})
-	d.mu.Unlock()
+	ask, labels := canonicalName(q.Name)
+	rules, ok := d.match(labels)
+	if ok && metadataNames[ask] && !d.namedExactly(ask) {
+		ok, entry.Reason = false, "a cloud metadata name, allowed only when named exactly"
+	}
 	if !ok {
-		reply(w, new(dns.Msg).SetRcode(req, dns.RcodeRefused))
+		d.refuse(w, req, entry)
 		return
 	}
-	resp, err := d.forward(req)
-	if err != nil {
+	select {
+	case d.inFlight <- struct{}{}:
+		defer func() { <-d.inFlight }()
+	default:
+		entry.Allowed, entry.Reason = true, "too many queries in flight, answered SERVFAIL"
+		d.log.add(entry)
 		reply(w, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
 		return
 	}
-	d.learnAnswers(resp, rules)
-	reply(w, resp)
+	d.resolve(w, req, entry, ask, rules)
+}
+
+// resolve asks the upstream sbx's own question for an allowed name, checks the answer's CNAME chain,
+// learns its addresses and answers the client.
+func (d *dnsFilter) resolve(w dns.ResponseWriter, req *dns.Msg, entry report.DNSQuery, ask string, rules []policy.NetRule) {
+	resp, err := d.forward(upstreamQuery(ask, req.Question[0].Qtype))
+	if err != nil {
+		entry.Allowed, entry.Reason = true, "no answer from the upstream" // stable: one log key, not one per socket
+		d.log.add(entry)
+		reply(w, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
+		return
+	}
+	chain, bad := d.chain(ask, resp)
+	if bad != "" {
+		entry.Reason = "CNAME to " + logName(bad) + ", which is not allowed"
+		d.refuse(w, req, entry)
+		return
+	}
+	entry.Allowed = true
+	d.log.add(entry)
+	d.learnAnswers(resp, chain, rules)
+	reply(w, clientReply(req, resp, w))
+}
+
+// refuse logs a refused query and answers REFUSED.
+func (d *dnsFilter) refuse(w dns.ResponseWriter, req *dns.Msg, entry report.DNSQuery) {
+	entry.Allowed = false
+	d.log.add(entry)
+	m := new(dns.Msg).SetRcode(req, dns.RcodeRefused)
+	m.Ns, m.Answer, m.Extra = nil, nil, nil
+	reply(w, m)
 }
 
 // reply writes m; a client gone away is not sbx's problem.
 func reply(w dns.ResponseWriter, m *dns.Msg) { _ = w.WriteMsg(m) }
 
-// match says whether name may resolve, and which allow rules give its addresses ports.
-func (d *dnsFilter) match(name string) ([]policy.NetRule, bool) {
+// refusedTypes are query types that are not a plain lookup of one name.
+var refusedTypes = map[uint16]bool{
+	dns.TypeAXFR: true, dns.TypeIXFR: true, dns.TypeANY: true, dns.TypeMAILA: true, dns.TypeMAILB: true,
+	dns.TypeOPT: true, dns.TypeTSIG: true, dns.TypeTKEY: true,
+}
+
+// checkQuery says why req is not a plain query of one name ("" when it is): the filter refuses anything
+// that could carry more than the question.
+func checkQuery(req *dns.Msg) (dns.Question, string) {
+	var q dns.Question
+	if len(req.Question) > 0 {
+		q = req.Question[0]
+	}
+	switch {
+	case req.Opcode != dns.OpcodeQuery:
+		return q, "opcode " + opcodeName(req.Opcode)
+	case len(req.Question) != 1:
+		return q, fmt.Sprintf("%d questions", len(req.Question))
+	case q.Qclass != dns.ClassINET:
+		return q, "class " + dns.Class(q.Qclass).String()
+	case refusedTypes[q.Qtype]:
+		return q, "type " + typeName(q.Qtype)
+	case len(req.Answer) > 0 || len(req.Ns) > 0:
+		return q, "records in the answer or authority section"
+	case len(req.Extra) > 1 || len(req.Extra) == 1 && req.IsEdns0() == nil:
+		return q, "records in the additional section"
+	}
+	if _, labels := canonicalName(q.Name); labels == nil {
+		return q, "a label with characters other than letters, digits, - and _"
+	}
+	return q, ""
+}
+
+// opcodeName names an opcode, or gives its number.
+func opcodeName(op int) string {
+	if s, ok := dns.OpcodeToString[op]; ok {
+		return s
+	}
+	return fmt.Sprint(op)
+}
+
+// typeName names a query type, or gives TYPEnnn.
+func typeName(t uint16) string { return dns.Type(t).String() }
+
+// logName is a name as the client sent it, in presentation format (escaped), without the final dot.
+func logName(name string) string {
+	if name == "." {
+		return name
+	}
+	return strings.TrimSuffix(name, ".")
+}
+
+// canonicalName is the lower-cased fully qualified name and its labels. Labels are read from the wire
+// form (a dot inside a label is escaped in presentation format); a name with any label holding
+// something other than letters, digits, - and _ has no labels (nil): it is never forwarded, so no
+// escaped dot or odd byte can make it look like a name below an allowed one.
+func canonicalName(name string) (string, []string) {
+	labels := dns.SplitDomainName(name)
+	for i, l := range labels {
+		l = strings.ToLower(l)
+		if !plainLabel(l) {
+			return "", nil
+		}
+		labels[i] = l
+	}
+	if len(labels) == 0 {
+		return "", nil
+	}
+	return strings.Join(labels, ".") + ".", labels
+}
+
+// plainLabel: 1-63 of a-z, 0-9, - and _.
+func plainLabel(l string) bool {
+	if l == "" || len(l) > 63 {
+		return false
+	}
+	for i := 0; i < len(l); i++ {
+		c := l[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// metadataNames are cloud metadata services' names. A wildcard never makes them resolve: only a profile
+// that names one exactly (and opens its address with network.except) reaches it.
+var metadataNames = map[string]bool{
+	"metadata.google.internal.":   true,
+	"metadata.goog.":              true,
+	"instance-data.ec2.internal.": true,
+}
+
+// namedExactly says whether the profile allows the canonical name ask by its own name, not a wildcard.
+func (d *dnsFilter) namedExactly(ask string) bool {
+	name := strings.TrimSuffix(ask, ".")
+	for _, p := range d.cfg.net.DNS.Allow {
+		if strings.EqualFold(strings.TrimSuffix(p, "."), name) {
+			return true
+		}
+	}
+	for _, r := range d.cfg.net.Allow {
+		if strings.EqualFold(strings.TrimSuffix(r.Host, "."), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// match says whether the name with these labels may resolve, and which allow rules give its addresses
+// ports.
+func (d *dnsFilter) match(labels []string) ([]policy.NetRule, bool) {
+	if labels == nil {
+		return nil, false
+	}
 	ok := false
 	for _, p := range d.cfg.net.DNS.Allow {
-		ok = ok || nameMatches(p, name)
+		ok = ok || labelsMatch(p, labels)
 	}
 	var rules []policy.NetRule
 	for _, r := range d.cfg.net.Allow {
-		if r.Host != "" && nameMatches(r.Host, name) {
+		if r.Host != "" && labelsMatch(r.Host, labels) {
 			rules, ok = append(rules, r), true
 		}
 	}
 	return rules, ok
 }
 
-// nameMatches matches a name against "example.com" (exactly that name) or "*.example.com" (any name
-// below it, not the name itself).
-func nameMatches(pattern, name string) bool {
+// labelsMatch matches a name's labels against "example.com" (exactly that name) or "*.example.com" (any
+// name below it, not the name itself), label by label.
+func labelsMatch(pattern string, labels []string) bool {
 	pattern = strings.ToLower(strings.TrimSuffix(pattern, "."))
-	if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
-		return strings.HasSuffix(name, "."+suffix)
+	suffix, wild := strings.CutPrefix(pattern, "*.")
+	want := strings.Split(suffix, ".")
+	if wild {
+		return len(labels) > len(want) && slices.Equal(labels[len(labels)-len(want):], want)
 	}
-	return name == pattern
+	return slices.Equal(labels, want)
+}
+
+// upstreamQuery is the only message the upstream sees for a query: built by sbx, nothing of the
+// client's message in it but the question's type and the (canonical) name.
+func upstreamQuery(name string, qtype uint16) *dns.Msg {
+	m := new(dns.Msg)
+	m.Id = dns.Id()
+	m.RecursionDesired = true
+	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: dns.ClassINET}}
+	m.SetEdns0(upstreamUDPSize, false)
+	return m
+}
+
+// clientReply is the upstream's answer re-addressed to the client: its ID and question, the upstream's
+// records without the upstream's EDNS, EDNS of sbx's own when the client used EDNS, cut to what the
+// client can take over UDP.
+func clientReply(req, resp *dns.Msg, w dns.ResponseWriter) *dns.Msg {
+	m := new(dns.Msg).SetReply(req)
+	m.Rcode, m.RecursionAvailable = resp.Rcode, resp.RecursionAvailable
+	m.Answer, m.Ns = resp.Answer, resp.Ns
+	for _, rr := range resp.Extra {
+		if rr.Header().Rrtype != dns.TypeOPT {
+			m.Extra = append(m.Extra, rr)
+		}
+	}
+	size := dns.MinMsgSize
+	if opt := req.IsEdns0(); opt != nil {
+		size = max(int(min(opt.UDPSize(), upstreamUDPSize)), dns.MinMsgSize)
+		m.SetEdns0(uint16(size), false)
+	}
+	if _, tcp := w.RemoteAddr().(*net.TCPAddr); !tcp {
+		m.Truncate(size)
+	}
+	return m
 }
 
 // forward asks the upstream over UDP, and again over TCP when the answer is truncated.
@@ -189,14 +459,41 @@ func (d *dnsFilter) exchange(req *dns.Msg, network string) (*dns.Msg, error) {
 		return nil, fmt.Errorf("dialing DNS upstream %s: %w", d.upstream, err)
 	}
 	defer conn.Close()
-	c := &dns.Client{Net: network, Timeout: forwardTimeout}
+	c := &dns.Client{Net: network, Timeout: forwardTimeout, UDPSize: upstreamUDPSize}
 	resp, _, err := c.ExchangeWithConn(req, &dns.Conn{Conn: conn})
 	return resp, err
 }
 
-// learnAnswers hands the A and AAAA records of an answer to the contract. CNAME chains are followed by the
-// upstream: every address in the answer section belongs to the name asked.
-func (d *dnsFilter) learnAnswers(resp *dns.Msg, rules []policy.NetRule) {
+// chain follows the CNAME records of the answer from the asked name and returns every name on it. A
+// CNAME to a name the profile does not allow ends the walk: its target is returned as bad, and nothing
+// of the answer is learnt.
+func (d *dnsFilter) chain(ask string, resp *dns.Msg) (map[string]bool, string) {
+	on := map[string]bool{ask: true}
+	cur := ask
+	for range maxChain {
+		next := ""
+		for _, rr := range resp.Answer {
+			if c, ok := rr.(*dns.CNAME); ok && strings.EqualFold(c.Hdr.Name, cur) {
+				next = c.Target
+				break
+			}
+		}
+		if next == "" {
+			break
+		}
+		canon, labels := canonicalName(next)
+		if _, ok := d.match(labels); !ok || on[canon] {
+			return nil, next
+		}
+		on[canon], cur = true, canon
+	}
+	return on, ""
+}
+
+// learnAnswers hands the contract the A and AAAA records whose owner is on the validated chain; any
+// other address in the answer (an unrelated owner name) is passed to the client but never made
+// reachable.
+func (d *dnsFilter) learnAnswers(resp *dns.Msg, chain map[string]bool, rules []policy.NetRule) {
 	if len(rules) == 0 {
 		return
 	}
@@ -210,11 +507,45 @@ func (d *dnsFilter) learnAnswers(resp *dns.Msg, rules []policy.NetRule) {
 		default:
 			continue
 		}
+		owner, _ := canonicalName(rr.Header().Name)
 		a, ok := netip.AddrFromSlice(ip)
-		if !ok {
+		if !ok || !chain[owner] {
 			continue
 		}
 		ttl := min(max(time.Duration(rr.Header().Ttl)*time.Second, minLearnTTL), maxLearnTTL)
 		d.cfg.learn([]netip.Addr{a.Unmap()}, rules, ttl)
+	}
+}
+
+// rawName reads the first question's name from a message the library could not parse, escaped, as far
+// as it goes (at most maxRawName characters): a name over 255 bytes still shows in the log.
+func rawName(m []byte) string {
+	const maxRawName = 300
+	var b strings.Builder
+	for off := 12; off < len(m) && b.Len() < maxRawName; {
+		n := int(m[off])
+		if n == 0 || n&0xc0 != 0 {
+			break
+		}
+		end := min(off+1+n, len(m))
+		for _, c := range m[off+1 : end] {
+			writeEscaped(&b, c)
+		}
+		b.WriteByte('.')
+		off = end
+	}
+	return strings.TrimSuffix(b.String(), ".")
+}
+
+// writeEscaped writes one label byte in presentation format.
+func writeEscaped(b *strings.Builder, c byte) {
+	switch {
+	case c == '.' || c == '\\' || c == '"' || c == ';' || c == '(' || c == ')' || c == '@' || c == '$':
+		b.WriteByte('\\')
+		b.WriteByte(c)
+	case c < ' ' || c > '~':
+		fmt.Fprintf(b, "\\%03d", c)
+	default:
+		b.WriteByte(c)
 	}
 }

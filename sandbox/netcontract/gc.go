@@ -33,20 +33,21 @@ func releaseSlotsOf(nsPath string) error {
 
 // reclaimNAT removes the host NAT table when only dead runs reference it.
 func reclaimNAT() error {
-	if !exists(natUsers) {
-		return nil
-	}
-	unlock, err := lockFile(natLock)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if len(natLiveUsers()) > 0 {
-		return nil
-	}
 	hostFd, err := hostNS()
 	if err != nil {
 		return err
 	}
-	return errors.Join(delNATTable(hostFd), restoreForwarding())
+	h := hostSide{fd: hostFd, dir: realHostDir}
+	if !exists(h.users()) {
+		return nil
+	}
+	unlock, err := lockFile(h.lock())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if len(natLiveUsers(h)) > 0 {
+		return nil
+	}
+	return errors.Join(delNATTable(hostFd), restoreForwarding(h))
 }

@@ -167,14 +167,12 @@ func run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
-// eventually polls cond for up to d.
-func eventually(d time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
-}
-
 func itoa(i int) string { return fmt.Sprint(i) }
+
+// runQuiet runs a command and returns its error only.
+func runQuiet(name string, args ...string) error { return exec.Command(name, args...).Run() }
+
+// runInFake runs f inside the namespace at path (the uplink side).
+func runInFake(path string, f func()) error {
+	return fakenet.RunIn(path, func() error { f(); return nil })
+}

@@ -50,7 +50,7 @@ func TestHostUplink(t *testing.T) {
 	if !strings.Contains(hostTables(t), natTable) {
 		t.Fatalf("no %s table while sandboxes run:\n%s", natTable, hostTables(t))
 	}
-	peer := a.plumb.peer4.Addr().String()
+	peer := a.link.addrs().peer4.Addr().String()
 	in(t, a, func() {
 		r, err := dnsLookup(resolver(t, a.ResolvConf()), "allowed.test")
 		if err != nil || len(r.Answer) != 1 {

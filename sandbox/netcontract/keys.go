@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -95,37 +94,6 @@ func addrSpans(lo, hi netip.Addr, r policy.NetRule) []span {
 	var out []span
 	for _, p := range protoRanges(r.Proto) {
 		out = append(out, span{lo: lo, hi: hi, protoLo: p, protoHi: p, portLo: plo, portHi: phi})
-	}
-	return out
-}
-
-// wholeSpans are elements covering every protocol and port of each prefix, merged so that no two overlap
-// (interval sets refuse overlapping elements).
-func wholeSpans(prefixes []netip.Prefix) []span {
-	var out []span
-	for _, p := range mergePrefixes(prefixes) {
-		out = append(out, span{lo: p[0], hi: p[1], protoHi: anyProtoHi, portHi: anyPortHi})
-	}
-	return out
-}
-
-// mergePrefixes sorts address ranges and merges the ones that overlap or touch.
-func mergePrefixes(prefixes []netip.Prefix) [][2]netip.Addr {
-	var rs [][2]netip.Addr
-	for _, p := range prefixes {
-		lo, hi := prefixRange(p)
-		rs = append(rs, [2]netip.Addr{lo, hi})
-	}
-	slices.SortFunc(rs, func(a, b [2]netip.Addr) int { return a[0].Compare(b[0]) })
-	var out [][2]netip.Addr
-	for _, r := range rs {
-		if n := len(out); n > 0 && (r[0].Compare(out[n-1][1]) <= 0 || r[0] == out[n-1][1].Next()) {
-			if r[1].Compare(out[n-1][1]) > 0 {
-				out[n-1][1] = r[1]
-			}
-			continue
-		}
-		out = append(out, r)
 	}
 	return out
 }

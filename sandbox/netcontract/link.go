@@ -1,9 +1,11 @@
 package netcontract
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -13,16 +15,29 @@ import (
 // sandboxIf is the name of the veth end inside the sandbox.
 const sandboxIf = "eth0"
 
-// plumbing is what links the sandbox to its uplink.
+// plumbing is the built-in uplink: a veth pair whose peer lives in the uplink namespace.
 type plumbing struct {
-	peerName    string
-	uplinkFd    int
-	peer4, sbx4 netip.Prefix
-	peer6, sbx6 netip.Prefix
-	route6      bool // add an IPv6 default route (not with the host as uplink: no IPv6 forwarding)
-	mtu         int
-	peerMAC     net.HardwareAddr
-	sbxMAC      net.HardwareAddr
+	linkAddrs
+	peerName string
+	uplinkFd int
+	route6   bool // add an IPv6 default route (not with the host as uplink: no IPv6 forwarding)
+	mtu      int
+	peerMAC  net.HardwareAddr
+	sbxMAC   net.HardwareAddr
+}
+
+var _ uplink = plumbing{}
+
+// addrs implements uplink.
+func (p plumbing) addrs() linkAddrs { return p.linkAddrs }
+
+// remove implements uplink: it deletes the veth pair, and if that fails, takes at least the peer's
+// addresses away so that the address slot can be reused.
+func (p plumbing) remove() error {
+	if err := p.deletePeer(); err != nil {
+		return errors.Join(err, p.unaddressPeer())
+	}
+	return nil
 }
 
 // macs are the addresses of the two veth ends, derived from the slot (locally administered, unique per
@@ -167,6 +182,47 @@ func (p plumbing) uplinkSide() error {
 	}
 	if err := h.LinkSetUp(link); err != nil {
 		return fmt.Errorf("bringing %s up: %w", p.peerName, err)
+	}
+	return nil
+}
+
+// waitUp waits until the sandbox's end of the veth is operationally up. Until the kernel's link watch
+// has run after the peer came up, the link's queue discards what is sent (silently: a first DNS query
+// would be lost and wait for the resolver's retry). Bounded by a second; a link that is not up by then
+// is left to the command's retries.
+func waitUp(nsFd int) error {
+	h, err := netlink.NewHandleAt(netns.NsHandle(nsFd), unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink in sandbox namespace: %w", err)
+	}
+	defer h.Close()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		link, err := h.LinkByName(sandboxIf)
+		if err != nil {
+			return fmt.Errorf("finding %s: %w", sandboxIf, err)
+		}
+		if link.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+	}
+	return nil
+}
+
+// deletePeer deletes the veth pair through its uplink end, so that nothing of the run is left in the
+// uplink namespace when Close returns (the kernel's cleanup of a dropped namespace would remove it only
+// later, in the background). Already gone is fine.
+func (p plumbing) deletePeer() error {
+	h, err := p.uplinkHandle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link, err := h.LinkByName(p.peerName)
+	if err != nil {
+		return nil
+	}
+	if err := h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("deleting veth peer %s: %w", p.peerName, err)
 	}
 	return nil
 }

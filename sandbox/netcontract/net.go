@@ -23,19 +23,23 @@ type Net struct {
 	fd       int    // the sandbox's namespace, -1 when not open
 	uplinkFd int
 	host     bool // the uplink is sbx's own namespace: NAT and forwarding are needed
-	plumb    plumbing
+	hostSide hostSide
 	slot     slot
 	nat      bool
 	resolv   string
 	dns      *dnsFilter
 	own      []netip.Prefix // the uplink's own addresses, always denied
 
+	link     uplink        // nil in mode none
+	linkGone chan error    // the result of removing the link, once StartClose has begun it
 	ready    chan struct{} // closed once the background part of the setup is done
 	readyErr error
 
-	nftMu sync.Mutex // one netlink conversation at a time on nft
-	nft   *nftables.Conn
-	sets  map[byte]*contractSets
+	nftMu       sync.Mutex // one netlink conversation at a time on nft
+	nft         *nftables.Conn
+	sets        map[byte]*contractSets
+	pieces      []piece  // the always-deny set's elements, with their labels
+	deniedNotes []string // what Denied found incomplete
 }
 
 // Setup builds the network of one run: in mode none a namespace with lo up, in mode contract everything
@@ -113,6 +117,10 @@ func (n *Net) setupPlumbing() error {
 	if n.uplinkFd, n.host, err = openUplink(n.cfg.Net.UplinkNetNS); err != nil {
 		return err
 	}
+	n.hostSide = hostSide{fd: n.uplinkFd, dir: realHostDir}
+	if n.cfg.hostState != "" {
+		n.host, n.hostSide.dir = true, n.cfg.hostState
+	}
 	own, err := hostAddrs(n.host, n.uplinkFd)
 	if err != nil {
 		return err
@@ -120,12 +128,12 @@ func (n *Net) setupPlumbing() error {
 	if n.slot, err = allocSlot(n.cfg.nsPath()); err != nil {
 		return err
 	}
-	n.plumb = n.newPlumbing()
-	if n.fd, err = newNetNS(n.cfg.nsPath(), n.plumb.sandboxSide); err != nil {
+	n.link = n.newUplink()
+	if n.fd, err = newNetNS(n.cfg.nsPath(), n.link.sandboxSide); err != nil {
 		return fmt.Errorf("setting up network namespace: %w", err)
 	}
 	n.path = n.cfg.nsPath()
-	if err := n.plumb.uplinkSide(); err != nil {
+	if err := n.link.uplinkSide(); err != nil {
 		return err
 	}
 	n.own = own
@@ -140,8 +148,11 @@ func (n *Net) setupContract() error {
 	if err := n.startDNS(); err != nil {
 		return err
 	}
+	if err := waitUp(n.fd); err != nil {
+		return err
+	}
 	if n.host {
-		if err := natAcquire(n.uplinkFd, n.cfg.name(), n.path); err != nil {
+		if err := natAcquire(n.hostSide, n.cfg.name(), n.path); err != nil {
 			return err
 		}
 		n.nat = true
@@ -149,16 +160,17 @@ func (n *Net) setupContract() error {
 	return nil
 }
 
-// newPlumbing describes the veth pair of the run's slot.
-func (n *Net) newPlumbing() plumbing {
+// newUplink describes the link of the run: the veth pair of the run's slot.
+func (n *Net) newUplink() uplink {
 	p := plumbing{peerName: n.cfg.name(), uplinkFd: n.uplinkFd, route6: !n.host}
 	p.peer4, p.sbx4, p.peer6, p.sbx6 = n.slot.addrs()
 	p.peerMAC, p.sbxMAC = macs(n.slot.n)
 	return p
 }
 
-// hostAddrs are sbx's own namespace's addresses: the sandbox never reaches the host itself, whichever
-// namespace its uplink is.
+// hostAddrs are the subnets of sbx's own namespace's addresses: the sandbox never reaches the host
+// itself, whichever namespace its uplink is, nor its neighbours on those subnets, nor their broadcast
+// addresses (a profile that needs a host there names it in network.except).
 func hostAddrs(isHost bool, uplinkFd int) ([]netip.Prefix, error) {
 	fd := uplinkFd
 	if !isHost {
@@ -178,9 +190,14 @@ func hostAddrs(isHost bool, uplinkFd int) ([]netip.Prefix, error) {
 	}
 	var out []netip.Prefix
 	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			ip = ip.Unmap()
-			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		if bits, _ := a.Mask.Size(); bits > 0 && a.Mask != nil {
+			out = append(out, netip.PrefixFrom(ip, bits).Masked())
 		}
 	}
 	return out, nil
@@ -197,14 +214,16 @@ func (n *Net) loadContract(own []netip.Prefix) error {
 	if n.cfg.noContract {
 		return nil
 	}
-	never := append(append([]netip.Prefix{}, alwaysDeny...), own...)
-	never = append(never, n.plumb.peer4.Masked(), n.plumb.peer6.Masked())
+	a := n.link.addrs()
+	extra := append(append([]netip.Prefix{}, own...), a.peer4.Masked(), a.peer6.Masked())
+	n.pieces = neverPieces(append(append([]netip.Prefix{}, alwaysDeny...), outside(extra, alwaysDeny)...))
 	n.sets, err = loadContract(c, contractInput{
-		dnsFilter: n.plumb.peer4.Addr(),
+		dnsFilter: a.peer4.Addr(),
 		deny:      ruleSpans(n.cfg.Net.Deny),
 		except:    ruleSpans(n.cfg.Net.Except),
-		never:     wholeSpans(never),
+		never:     pieceSpans(n.pieces),
 		allow:     ruleSpans(n.cfg.Net.Allow),
+		ingress:   n.cfg.Net.Ingress,
 	})
 	return err
 }
@@ -213,7 +232,8 @@ func (n *Net) loadContract(own []netip.Prefix) error {
 func (n *Net) startDNS() error {
 	d, err := startDNSFilter(dnsFilterConfig{
 		net:      n.cfg.Net,
-		listen:   n.plumb.peer4.Addr(),
+		listen:   n.link.addrs().peer4.Addr(),
+		client:   n.link.addrs().sbx4.Addr(),
 		uplinkFd: n.uplinkFd,
 		learn:    n.learn,
 	})
@@ -227,7 +247,7 @@ func (n *Net) startDNS() error {
 // writeResolvConf points the sandbox's resolver at the DNS filter's address.
 func (n *Net) writeResolvConf() error {
 	path := filepath.Join(n.cfg.StateDir, "resolv.conf")
-	conf := fmt.Sprintf("# written by sbx: the DNS filter of this run\nnameserver %s\noptions attempts:2 timeout:2\n", n.plumb.peer4.Addr())
+	conf := fmt.Sprintf("# written by sbx: the DNS filter of this run\nnameserver %s\noptions attempts:2 timeout:2\n", n.link.addrs().peer4.Addr())
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("writing resolv.conf: %w", err)
 	}
@@ -251,14 +271,44 @@ func (n *Net) DNS() []report.DNSQuery {
 	return n.dns.queries()
 }
 
-// Close tears the network down: DNS filter, NAT reference, the peer's addresses and slot, the namespace
-// file. The namespace and its veth are freed by the kernel once the last process in it and the last fd
-// are gone; the veth peer therefore disappears from the uplink namespace shortly after Close returns
-// (deleting it here would cost tens of milliseconds). Close is safe to call on a partial setup.
+// Notes says where the network's records are incomplete (a log past its bounds, a denied record that
+// overflowed) and what was dropped that was not the command's doing. Call it before Close.
+func (n *Net) Notes() []string {
+	notes := []string{}
+	if n.dns != nil {
+		notes = append(notes, n.dns.log.notes()...)
+	}
+	n.nftMu.Lock()
+	notes = append(notes, n.deniedNotes...)
+	n.nftMu.Unlock()
+	return notes
+}
+
+// StartClose begins removing the link (the veth pair) in the background, so that the wait for the kernel overlaps
+// the caller's other teardown (killing the container, unmounting); Close waits for it. The sandbox loses
+// its network at once: call it only once the command's network records are read or no longer matter.
+// Calling it again, or not at all, is fine.
+func (n *Net) StartClose() {
+	if n.ready != nil {
+		<-n.ready
+	}
+	if n.linkGone != nil || n.link == nil || n.uplinkFd < 0 {
+		return
+	}
+	n.linkGone = make(chan error, 1)
+	l := n.link
+	go func() { n.linkGone <- l.remove() }()
+}
+
+// Close tears the network down: the veth pair, DNS filter, NAT reference, slot, the namespace file. The
+// veth is deleted while the rest is torn down (deleting a link waits for an RCU grace period) and is
+// gone when Close returns; left to the kernel's cleanup of the namespace, its uplink end would outlive
+// sbx by up to a few hundred milliseconds. Close is safe to call on a partial setup.
 func (n *Net) Close() error {
 	if n.ready != nil {
 		<-n.ready // the background setup owns n until it is done
 	}
+	n.StartClose()
 	var errs []error
 	if n.dns != nil {
 		errs = append(errs, n.dns.close())
@@ -271,11 +321,15 @@ func (n *Net) Close() error {
 		n.nftMu.Unlock()
 	}
 	if n.nat {
-		errs = append(errs, natRelease(n.uplinkFd, n.cfg.name()))
+		errs = append(errs, natRelease(n.hostSide, n.cfg.name()))
 		n.nat = false
 	}
+	if n.linkGone != nil {
+		errs = append(errs, <-n.linkGone)
+		n.linkGone, n.link = nil, nil
+	}
 	if n.slot.file != "" {
-		errs = append(errs, n.plumb.unaddressPeer(), n.slot.release())
+		errs = append(errs, n.slot.release()) // after the link's removal: its addresses must be gone
 		n.slot = slot{}
 	}
 	errs = append(errs, n.closeFds()...)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sbx-dev/sbx/internal/netnsdir"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,8 +33,8 @@ func inNetNS(fd int, f func() error) error {
 // newNetNS creates a network namespace bind-mounted at path and runs f inside it, on the thread that
 // created it. It returns an open fd of the namespace. On error nothing is left behind.
 func newNetNS(path string, f func() error) (int, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return -1, fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+	if err := netnsdir.Prepare(filepath.Join(runDir, "netns.lock")); err != nil {
+		return -1, err
 	}
 	type result struct {
 		fd  int

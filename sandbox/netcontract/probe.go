@@ -9,12 +9,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/miekg/dns"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,6 +31,10 @@ const (
 	OutcomeBlocked   = "blocked"   // refused at once, no route, no answer, or the name did not resolve
 	OutcomeReachable = "reachable" // connected, echoed, or the name resolved
 	OutcomeError     = "error"     // the probe itself failed
+	// OutcomeNotRefused is a deny target that looked blocked from inside, but not by the contract: the
+	// destination itself reset, answered unreachable or stayed silent, or the upstream had no such name.
+	// The packets left the sandbox; the probe fails.
+	OutcomeNotRefused = "not refused by the contract"
 )
 
 // Target is one destination the probe tries from inside the sandbox.
@@ -167,6 +173,47 @@ func RunProbe(targets []Target, timeout time.Duration) []Result {
 		out = append(out, r)
 	}
 	return out
+}
+
+// Confirm checks every deny target that RunProbe saw blocked against what the contract itself recorded
+// (Net.Denied and Net.DNS, or the report's network section): a blocked tcp or udp target counts only when
+// the denied record holds its address, protocol and port (or an always-deny range holding the address),
+// a blocked name only when the DNS filter refused it. Anything else becomes OutcomeNotRefused and fails.
+// Silence or a reset from the destination proves nothing about the contract.
+func Confirm(results []Result, denied []report.Denied, queries []report.DNSQuery) []Result {
+	out := make([]Result, len(results))
+	for i, r := range results {
+		out[i] = r
+		if r.Target.Kind != KindDeny || r.Outcome != OutcomeBlocked || refusedByContract(r.Target, denied, queries) {
+			continue
+		}
+		out[i].Outcome, out[i].Pass = OutcomeNotRefused, false
+		out[i].Detail = "the contract let it out (" + r.Detail + ")"
+	}
+	return out
+}
+
+// refusedByContract says whether the contract's own record shows t refused.
+func refusedByContract(t Target, denied []report.Denied, queries []report.DNSQuery) bool {
+	if t.Proto == "dns" {
+		return slices.ContainsFunc(queries, func(q report.DNSQuery) bool {
+			return !q.Allowed && strings.EqualFold(strings.TrimSuffix(q.Name, "."), strings.TrimSuffix(t.Addr, "."))
+		})
+	}
+	a, err := netip.ParseAddr(t.Addr)
+	if err != nil {
+		return false // a deny target by name that resolved: the DNS filter did not refuse it
+	}
+	return slices.ContainsFunc(denied, func(d report.Denied) bool {
+		if d.Direction != "" {
+			return false
+		}
+		if p, err := netip.ParsePrefix(d.Address); err == nil && d.Proto == "any" {
+			return p.Contains(a)
+		}
+		got, err := netip.ParseAddr(d.Address)
+		return err == nil && got == a.Unmap() && d.Proto == t.Proto && d.Port == t.Port
+	})
 }
 
 // probe tries one target.

@@ -19,7 +19,11 @@ func probeIn(t *testing.T, n *Net, nw policy.Network) []Result {
 	}
 	var res []Result
 	in(t, n, func() { res = RunProbe(targets, 300*time.Millisecond) })
-	return res
+	denied, err := n.Denied()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Confirm(res, denied, n.DNS())
 }
 
 // TestProbe: the probe passes on a sound contract, catches a missing contract, and fails when an allow
@@ -29,6 +33,18 @@ func TestProbe(t *testing.T) {
 	sound := contractNet(fake)
 	unreachable := contractNet(fake)
 	unreachable.Allow = append(unreachable.Allow, policy.NetRule{CIDR: fakenet.Public2, Proto: "tcp", Port: 444})
+	// A profile that opens the private ranges, against gateways whose ports are closed: each deny target
+	// looks blocked (a reset, a port unreachable) but the contract let the packets out.
+	openPrivate := contractNet(fake)
+	for _, cidr := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"} {
+		openPrivate.Except = append(openPrivate.Except, policy.NetRule{CIDR: cidr, Proto: "tcp"}, policy.NetRule{CIDR: cidr, Proto: "udp"})
+	}
+	closed := newFake(t)
+	if err := closed.Refuse(fakenet.Gateway10, fakenet.Gateway172, fakenet.Gateway192); err != nil {
+		t.Fatal(err)
+	}
+	closedPrivate := openPrivate
+	closedPrivate.UplinkNetNS = closed.Name
 	tests := []struct {
 		name       string
 		nw         policy.Network
@@ -40,6 +56,7 @@ func TestProbe(t *testing.T) {
 		// Which deny target shows first depends on timing under load; that the probe fails is the point.
 		{"no contract", sound, true, false, ""},
 		{"allow target unreachable", unreachable, false, false, "allow entry 3"},
+		{"private ranges open, ports closed", closedPrivate, false, false, "gateway ssh"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import "net/netip"
 var alwaysDeny = mustPrefixes(
 	"169.254.169.254/32", // cloud metadata (AWS, GCP, Azure, ...)
 	"100.100.100.200/32", // cloud metadata (Alibaba)
+	"168.63.129.16/32",   // Azure WireServer (reachable on Azure although it is a public address)
 	"fd00:ec2::254/128",  // cloud metadata (AWS, IPv6)
 	"0.0.0.0/8",          // "this network"
 	"10.0.0.0/8",         // RFC1918
@@ -21,6 +22,9 @@ var alwaysDeny = mustPrefixes(
 	"::/128",             // unspecified
 	"::1/128",            // loopback
 	"::ffff:0:0/96",      // IPv4-mapped: would sidestep the IPv4 ranges
+	"64:ff9b::/96",       // NAT64 well-known prefix: reaches IPv4 space, private ranges included
+	"64:ff9b:1::/48",     // NAT64 local-use prefix (RFC 8215)
+	"2002::/16",          // 6to4: embeds an IPv4 address, private ranges included
 	"fc00::/7",           // ULA
 	"fe80::/10",          // link-local
 	"ff00::/8",           // multicast

@@ -3,6 +3,7 @@ package netcontract
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/sbx-dev/sbx/internal/fakenet"
@@ -67,20 +68,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestWholeSpansMerge: overlapping always-deny ranges are merged, since interval sets refuse overlaps.
-func TestWholeSpansMerge(t *testing.T) {
-	got := wholeSpans(mustPrefixes("10.0.0.0/8", "10.1.2.3/32", "11.0.0.0/8", "169.254.169.254/32", "169.254.0.0/16", "fc00::/7", "fd00::1/128"))
-	want := [][2]string{{"10.0.0.0", "11.255.255.255"}, {"169.254.0.0", "169.254.255.255"}, {"fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}}
-	if len(got) != len(want) {
-		t.Fatalf("got %d spans %v, want %v", len(got), got, want)
-	}
-	for i, w := range want {
-		if got[i].lo != netip.MustParseAddr(w[0]) || got[i].hi != netip.MustParseAddr(w[1]) {
-			t.Errorf("span %d = %s-%s, want %s-%s", i, got[i].lo, got[i].hi, w[0], w[1])
-		}
-	}
-}
-
 // TestKeyLayout: concatenated keys pad every field to 32 bits, in network byte order.
 func TestKeyLayout(t *testing.T) {
 	got := key(netip.MustParseAddr("203.0.113.10"), 6, 443)
@@ -90,5 +77,39 @@ func TestKeyLayout(t *testing.T) {
 	}
 	if k := key(netip.MustParseAddr("fd00:ec2::254"), 17, 53); len(k) != 24 {
 		t.Errorf("IPv6 key is %d bytes, want 24", len(k))
+	}
+}
+
+// TestNeverPieces: the always-deny set is cut into disjoint intervals; a prefix inside another keeps its
+// own piece and label, and the pieces around it carry the outer label.
+func TestNeverPieces(t *testing.T) {
+	got := neverPieces(mustPrefixes("169.254.0.0/16", "169.254.169.254/32", "10.0.0.0/8", "10.0.0.0/8", "fd00:ec2::254/128", "fc00::/7"))
+	want := []struct{ lo, hi, label string }{
+		{"10.0.0.0", "10.255.255.255", "10.0.0.0/8"},
+		{"169.254.0.0", "169.254.169.253", "169.254.0.0/16"},
+		{"169.254.169.254", "169.254.169.254", "169.254.169.254/32"},
+		{"169.254.169.255", "169.254.255.255", "169.254.0.0/16"},
+		{"fc00::", "fd00:ec2::253", "fc00::/7"},
+		{"fd00:ec2::254", "fd00:ec2::254", "fd00:ec2::254/128"},
+		{"fd00:ec2::255", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "fc00::/7"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d pieces %v, want %d", len(got), got, len(want))
+	}
+	for i, w := range want {
+		if got[i].lo.String() != w.lo || got[i].hi.String() != w.hi || got[i].label.String() != w.label {
+			t.Errorf("piece %d = %s-%s (%s), want %s-%s (%s)", i, got[i].lo, got[i].hi, got[i].label, w.lo, w.hi, w.label)
+		}
+	}
+}
+
+// TestOutside: prefixes already covered by the always-deny list or by a wider prefix of their own list add
+// no element; duplicates keep one.
+func TestOutside(t *testing.T) {
+	got := outside(mustPrefixes("10.199.3.1/32", "10.199.3.0/30", "192.0.2.2/32", "192.0.2.0/24", "192.0.2.0/24", "2001:db8::1/128"),
+		mustPrefixes("10.0.0.0/8"))
+	want := mustPrefixes("192.0.2.0/24", "2001:db8::1/128")
+	if !slices.Equal(got, want) {
+		t.Errorf("outside = %v, want %v", got, want)
 	}
 }
