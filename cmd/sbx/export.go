@@ -60,7 +60,7 @@ Examples:
 	fl := c.Flags()
 	fl.StringVarP(&f.profile, "profile", "p", "default", "profile to translate: a built-in name or a YAML file")
 	fl.StringVarP(&f.out, "output", "o", "-", "write the YAML to `FILE` (\"-\" = stdout)")
-	fl.BoolVar(&f.opts.AgentSandbox, "agent-sandbox", false, "write a SandboxTemplate (extensions.agents.x-k8s.io/v1alpha1) instead of a Pod")
+	fl.BoolVar(&f.opts.AgentSandbox, "agent-sandbox", false, "write a SandboxTemplate (extensions.agents.x-k8s.io/v1beta1) instead of a Pod")
 	fl.StringVar(&f.opts.Image, "image", export.DefaultImage, "container `IMAGE`")
 	fl.StringVar(&f.opts.Name, "name", "", "object `NAME` (default sbx-PROFILE)")
 	fl.StringVarP(&f.opts.Namespace, "namespace", "n", "", "metadata.namespace of every object")
