@@ -95,6 +95,9 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err != nil {
 		return &exitError{code: exitSetup, err: err}
 	}
+	if err := checkBuild(plan); err != nil {
+		return err
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
