@@ -1,20 +1,13 @@
 package report
 
-import (
-	"encoding/json"
-	"reflect"
-)
+import "reflect"
 
-// MarshalJSON writes the report with every list present: a nil slice anywhere in it (files.details, an
-// incomplete exec's argv, a process's fds, ...) is written as [], never null, as the contract promises.
-// It is one walk over the value rather than a rule each producer must remember; nil slices of the
-// caller's report become empty ones, which changes nothing it could observe but the encoding.
-func (r Report) MarshalJSON() ([]byte, error) {
-	type plain Report // without this method
-	p := plain(r)
-	emptyLists(reflect.ValueOf(&p).Elem())
-	return json.Marshal(p)
-}
+// FillLists makes every list in the report present: a nil slice anywhere in it (files.details, an
+// incomplete exec's argv, a process's fds, ...) becomes an empty one, so that the JSON says [] and never
+// null, as the contract promises. It is one walk over the whole value rather than a rule each producer
+// must remember; the runner calls it on every report it returns. (Not a MarshalJSON method: types that
+// embed Report, such as the MCP server's run output, would inherit it and lose their own fields.)
+func (r *Report) FillLists() { emptyLists(reflect.ValueOf(r).Elem()) }
 
 // emptyLists sets every nil slice reachable from v (through structs, pointers and slice elements) to an
 // empty one. Maps and interfaces are not entered: the report has none that hold lists.

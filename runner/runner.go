@@ -93,6 +93,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.FillLists() // lists are never null (report contract)
 	return rep, nil
 }
 
