@@ -24,6 +24,9 @@ const (
 	RuleDenied      = "network.denied"
 	RuleDNS         = "network.dns"
 	RuleFilesWrite  = "files.write"
+	// RuleTimeout: the run's timeout fired and sbx killed the sandbox. A timed-out run is never a pass:
+	// what it would have done next is unknown. (The exit status is still 124, not the violation's.)
+	RuleTimeout = "timeout"
 )
 
 // Report is one run of one command in one sandbox.
