@@ -10,7 +10,7 @@ export CGO_ENABLED := 1
 # benchmarks and the OCI bundle test (runc and crun); jq for the report-contract test.
 DEBS := libseccomp-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc
 
-.PHONY: all deps build test lint demo bench soak clean
+.PHONY: all deps build test test-k8s lint man demo bench soak clean
 all: build
 
 deps:
@@ -30,6 +30,16 @@ build: deps
 # running at the same time would disturb. Within a package, tests still run in parallel.
 test: deps
 	$(GO) test -tags $(TAGS) -count=1 -p 1 ./...
+
+# Kubernetes' own code on every export of every built-in profile: strict decoding into k8s.io/api,
+# Cilium's and agent-sandbox's types, and the API server's validation. A module of its own
+# (export/k8stest) so that k8s.io/kubernetes stays out of sbx's dependencies; not part of make test.
+test-k8s:
+	cd export/k8stest && $(GO) test -count=1 ./...
+
+# Man pages (section 1) from the commands' help text, into man/.
+man: build
+	./$(BIN) man -o man
 
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
@@ -54,4 +64,4 @@ soak: build
 	$(GO) run -tags $(TAGS) ./internal/cmd/soak -sbx $(BIN)
 
 clean:
-	rm -rf bin
+	rm -rf bin man
