@@ -173,7 +173,7 @@ func unknownCommand(c *cobra.Command, name string) error {
 		}
 	}
 	return &exitError{code: exitSetup, err: err,
-		hint: fmt.Sprintf("the commands of '%s' are %s; see '%s --help'", c.CommandPath(), strings.Join(names, ", "), c.CommandPath())}
+		hint: fmt.Sprintf("see '%s --help' for the commands: %s", c.CommandPath(), strings.Join(names, ", "))}
 }
 
 func newGCCmd(io stdio) *cobra.Command {
