@@ -62,6 +62,8 @@ func TestDryRunOnAPIServer(t *testing.T) {
 		{"apply", "-f", cilium, "-f", sandbox},
 		{"wait", "--for", "condition=established", "--timeout=60s", "crd/ciliumnetworkpolicies.cilium.io", "crd/sandboxtemplates.extensions.agents.x-k8s.io"},
 		{"create", "namespace", "agents"},
+		// No controller manager runs: create the service account that pod admission looks up.
+		{"create", "serviceaccount", "default", "--namespace", "default"},
 		{"label", "--overwrite", "namespace", "default", "agents", "pod-security.kubernetes.io/enforce=restricted"},
 	} {
 		if out, err := k(args...); err != nil {
@@ -158,7 +160,7 @@ func startAPIServer(t *testing.T, apiserver, etcdURL, dir string) string {
 	port := freePort(t)
 	startProcess(t, dir, "kube-apiserver", exec.Command(apiserver,
 		"--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(port),
-		"--advertise-address", "127.0.0.1", "--cert-dir", filepath.Join(dir, "certs"),
+		"--advertise-address", "127.0.0.1", "--endpoint-reconciler-type", "none", "--cert-dir", filepath.Join(dir, "certs"),
 		"--service-account-issuer", "https://kubernetes.default.svc", "--service-account-key-file", keyFile,
 		"--service-account-signing-key-file", keyFile, "--token-auth-file", tokenFile,
 		"--authorization-mode", "AlwaysAllow", "--service-cluster-ip-range", "10.96.0.0/24"))
