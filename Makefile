@@ -7,10 +7,10 @@ export CGO_ENABLED := 1
 
 # Debian packages: libseccomp-dev to build; iproute2 and nftables to inspect state in tests; strace,
 # curl, gcc and python3 for the regression battery; bubblewrap, runc and busybox-static for the
-# benchmarks and the OCI bundle test.
-DEBS := libseccomp-dev pkg-config iproute2 nftables bubblewrap runc busybox-static python3 strace curl gcc
+# benchmarks and the OCI bundle test (runc and crun); jq for the report-contract test.
+DEBS := libseccomp-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc
 
-.PHONY: all deps build test lint demo bench soak clean
+.PHONY: all deps build test test-k8s lint man demo bench soak clean
 all: build
 
 deps:
@@ -30,6 +30,25 @@ build: deps
 # running at the same time would disturb. Within a package, tests still run in parallel.
 test: deps
 	$(GO) test -tags $(TAGS) -count=1 -p 1 ./...
+
+# Kubernetes' own code on every export of every built-in profile: strict decoding into k8s.io/api,
+# Cilium's and agent-sandbox's types, and the API server's validation. A module of its own
+# (export/k8stest) so that k8s.io/kubernetes stays out of sbx's dependencies; not part of make test.
+# KUBE_DRYRUN=1 also builds kube-apiserver and kubectl from the module proxy (several minutes), runs them
+# with Debian's etcd on loopback and applies every export with --dry-run=server --validate=strict.
+K8S_DIR := export/k8stest
+test-k8s:
+ifeq ($(KUBE_DRYRUN),1)
+	@dpkg -s etcd-server >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
+	cd $(K8S_DIR) && $(GO) build -o bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver && $(GO) build -o bin/kubectl k8s.io/kubernetes/cmd/kubectl
+	cd $(K8S_DIR) && KUBE_APISERVER=$$PWD/bin/kube-apiserver KUBECTL=$$PWD/bin/kubectl $(GO) test -count=1 ./...
+else
+	cd $(K8S_DIR) && $(GO) test -count=1 ./...
+endif
+
+# Man pages (section 1) from the commands' help text, into man/.
+man: build
+	./$(BIN) man -o man
 
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
@@ -57,4 +76,4 @@ soak: build
 	$(GO) run -tags $(TAGS) ./internal/cmd/soak -sbx $(BIN)
 
 clean:
-	rm -rf bin
+	rm -rf bin man

@@ -14,7 +14,15 @@
 // The Kubernetes objects are plain structs with yaml tags rather than k8s.io/api: that module and
 // apimachinery would add tens of megabytes of dependencies for four objects, and two of them
 // (CiliumNetworkPolicy, agent-sandbox's SandboxTemplate) are not in k8s.io/api anyway. The tests
-// validate the output against JSON schemas extracted from the published ones (testdata/schemas).
+// validate the output against JSON schemas extracted from the published ones (testdata/schemas); the
+// module export/k8stest (make test-k8s) decodes every export strictly into the official types and runs
+// Kubernetes' own validation on it.
+//
+// # Names
+//
+// Object names and the sbx.dev/profile label are DNS-1123 labels derived from the profile's name, which
+// may come from any file name (names.go); an ipBlock's except holds only strict subsets of its own
+// address family (ranges.go).
 package export
 
 import (

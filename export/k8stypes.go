@@ -187,9 +187,10 @@ type L7Rules struct {
 	DNS []FQDN `yaml:"dns"`
 }
 
-// SandboxTemplateSpec is agent-sandbox's extensions.agents.x-k8s.io/v1alpha1 SandboxTemplateSpec, reduced.
+// SandboxTemplateSpec is agent-sandbox's extensions.agents.x-k8s.io/v1beta1 SandboxTemplateSpec, reduced.
 type SandboxTemplateSpec struct {
-	PodTemplate PodTemplate `yaml:"podTemplate"`
+	PodTemplate             PodTemplate `yaml:"podTemplate"`
+	NetworkPolicyManagement string      `yaml:"networkPolicyManagement,omitempty"`
 }
 
 // PodTemplate is agent-sandbox's PodTemplate: metadata and a pod spec.

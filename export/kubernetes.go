@@ -22,6 +22,10 @@ const (
 	sandboxLabelKey = "app.kubernetes.io/managed-by"
 )
 
+// AgentSandboxAPIVersion is the SandboxTemplate version written: kubernetes-sigs/agent-sandbox's storage
+// version (its CRD marks v1alpha1 deprecated).
+const AgentSandboxAPIVersion = "extensions.agents.x-k8s.io/v1beta1"
+
 // KubeOptions are the choices a profile does not make.
 type KubeOptions struct {
 	Name         string   // object names; default "sbx-<profile>"
@@ -37,7 +41,9 @@ type KubeOptions struct {
 // names, a CiliumNetworkPolicy. The Fidelity says what was translated and what could not be.
 func Kubernetes(plan *policy.Plan, o KubeOptions) ([]byte, Fidelity, error) {
 	if o.Name == "" {
-		o.Name = "sbx-" + plan.Profile
+		o.Name = "sbx-" + kubeName(plan.Profile, len("sbx-")+len(seccompSuffix))
+	} else if err := checkName(o.Name); err != nil {
+		return nil, nil, err
 	}
 	if o.Image == "" {
 		o.Image = DefaultImage
@@ -48,8 +54,8 @@ func Kubernetes(plan *policy.Plan, o KubeOptions) ([]byte, Fidelity, error) {
 		return nil, nil, err
 	}
 	objs := []Object{
-		{APIVersion: "v1", Kind: "ConfigMap", Metadata: meta(plan, o, o.Name+"-seccomp"),
-			Data: map[string]string{plan.Profile + ".json": seccompJSON}},
+		{APIVersion: "v1", Kind: "ConfigMap", Metadata: meta(plan, o, o.Name+seccompSuffix),
+			Data: map[string]string{seccompFile(plan): seccompJSON}},
 		workload(plan, o, &f),
 		{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Metadata: meta(plan, o, o.Name),
 			Spec: networkPolicy(plan, &f)},
@@ -65,7 +71,7 @@ func Kubernetes(plan *policy.Plan, o KubeOptions) ([]byte, Fidelity, error) {
 
 func meta(plan *policy.Plan, o KubeOptions, name string) Meta {
 	return Meta{Name: name, Namespace: o.Namespace,
-		Labels:      map[string]string{profileLabel: plan.Profile, sandboxLabelKey: "sbx"},
+		Labels:      map[string]string{profileLabel: labelValue(plan), sandboxLabelKey: "sbx"},
 		Annotations: map[string]string{"org.sbx.profile": plan.Profile, "org.sbx.profile.sha256": plan.Hash}}
 }
 
@@ -93,9 +99,9 @@ func seccompProfile(plan *policy.Plan, f *Fidelity) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("writing the seccomp profile: %w", err)
 	}
-	f.add("syscalls", Translated, "Localhost seccomp profile %s/%s.json (%d rules); install the ConfigMap's file under "+
+	f.add("syscalls", Translated, "Localhost seccomp profile %s/%s (%d rules); install the ConfigMap's file under "+
 		"/var/lib/kubelet/seccomp/%s/ on every node, or with the Security Profiles Operator",
-		SeccompDir, plan.Profile, len(plan.Seccomp.Syscalls), SeccompDir)
+		SeccompDir, seccompFile(plan), len(plan.Seccomp.Syscalls), SeccompDir)
 	return string(data), nil
 }
 
@@ -107,8 +113,12 @@ func workload(plan *policy.Plan, o KubeOptions, f *Fidelity) Object {
 		return Object{APIVersion: "v1", Kind: "Pod", Metadata: meta(plan, o, o.Name), Spec: spec}
 	}
 	m := meta(plan, o, "")
-	return Object{APIVersion: "extensions.agents.x-k8s.io/v1alpha1", Kind: "SandboxTemplate", Metadata: meta(plan, o, o.Name),
-		Spec: SandboxTemplateSpec{PodTemplate: PodTemplate{Metadata: Meta{Labels: m.Labels, Annotations: m.Annotations}, Spec: spec}}}
+	// Unmanaged: with the default (Managed) and no networkPolicy of its own, agent-sandbox's controller adds
+	// a policy that allows the public internet, and NetworkPolicies add up: it would widen sbx's contract.
+	// The NetworkPolicy (and CiliumNetworkPolicy) written beside the template select its pods by label.
+	return Object{APIVersion: AgentSandboxAPIVersion, Kind: "SandboxTemplate", Metadata: meta(plan, o, o.Name),
+		Spec: SandboxTemplateSpec{PodTemplate: PodTemplate{Metadata: Meta{Labels: m.Labels, Annotations: m.Annotations}, Spec: spec},
+			NetworkPolicyManagement: "Unmanaged"}}
 }
 
 func podSpec(plan *policy.Plan, o KubeOptions, f *Fidelity) PodSpec {
@@ -119,7 +129,7 @@ func podSpec(plan *policy.Plan, o KubeOptions, f *Fidelity) PodSpec {
 	} else {
 		f.add("user", Translated, "runAsUser %d, runAsGroup %d, runAsNonRoot", uid, gid)
 	}
-	sp := &SeccompProfile{Type: "Localhost", LocalhostProfile: SeccompDir + "/" + plan.Profile + ".json"}
+	sp := &SeccompProfile{Type: "Localhost", LocalhostProfile: SeccompDir + "/" + seccompFile(plan)}
 	if plan.Seccomp == nil {
 		sp = &SeccompProfile{Type: "RuntimeDefault"}
 	}

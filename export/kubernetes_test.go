@@ -19,11 +19,11 @@ import (
 
 // schemaFor maps apiVersion/kind to the schema file in testdata/schemas.
 var schemaFor = map[string]string{
-	"v1/Pod":                             "pod-v1.json",
-	"v1/ConfigMap":                       "configmap-v1.json",
-	"networking.k8s.io/v1/NetworkPolicy": "networkpolicy-networking-v1.json",
-	"cilium.io/v2/CiliumNetworkPolicy":   "ciliumnetworkpolicy-cilium-v2.json",
-	"extensions.agents.x-k8s.io/v1alpha1/SandboxTemplate": "sandboxtemplate-extensions-v1alpha1.json",
+	"v1/Pod":                                    "pod-v1.json",
+	"v1/ConfigMap":                              "configmap-v1.json",
+	"networking.k8s.io/v1/NetworkPolicy":        "networkpolicy-networking-v1.json",
+	"cilium.io/v2/CiliumNetworkPolicy":          "ciliumnetworkpolicy-cilium-v2.json",
+	AgentSandboxAPIVersion + "/SandboxTemplate": "sandboxtemplate-extensions-v1beta1.json",
 }
 
 func compile(t *testing.T, name string, allow ...string) *policy.Plan {
@@ -243,5 +243,60 @@ func TestNetworkPolicyIngress(t *testing.T) {
 	plan.Network.Ingress = nil
 	if spec := networkPolicy(plan, &Fidelity{}); len(spec.Ingress) != 0 || spec.PolicyTypes[0] != "Ingress" {
 		t.Errorf("without network.ingress: %+v, want no ingress rule under policyTypes Ingress", spec)
+	}
+}
+
+// TestKubeName: any profile name becomes a DNS-1123 label with room for its suffix; a name that had to
+// change carries a hash of the original, so two profiles never share a name or a pod label.
+func TestKubeName(t *testing.T) {
+	for _, tt := range []struct{ profile, want string }{
+		{"python-build", "python-build"},
+		{"My_Profile", "my-profile-"},
+		{"my-profile", "my-profile"},
+		{"__", "p-"},
+		{strings.Repeat("a", 80), "aaaa"},
+		{"ünïcode.prof", "n-code-prof-"},
+	} {
+		got := kubeName(tt.profile, len("sbx-")+len(seccompSuffix))
+		if !strings.HasPrefix(got, tt.want) || checkName("sbx-"+got) != nil {
+			t.Errorf("kubeName(%q) = %q, want a valid label starting %q (%v)", tt.profile, got, tt.want, checkName("sbx-"+got))
+		}
+	}
+	if kubeName("My_Profile", 0) == kubeName("my-profile", 0) {
+		t.Error("My_Profile and my-profile share a label")
+	}
+	if err := checkName("Bad_Name"); !errors.Is(err, ErrName) {
+		t.Errorf("checkName(Bad_Name) = %v, want ErrName", err)
+	}
+}
+
+// TestExceptFamilies: an ipBlock's except holds only strict subsets of the block's own family, never
+// the IPv4-mapped range (the API server reads it as IPv4 and refuses the policy).
+func TestExceptFamilies(t *testing.T) {
+	for _, tt := range []struct {
+		allow string
+		want  []string
+		not   []string
+	}{
+		{"[::/64]:443", []string{"::1/128"}, []string{"::ffff:0.0.0.0/96", "::/64"}},
+		{"[::/0]:443", []string{"fc00::/7", "fd00:ec2::254/128"}, []string{"::ffff:0.0.0.0/96", "10.0.0.0/8"}},
+		{"0.0.0.0/0:443", []string{"10.0.0.0/8"}, []string{"fc00::/7", "::ffff:0.0.0.0/96"}},
+		{"10.0.0.0/8:443", nil, []string{"10.0.0.0/8"}},
+	} {
+		out, _, err := Kubernetes(compile(t, "contract", tt.allow), KubeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		except := at(docs(t, out)[2], "spec.egress.0.to.0.ipBlock.except")
+		for _, w := range tt.want {
+			if !strings.Contains(except, `"`+w+`"`) {
+				t.Errorf("--allow %s: except %s lacks %s", tt.allow, except, w)
+			}
+		}
+		for _, n := range tt.not {
+			if strings.Contains(except, `"`+n+`"`) {
+				t.Errorf("--allow %s: except %s holds %s", tt.allow, except, n)
+			}
+		}
 	}
 }

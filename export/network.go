@@ -19,7 +19,7 @@ var kubeDNS = NPPeer{
 // the CiliumNetworkPolicy, and this policy only lets DNS through for them.
 func networkPolicy(plan *policy.Plan, f *Fidelity) NetworkPolicySpec {
 	spec := NetworkPolicySpec{
-		PodSelector: LabelSelector{MatchLabels: map[string]string{profileLabel: plan.Profile}},
+		PodSelector: LabelSelector{MatchLabels: map[string]string{profileLabel: labelValue(plan)}},
 		PolicyTypes: []string{"Ingress", "Egress"},
 		Egress:      []NPRule{},
 	}
@@ -90,7 +90,7 @@ func ciliumPolicy(plan *policy.Plan, f *Fidelity) *CNPSpec {
 		f.add("network.dns", Translated, "no host names allowed: no DNS rule and no CiliumNetworkPolicy")
 		return nil
 	}
-	spec := &CNPSpec{EndpointSelector: LabelSelector{MatchLabels: map[string]string{profileLabel: plan.Profile}}}
+	spec := &CNPSpec{EndpointSelector: LabelSelector{MatchLabels: map[string]string{profileLabel: labelValue(plan)}}}
 	var dns []FQDN
 	for _, name := range n.DNS.Allow {
 		dns = append(dns, fqdn(name))

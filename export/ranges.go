@@ -13,11 +13,15 @@ var alwaysDeny = netcontract.AlwaysDeny()
 // metadataHosts are the cloud metadata names the DNS filter never resolves.
 var metadataHosts = []string{"metadata.google.internal"}
 
-// exceptWithin returns the always-denied ranges strictly inside p (NetworkPolicy's except must be).
+// exceptWithin returns the always-denied ranges strictly inside p and of its family, as the API server
+// requires of an ipBlock's except. IPv4-mapped IPv6 ranges (::ffff:0:0/96) are never written: Kubernetes
+// reads them as IPv4 (Go's net.IPNet.Contains does), so they are no strict subset of any IPv6 block and the
+// API server refuses the policy. Nothing is lost: a pod's packets never carry an IPv4-mapped destination on
+// the wire (the kernel sends them as IPv4, where the IPv4 excepts hold).
 func exceptWithin(p netip.Prefix, exceptions []netip.Prefix) []string {
 	var out []string
 	for _, d := range alwaysDeny {
-		if d.Addr().Is4() != p.Addr().Is4() || d.Bits() <= p.Bits() || !p.Contains(d.Addr()) || contains(exceptions, d) {
+		if !sameFamily(d, p) || d.Bits() <= p.Bits() || !p.Contains(d.Addr()) || contains(exceptions, d) {
 			continue
 		}
 		if coveredByEarlier(out, d) {
@@ -57,4 +61,13 @@ func insideAlwaysDeny(p netip.Prefix, exceptions []netip.Prefix) bool {
 		}
 	}
 	return false
+}
+
+// sameFamily reports whether both prefixes are plain IPv4 or both plain IPv6; an IPv4-mapped IPv6
+// prefix is neither.
+func sameFamily(a, b netip.Prefix) bool {
+	if a.Addr().Is4In6() || b.Addr().Is4In6() {
+		return false
+	}
+	return a.Addr().Is4() == b.Addr().Is4()
 }

@@ -170,11 +170,11 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunIn
 // summary is the text content for clients that read no structured content.
 func summary(o *RunOutput) string {
 	var b strings.Builder
-	status := fmt.Sprintf("exit %d", o.ExitCode)
-	if o.TimedOut {
-		status = "timed out"
+	verdict := strings.ToUpper(o.Verdict)
+	if o.TimedOut { // never PASS: the run did not finish
+		verdict = "TIMED OUT"
 	}
-	fmt.Fprintf(&b, "sbx %s: %s, %s, profile %s, %.0f ms\n", o.ID, strings.ToUpper(o.Verdict), status, o.Profile, o.Timings.Total)
+	fmt.Fprintf(&b, "sbx %s: %s, exit %d, profile %s, %.0f ms\n", o.ID, verdict, o.ExitCode, o.Profile, o.Timings.Total)
 	for _, v := range o.Violations {
 		fmt.Fprintf(&b, "  violation %s: %s\n", v.Rule, v.Message)
 	}

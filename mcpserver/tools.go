@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -29,13 +30,31 @@ func (s *Server) addTools() {
 		Name: "sbx_get_report",
 		Description: "Return a past sbx_run by id: the same report, stdout and stderr as the call returned. " +
 			"Without an id, list the ids kept (the server keeps the last few runs in memory).",
-		Annotations: readOnly("past sbx report"),
+		Annotations:  readOnly("past sbx report"),
+		OutputSchema: getReportSchema(),
 	}, s.handleGetReport)
 	s.mcp.AddResourceTemplate(&mcp.ResourceTemplate{
 		Name: "sbx-report", Title: "sbx run report", MIMEType: "application/json",
 		URITemplate: reportURIPrefix + "{id}",
 		Description: "The sbx.report/v1 report of a past sbx_run, with its stdout and stderr",
 	}, s.readReport)
+}
+
+// getReportSchema is the output schema of sbx_get_report: one of sbx_run's output (with an id) or the
+// list of ids (without). The top level says "type": "object", as MCP requires of an output schema; the
+// SDK validates every result against it. The two branches exclude each other: each has required fields
+// and no additional properties.
+func getReportSchema() *jsonschema.Schema {
+	run, err := jsonschema.For[RunOutput](nil)
+	if err != nil {
+		panic(fmt.Sprintf("schema of RunOutput: %v", err))
+	}
+	list, err := jsonschema.For[ReportList](nil)
+	if err != nil {
+		panic(fmt.Sprintf("schema of ReportList: %v", err))
+	}
+	return &jsonschema.Schema{Type: "object", OneOf: []*jsonschema.Schema{run, list},
+		Description: "with an id: that run's report, stdout and stderr (as sbx_run returned them); without: the ids kept"}
 }
 
 // handleGetReport returns a RunOutput or, without an id, a ReportList; the output is untyped for that.

@@ -14,7 +14,8 @@ import (
 
 // Compare judges a run: it replaces r.Violations with every broken expectation of exp, found in the
 // observations r already holds, and sets r.Verdict to "violation" when there is one, "pass" otherwise.
-// It checks, in this order: processes left running (unless allowed), listeners not allowed, refused
+// It checks, in this order: the timeout (a run killed by its timeout is a violation: it did not finish,
+// so it cannot pass), processes left running (unless allowed), listeners not allowed, refused
 // network attempts and DNS queries (when they count as violations), writes outside expect.writes and
 // executables outside expect.execs (when those are set), and last each part of the observation that
 // failed (report.Incomplete), whatever the expectations. Each message is one specific line.
@@ -27,6 +28,9 @@ func Compare(exp Expect, r *report.Report) {
 			seen[x] = true
 			v = append(v, x)
 		}
+	}
+	if r.TimedOut {
+		add(report.RuleTimeout, "the timeout fired before the command finished; sbx killed it and everything it started")
 	}
 	if !exp.LeftRunning {
 		for _, p := range r.Processes.LeftRunning {

@@ -263,6 +263,8 @@ func TestCompare(t *testing.T) {
 			{Rule: report.RuleDenied, Message: "tcp to 169.254.169.254:80 denied (3 attempts)"},
 			{Rule: report.RuleDNS, Message: "DNS query for evil.example (A) refused"},
 		}},
+		{name: "a timed-out run never passes", exp: Expect{LeftRunning: true}, setup: func(r *report.Report) { r.TimedOut = true },
+			want: []report.Violation{{Rule: report.RuleTimeout, Message: "the timeout fired before the command finished; sbx killed it and everything it started"}}},
 		{name: "denied network ignored", exp: Expect{}, setup: func(r *report.Report) {
 			r.Network.Denied = []report.Denied{{Proto: "tcp", Address: "10.0.0.1", Port: 80, Count: 1}}
 		}},

@@ -31,6 +31,9 @@ const (
 	// RuleIncomplete: part of the observation failed (see Incomplete and Notes); a run sbx could not
 	// fully observe does not pass.
 	RuleIncomplete = "observe.incomplete"
+	// RuleTimeout: the run's timeout fired and sbx killed the sandbox. A timed-out run is never a pass:
+	// what it would have done next is unknown. (The exit status is still 124, not the violation's.)
+	RuleTimeout = "timeout"
 )
 
 // MaxViolations bounds the violations a report lists (ViolationsTotal counts them all).

@@ -117,6 +117,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		}
 		return nil, err
 	}
+	rep.FillLists() // lists are never null (report contract)
 	return rep, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goio "io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -65,7 +66,7 @@ Examples:
 	c.Flags().SetInterspersed(false)
 	fl := c.Flags()
 	fl.StringVarP(&f.profile, "profile", "p", "default", "profile to apply: a built-in name or a YAML file")
-	fl.StringVar(&f.jsonOut, "json", "", `also write the JSON report to `+"`FILE`"+` ("-" = stdout)`)
+	fl.StringVar(&f.jsonOut, "json", "", `also write the JSON report to `+"`FILE`"+` ("-" = stdout, and the command's stdout goes to stderr)`)
 	fl.Var(&f.format, "format", `what --json writes: sbx (the sbx.report/v1 JSON) or ocsf (OCSF events as JSON lines)`)
 	c.PreRunE = func(*cobra.Command, []string) error { return f.format.check(f.jsonOut) }
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the whole sandbox after this `DURATION` (overrides the profile)")
@@ -94,6 +95,9 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err != nil {
 		return &exitError{code: exitSetup, err: err}
 	}
+	if err := checkBuild(plan); err != nil {
+		return err
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -106,7 +110,7 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 	defer signal.Stop(sigs)
 	opts := runner.Options{
-		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: io.out, Stderr: io.err, Signals: sigs,
+		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: commandStdout(io, f.jsonOut), Stderr: io.err, Signals: sigs,
 		StateRoot: stateRoot(), Changes: f.changes,
 	}
 	restore := wireTerminal(&opts)
@@ -123,6 +127,16 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 		return &exitError{code: exitSetup, err: err}
 	}
 	return &exitError{code: execStatus(rep, f.violationExit)}
+}
+
+// commandStdout is where the command's stdout goes: sbx's stdout, except with --json - (the report
+// owns stdout then, so that "sbx exec --json - -- CMD | jq" reads one JSON document): the command's
+// stdout then goes to sbx's stderr, beside its own stderr.
+func commandStdout(io stdio, jsonOut string) goio.Writer {
+	if jsonOut == "-" {
+		return io.err
+	}
+	return io.out
 }
 
 // execStatus is the exit status of sbx exec: timeout, then violation, then the command's own.

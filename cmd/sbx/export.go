@@ -6,6 +6,7 @@ import (
 	"fmt"
 	goio "io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,6 +34,7 @@ Example:
 type exportKubeFlags struct {
 	profile string
 	out     string
+	jsonOut string
 	allow   []string
 	opts    export.KubeOptions
 }
@@ -60,7 +62,8 @@ Examples:
 	fl := c.Flags()
 	fl.StringVarP(&f.profile, "profile", "p", "default", "profile to translate: a built-in name or a YAML file")
 	fl.StringVarP(&f.out, "output", "o", "-", "write the YAML to `FILE` (\"-\" = stdout)")
-	fl.BoolVar(&f.opts.AgentSandbox, "agent-sandbox", false, "write a SandboxTemplate (extensions.agents.x-k8s.io/v1alpha1) instead of a Pod")
+	fl.StringVar(&f.jsonOut, "json", "", "also write the fidelity report as JSON to `FILE` (\"-\" = stdout, with -o FILE)")
+	fl.BoolVar(&f.opts.AgentSandbox, "agent-sandbox", false, "write a SandboxTemplate (extensions.agents.x-k8s.io/v1beta1) instead of a Pod")
 	fl.StringVar(&f.opts.Image, "image", export.DefaultImage, "container `IMAGE`")
 	fl.StringVar(&f.opts.Name, "name", "", "object `NAME` (default sbx-PROFILE)")
 	fl.StringVarP(&f.opts.Namespace, "namespace", "n", "", "metadata.namespace of every object")
@@ -69,7 +72,19 @@ Examples:
 	return c
 }
 
+// exportFidelity is what export kubernetes --json writes: the profile and the fidelity rows.
+type exportFidelity struct {
+	Profile string          `json:"profile"`
+	SHA256  string          `json:"sha256"`
+	Target  string          `json:"target"`
+	Rows    export.Fidelity `json:"rows"`
+}
+
 func runExportKube(io stdio, f exportKubeFlags) error {
+	if f.jsonOut == "-" && f.out == "-" {
+		return &exitError{code: exitSetup, err: errors.New("--json - and the manifests would share stdout"),
+			hint: "write the manifests to a file: -o sandbox.yaml --json -"}
+	}
 	// No caller environment: only the profile's fixed env.set values are written into the manifests.
 	cwd, _ := os.Getwd()
 	plan, err := compilePlan(f.profile, cwd, nil, policy.Overrides{Allow: f.allow})
@@ -77,6 +92,9 @@ func runExportKube(io stdio, f exportKubeFlags) error {
 		return &exitError{code: exitSetup, err: err}
 	}
 	data, fid, err := export.Kubernetes(plan, f.opts)
+	if errors.Is(err, export.ErrName) {
+		return &exitError{code: exitSetup, err: err, hint: "leave --name out (sbx derives one from the profile) or give a DNS-1123 label, e.g. sbx-my-profile"}
+	}
 	if err != nil {
 		return &exitError{code: exitSetup, err: err}
 	}
@@ -89,7 +107,16 @@ func runExportKube(io stdio, f exportKubeFlags) error {
 		return &exitError{code: exitSetup, err: fmt.Errorf("writing the manifests: %w", err)}
 	}
 	fmt.Fprintf(io.err, "sbx: profile %s (sha256 %.12s) for Kubernetes:\n", plan.Profile, plan.Hash)
-	return fid.Write(io.err)
+	if err := fid.Write(io.err); err != nil {
+		return err
+	}
+	if f.jsonOut == "" {
+		return nil
+	}
+	if fid == nil {
+		fid = export.Fidelity{}
+	}
+	return writeJSON(io.out, f.jsonOut, exportFidelity{Profile: plan.Profile, SHA256: plan.Hash, Target: "kubernetes", Rows: fid})
 }
 
 // Report formats of exec --format: what --json writes.
@@ -97,6 +124,9 @@ const (
 	formatSBX  = "sbx"
 	formatOCSF = "ocsf"
 )
+
+// reportFormats are the values of --format, for its check and its completion.
+var reportFormats = []string{formatSBX, formatOCSF}
 
 // reportFormat is the value of exec --format; Set refuses unknown formats at flag parsing.
 type reportFormat string
@@ -114,7 +144,7 @@ func (f *reportFormat) Set(s string) error {
 		*f = reportFormat(s)
 		return nil
 	}
-	return fmt.Errorf("unknown format %q: want sbx or ocsf", s)
+	return fmt.Errorf("unknown format %q: want %s", s, strings.Join(reportFormats, " or "))
 }
 
 func (f *reportFormat) Type() string { return "FORMAT" }
@@ -131,7 +161,7 @@ func (f reportFormat) check(jsonOut string) error {
 // writeOCSF writes the report as OCSF events, one JSON object a line, to path ("-" = w).
 func writeOCSF(w goio.Writer, path string, rep *report.Report) error {
 	host, _ := os.Hostname()
-	events := ocsf.Convert(rep, ocsf.Options{Time: time.Now(), Hostname: host, Version: version})
+	events := ocsf.Convert(rep, ocsf.Options{Time: time.Now(), Hostname: host, Version: buildVersion()})
 	if path == "-" {
 		return ocsf.WriteLines(w, events)
 	}

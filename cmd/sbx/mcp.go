@@ -75,6 +75,12 @@ Examples:
 }
 
 func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
+	if err := checkBuild(nil); err != nil {
+		return err
+	}
+	if err := checkPrivileges("sbx mcp"); err != nil {
+		return err
+	}
 	if f.http != "" {
 		if err := checkLoopback(f.http, f.anyAddr); err != nil {
 			return err
@@ -92,7 +98,7 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 	}
 	srv, err := mcpserver.New(mcpserver.Config{
 		Workspaces: f.workspaces, Profiles: f.profiles, Cwd: cwd, MaxTimeout: f.maxTimeout, KeepReports: f.keep, OutputCap: f.outputCap,
-		MaxConcurrent: f.concurrency, StateRoot: stateRoot(), Version: version,
+		MaxConcurrent: f.concurrency, StateRoot: stateRoot(), Version: buildVersion(),
 	})
 	if err != nil {
 		return &exitError{code: exitSetup, err: err}

@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sbx-dev/sbx/sandbox"
@@ -148,6 +150,14 @@ func TestMCP(t *testing.T) {
 		}
 	})
 
+	t.Run("a timeout is never a pass", func(t *testing.T) {
+		res, out := callRun(ctx, t, sess, map[string]any{"command": "sleep 30", "timeout_sec": 0.3})
+		text := res.Content[0].(*mcp.TextContent).Text
+		if res.IsError || out["timed_out"] != true || out["verdict"] != "violation" || !strings.Contains(text, "TIMED OUT") || strings.Contains(text, "PASS") {
+			t.Errorf("IsError %v timed_out %v verdict %v text %q, want a violation that says TIMED OUT", res.IsError, out["timed_out"], out["verdict"], text)
+		}
+	})
+
 	t.Run("widening the network is refused", func(t *testing.T) {
 		res, _ := callRun(ctx, t, sess, map[string]any{"command": "true", "network": map[string]any{"allow": []string{"example.com:443"}}})
 		if !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "never widen") {
@@ -160,6 +170,12 @@ func TestMCP(t *testing.T) {
 		if err != nil || res.IsError {
 			t.Fatalf("sbx_get_report %s: %v %v", id, err, res)
 		}
+		checkOutputSchema(ctx, t, sess, "sbx_get_report", res.StructuredContent)
+		list, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "sbx_get_report", Arguments: map[string]any{}})
+		if err != nil || list.IsError {
+			t.Fatalf("sbx_get_report without id: %v %v", err, list)
+		}
+		checkOutputSchema(ctx, t, sess, "sbx_get_report", list.StructuredContent)
 		rr, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: "sbx://reports/" + id})
 		if err != nil || !strings.Contains(rr.Contents[0].Text, `"verdict": "violation"`) {
 			t.Errorf("resource sbx://reports/%s: %v", id, err)
@@ -188,8 +204,42 @@ func checkTools(ctx context.Context, t *testing.T, sess *mcp.ClientSession) {
 			t.Errorf("%s: readOnlyHint %v, want %v", name, got, readOnly)
 		}
 	}
-	if run := tools["sbx_run"]; run != nil && run.OutputSchema == nil {
-		t.Errorf("sbx_run declares no output schema")
+	for _, name := range []string{"sbx_run", "sbx_get_report"} {
+		if tool := tools[name]; tool != nil && tool.OutputSchema == nil {
+			t.Errorf("%s declares no output schema", name)
+		}
+	}
+}
+
+// checkOutputSchema validates a tool's structured content against the output schema the server lists
+// for it, as a client would; the top level must be an object schema (MCP's rule for output schemas).
+func checkOutputSchema(ctx context.Context, t *testing.T, sess *mcp.ClientSession, tool string, content any) {
+	t.Helper()
+	res, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(res.Tools, func(x *mcp.Tool) bool { return x.Name == tool })
+	if i < 0 || res.Tools[i].OutputSchema == nil {
+		t.Fatalf("%s has no output schema", tool)
+	}
+	raw, _ := json.Marshal(res.Tools[i].OutputSchema)
+	var s jsonschema.Schema
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Type != "object" {
+		t.Errorf("%s: output schema type %q, want object", tool, s.Type)
+	}
+	rs, err := s.Resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	data, _ := json.Marshal(content)
+	_ = json.Unmarshal(data, &doc)
+	if err := rs.Validate(doc); err != nil {
+		t.Errorf("%s: structured content does not match its output schema: %v", tool, err)
 	}
 }
 

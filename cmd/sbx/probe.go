@@ -68,6 +68,9 @@ Examples:
   sbx probe --uplink-netns egress --allow 203.0.113.10:443 --json probe.json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if err := checkBuild(nil); err != nil {
+				return err
+			}
 			rep, err := runProbe(c.Context(), f)
 			if err != nil {
 				return &exitError{code: exitSetup, err: err}

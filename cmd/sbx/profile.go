@@ -34,32 +34,58 @@ Examples:
 }
 
 func newProfileListCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List the built-in profiles with what each is for",
-		Args:  cobra.NoArgs,
+	var asJSON bool
+	c := &cobra.Command{
+		Use:     "list",
+		Short:   "List the built-in profiles with what each is for",
+		Example: "  sbx profile list\n  sbx profile list --json | jq -r '.[].name'",
+		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return profileList(c.OutOrStdout())
+			return profileList(c.OutOrStdout(), asJSON)
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, "write a JSON list of {name, description} instead of a table")
+	return c
 }
 
-func profileList(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+// builtinProfile is one entry of profile list --json.
+type builtinProfile struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+}
+
+func builtinProfiles() ([]builtinProfile, error) {
+	out := []builtinProfile{}
 	for _, name := range policy.Builtins() {
 		p, err := policy.Load(name)
 		if err != nil {
-			return fmt.Errorf("built-in profile %s: %w", name, err)
+			return nil, fmt.Errorf("built-in profile %s: %w", name, err)
 		}
-		fmt.Fprintf(tw, "%s\t%s\n", name, p.Description)
+		out = append(out, builtinProfile{Name: name, Description: p.Description})
+	}
+	return out, nil
+}
+
+func profileList(w io.Writer, asJSON bool) error {
+	list, err := builtinProfiles()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(w, "-", list)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, p := range list {
+		fmt.Fprintf(tw, "%s\t%s\n", p.Name, p.Description)
 	}
 	return tw.Flush()
 }
 
 func newProfileShowCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show NAME|FILE",
-		Short: "Print a profile as YAML, resolved through extends",
+		ValidArgsFunction: completeProfileArg,
+		Use:               "show NAME|FILE",
+		Short:             "Print a profile as YAML, resolved through extends",
 		Example: `  sbx profile show default
   sbx profile show ./my-profile.yaml`,
 		Args: cobra.ExactArgs(1),

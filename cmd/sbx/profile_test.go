@@ -33,7 +33,7 @@ func TestProfileValidate(t *testing.T) {
 
 func TestProfileListAndShow(t *testing.T) {
 	var out bytes.Buffer
-	if err := profileList(&out); err != nil {
+	if err := profileList(&out, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"default", "contract", "strict", "python-build", "node-build"} {

@@ -90,13 +90,13 @@ func (rr *renderer) heading(title string) {
 
 func (rr *renderer) verdict(r *report.Report) {
 	verdict := rr.paint(sgrGreen, "PASS")
-	if r.Verdict == report.VerdictViolation {
+	switch {
+	case r.TimedOut: // never PASS: the run did not finish (the report's verdict is violation, rule timeout)
+		verdict = rr.paint(sgrBoldRd, "TIMED OUT")
+	case r.Verdict == report.VerdictViolation:
 		verdict = rr.paint(sgrBoldRd, "VIOLATION")
 	}
 	status := fmt.Sprintf("exit %d", r.ExitCode)
-	if r.TimedOut {
-		status = "timed out"
-	}
 	if r.OOMKilled {
 		status += ", out of memory"
 	}

@@ -30,8 +30,9 @@ const stateRootEnv = "SBX_STATE_ROOT"
 
 func stateRoot() string { return os.Getenv(stateRootEnv) }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=..."; buildVersion falls back to what the
+// Go toolchain recorded.
+var version = ""
 
 // exitError ends the process with a given status after its message (if any) is printed.
 type exitError struct {
@@ -100,8 +101,6 @@ func hintFor(err error) string {
 		return "a path shared with --ro, --rw or filesystem.share must exist on the host"
 	case errors.Is(err, runner.ErrChangesDir):
 		return "give --changes a directory outside every --rw share, e.g. a fresh one under /tmp"
-	case strings.HasPrefix(err.Error(), "unknown command"):
-		return "see 'sbx --help' for the commands"
 	case errors.Is(err, sandbox.ErrNotSupported):
 		return "this kernel lacks a feature the profile requires; see 'Requirements' in README.md"
 	case errors.Is(err, os.ErrPermission), os.Geteuid() != 0 && errors.Is(err, sandbox.ErrSetup):
@@ -124,28 +123,60 @@ Example:
   sbx exec -- sh -c 'python3 -m http.server 8000 & exit 0'`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       version,
+		Version:       buildVersion(),
 	}
 	root.SetIn(io.in)
 	root.SetOut(io.out)
 	root.SetErr(io.err)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &exitError{code: exitSetup, err: err, hint: fmt.Sprintf("see 'sbx %s --help'", c.Name())}
+		return &exitError{code: exitSetup, err: err, hint: fmt.Sprintf("see '%s --help'", c.CommandPath())}
 	})
-	root.AddCommand(newExecCmd(io), newProbeCmd(io), newGCCmd(io), newVersionCmd(io), newProfileCmd(), newMCPCmd(io), newSpecCmd(io), newExportCmd(io))
+	root.AddCommand(newExecCmd(io), newProbeCmd(io), newGCCmd(io), newVersionCmd(io), newProfileCmd(), newMCPCmd(io), newSpecCmd(io),
+		newExportCmd(io), newManCmd(io))
+	groups(root)
+	completions(root)
 	return root
 }
 
-func newVersionCmd(io stdio) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print sbx's version",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			fmt.Fprintf(io.out, "sbx %s\n", version)
-			return nil
-		},
+// groups makes every command that only holds subcommands (sbx, sbx profile, sbx export) refuse an
+// unknown subcommand with exit status 125 and a "did you mean" hint; without arguments it prints its
+// help. (cobra alone prints the help and exits 0 under a group, and folds its suggestion into a
+// multi-line error.)
+func groups(c *cobra.Command) {
+	if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return c.Help()
+			}
+			return unknownCommand(c, args[0])
+		}
 	}
+	for _, sub := range c.Commands() {
+		groups(sub)
+	}
+}
+
+// unknownCommand is the error for a subcommand name that c does not have.
+func unknownCommand(c *cobra.Command, name string) error {
+	err := fmt.Errorf("unknown command %q for %q", name, c.CommandPath())
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2
+	}
+	if s := c.SuggestionsFor(name); len(s) > 0 {
+		for i := range s {
+			s[i] = "'" + c.CommandPath() + " " + s[i] + "'"
+		}
+		return &exitError{code: exitSetup, err: err, hint: "did you mean " + strings.Join(s, " or ") + "?"}
+	}
+	var names []string
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(names, sub.Name())
+		}
+	}
+	return &exitError{code: exitSetup, err: err,
+		hint: fmt.Sprintf("see '%s --help' for the commands: %s", c.CommandPath(), strings.Join(names, ", "))}
 }
 
 func newGCCmd(io stdio) *cobra.Command {

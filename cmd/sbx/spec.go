@@ -121,6 +121,7 @@ func bundleSpec(plan *policy.Plan, rootfs, cwd string, args []string) *specs.Spe
 		sc.Flags = nil
 		s.Linux.Seccomp = &sc
 	}
+	s.Version = ociVersion(s)
 	return s
 }
 
