@@ -63,8 +63,8 @@ func TestDenialsCollect(t *testing.T) {
 	got := c.collect(DenialsScope{HostPids: []int{100, 101, 102, 103}, SandboxPid: map[int]int{100: 1, 101: 2, 102: 3}})
 	want := Denials{Available: true,
 		Seccomp: []SeccompDenial{
-			{Pid: 3, HostPid: 102, Exe: "/usr/bin/unshare", Syscall: "unshare", Action: "errno", Count: 2},
-			{Pid: 0, HostPid: 103, Exe: "/tmp/x", Syscall: "#9999", Action: "kill_process", Count: 1},
+			{Pid: 3, HostPid: 102, Exe: "/usr/bin/unshare", Syscall: "unshare", Action: "errno", Source: SourceAudit, Count: 2},
+			{Pid: 0, HostPid: 103, Exe: "/tmp/x", Syscall: "#9999", Action: "kill_process", Source: SourceAudit, Count: 1},
 		},
 		Landlock: []LandlockDenial{{Pid: 2, HostPid: 101, Exe: "/usr/bin/dash", Access: "fs.make_reg", Path: "/usr", Count: 2}},
 	}

@@ -16,7 +16,9 @@ import (
 // observations r already holds, and sets r.Verdict to "violation" when there is one, "pass" otherwise.
 // It checks, in this order: processes left running (unless allowed), listeners not allowed, refused
 // network attempts and DNS queries (when they count as violations), writes outside expect.writes and
-// executables outside expect.execs (when those are set). Each message is one specific line.
+// executables outside expect.execs (when those are set), and persistence planted or tried (unless
+// allowed; r.Persistence is filled by FindPersistence when the caller has not). Each message is one
+// specific line.
 func Compare(exp Expect, r *report.Report) {
 	var v []report.Violation
 	add := func(rule, format string, args ...any) {
@@ -62,6 +64,7 @@ func Compare(exp Expect, r *report.Report) {
 			}
 		}
 	}
+	persistenceViolations(exp, r, add)
 	if exp.Execs != nil {
 		for _, e := range r.Processes.Execs {
 			if !execAllowed(exp.Execs, e.Exe) {

@@ -24,6 +24,9 @@ const (
 	RuleDenied      = "network.denied"
 	RuleDNS         = "network.dns"
 	RuleFilesWrite  = "files.write"
+	// RulePersistence: a file change or a refused write that would make something run later (cron,
+	// shell start-up files, authorized_keys, ...), unless expect.persistence is allow.
+	RulePersistence = "persistence"
 )
 
 // Report is one run of one command in one sandbox.
@@ -41,7 +44,9 @@ type Report struct {
 	Sockets      Sockets     `json:"sockets"`
 	Network      Network     `json:"network"`
 	Files        Files       `json:"files"`
-	Timings      Timings     `json:"timings_ms"`
+	// Persistence lists the file changes and refused writes that plant a persistence mechanism.
+	Persistence []Persistence `json:"persistence"`
+	Timings     Timings       `json:"timings_ms"`
 	// Denials are the syscalls and accesses the kernel (seccomp, Landlock) reported refusing.
 	Denials observe.Denials `json:"denials"`
 	// Notes say what sbx could not observe in this run ("exec events unavailable: ..."), so that an
@@ -104,6 +109,14 @@ type Files struct {
 	Details []observe.FileChange `json:"details"`
 }
 
+// Persistence is one file change or refused write that would make something run later, outside the
+// run: a cron entry, a shell start-up file, an authorized key, a git hook, ...
+type Persistence struct {
+	Mechanism string `json:"mechanism"` // "cron", "shell start-up file", "ssh authorized_keys", ...
+	Path      string `json:"path"`      // as seen inside the sandbox
+	Change    string `json:"change"`    // created, modified, or refused (a write the sandbox refused)
+}
+
 // Timings are the phases of a run in milliseconds.
 type Timings struct {
 	Setup    float64 `json:"setup"`
@@ -116,17 +129,18 @@ type Timings struct {
 // New returns a report with every list present and empty, so that consumers never see null.
 func New(profile string, command []string) *Report {
 	return &Report{
-		Schema:     Schema,
-		Profile:    profile,
-		Command:    command,
-		Verdict:    VerdictPass,
-		Violations: []Violation{},
-		Processes:  Processes{Execs: []observe.Exec{}, LeftRunning: []observe.Process{}},
-		Sockets:    Sockets{Listening: []observe.Socket{}, Established: []observe.Socket{}},
-		Network:    Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
-		Files:      Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []observe.FileChange{}},
-		Notes:      []string{},
+		Schema:      Schema,
+		Profile:     profile,
+		Command:     command,
+		Verdict:     VerdictPass,
+		Violations:  []Violation{},
+		Processes:   Processes{Execs: []observe.Exec{}, LeftRunning: []observe.Process{}},
+		Sockets:     Sockets{Listening: []observe.Socket{}, Established: []observe.Socket{}},
+		Network:     Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
+		Files:       Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []observe.FileChange{}},
+		Notes:       []string{},
+		Persistence: []Persistence{},
 		Denials: observe.Denials{Reason: "not collected", Seccomp: []observe.SeccompDenial{},
-			Landlock: []observe.LandlockDenial{}},
+			Landlock: []observe.LandlockDenial{}, Writes: []observe.WriteDenial{}, Sources: []observe.DenialSource{}},
 	}
 }

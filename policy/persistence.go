@@ -1,0 +1,210 @@
+package policy
+
+import (
+	"bytes"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/sbx-dev/sbx/report"
+)
+
+// Persistence mechanisms: how a file left behind (or a write tried) would make something run later,
+// outside the run that wrote it. These names are what reports and violations carry.
+const (
+	MechCron         = "cron"
+	MechAt           = "at job"
+	MechSystemd      = "systemd unit"
+	MechShellStartup = "shell start-up file"
+	MechSSHKeys      = "ssh authorized_keys"
+	MechSSHConfig    = "ssh config"
+	MechPreload      = "ld.so preload"
+	MechLinkerConfig = "ld.so config"
+	MechSudoers      = "sudoers"
+	MechRCLocal      = "rc.local"
+	MechInitScript   = "init script"
+	MechUdev         = "udev rule"
+	MechGitHook      = "git hook"
+	MechGitHooksPath = "git core.hooksPath"
+	MechPythonPth    = "python .pth file"
+	MechPythonSite   = "python site customization"
+	MechEnvrc        = "direnv .envrc"
+)
+
+// persistenceRule is one row of the persistence table. A path matches when one of its tests holds:
+// exact is the whole path, under a directory prefix (the path is below it, not the directory itself),
+// prefix a plain string prefix, base the file name, within a directory name anywhere in the path with
+// the file below it, and suffix+within both. contains, when set, must also be in the file's content
+// (when the content cannot be read, the rule does not match).
+type persistenceRule struct {
+	mech     string
+	exact    []string
+	under    []string
+	prefix   []string
+	base     []string
+	within   []string // "/.ssh/" matches any path with that element sequence and a file below
+	suffix   string   // with within: the file name must end so
+	contains string   // lower-case
+}
+
+// persistenceTable is the one table of persistence mechanisms sbx names (documented in the README,
+// section "Persistence"). First match wins, so more specific rows come first.
+var persistenceTable = []persistenceRule{
+	{mech: MechAt, under: []string{"/var/spool/cron/atjobs", "/var/spool/cron/atspool", "/var/spool/at"}},
+	{mech: MechCron, prefix: []string{"/etc/cron", "/etc/anacrontab"}, under: []string{"/var/spool/cron"}},
+	{mech: MechSystemd, under: []string{"/etc/systemd/system", "/etc/systemd/user", "/lib/systemd/system",
+		"/usr/lib/systemd/system", "/lib/systemd/user", "/usr/lib/systemd/user", "/usr/local/lib/systemd/system",
+		"/run/systemd/system", "/etc/systemd/system.conf.d", "/etc/systemd/user.conf.d"},
+		within: []string{"/.config/systemd/user/", "/.local/share/systemd/user/"}},
+	{mech: MechShellStartup, exact: []string{"/etc/profile", "/etc/bash.bashrc", "/etc/environment", "/etc/zshrc",
+		"/etc/zprofile", "/etc/zshenv", "/etc/bash.bash_logout"},
+		under: []string{"/etc/profile.d", "/etc/zsh"},
+		base: []string{".bashrc", ".profile", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc", ".zprofile",
+			".zshenv", ".zlogin", ".zlogout", ".kshrc", ".mkshrc", ".cshrc", ".tcshrc"},
+		within: []string{"/.config/fish/"}},
+	{mech: MechSSHKeys, base: []string{"authorized_keys", "authorized_keys2"}},
+	{mech: MechSSHConfig, within: []string{"/.ssh/"}, exact: []string{"/etc/ssh/sshd_config", "/etc/ssh/ssh_config"},
+		under: []string{"/etc/ssh/sshd_config.d", "/etc/ssh/ssh_config.d"}},
+	{mech: MechPreload, exact: []string{"/etc/ld.so.preload"}},
+	{mech: MechLinkerConfig, exact: []string{"/etc/ld.so.conf"}, under: []string{"/etc/ld.so.conf.d"}},
+	{mech: MechSudoers, exact: []string{"/etc/sudoers"}, under: []string{"/etc/sudoers.d"}},
+	{mech: MechRCLocal, exact: []string{"/etc/rc.local", "/etc/rc.d/rc.local"}},
+	{mech: MechInitScript, under: []string{"/etc/init.d", "/etc/init", "/etc/rc0.d", "/etc/rc1.d", "/etc/rc2.d",
+		"/etc/rc3.d", "/etc/rc4.d", "/etc/rc5.d", "/etc/rc6.d", "/etc/rcS.d"}},
+	{mech: MechUdev, under: []string{"/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d", "/run/udev/rules.d"}},
+	{mech: MechGitHook, within: []string{"/.git/hooks/"}},
+	{mech: MechGitHooksPath, within: []string{"/.git/"}, suffix: "/.git/config", contains: "hookspath"},
+	{mech: MechPythonPth, within: []string{"/site-packages/", "/dist-packages/"}, suffix: ".pth"},
+	{mech: MechPythonSite, base: []string{"sitecustomize.py", "usercustomize.py"},
+		within: []string{"/sitecustomize/", "/usercustomize/"}},
+	{mech: MechEnvrc, base: []string{".envrc"}},
+}
+
+// PersistenceMechanism names the persistence mechanism a sandbox path belongs to, or "" for none.
+// content, when not nil, returns (a bounded prefix of) the file's content for the rules that look at
+// it; a nil content makes those rules never match.
+func PersistenceMechanism(p string, content func() []byte) string {
+	p = path.Clean("/" + p)
+	for _, r := range persistenceTable {
+		if !r.matches(p) {
+			continue
+		}
+		if r.contains != "" {
+			if content == nil || !bytes.Contains(bytes.ToLower(content()), []byte(r.contains)) {
+				continue
+			}
+		}
+		return r.mech
+	}
+	return ""
+}
+
+func (r persistenceRule) matches(p string) bool {
+	if slices.Contains(r.exact, p) {
+		return true
+	}
+	for _, d := range r.under {
+		if strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	for _, pre := range r.prefix {
+		if strings.HasPrefix(p, pre) {
+			return true
+		}
+	}
+	base := path.Base(p)
+	if slices.Contains(r.base, base) {
+		return true
+	}
+	for _, w := range r.within {
+		i := strings.Index(p, w)
+		if i < 0 || len(p) == i+len(w) {
+			continue
+		}
+		if r.suffix == "" || strings.HasSuffix(p, r.suffix) {
+			if r.mech == MechGitHook && strings.HasSuffix(base, ".sample") {
+				continue // git init writes inert *.sample hooks
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// Changes a persistence finding can stem from: the three of files, and a write the sandbox refused.
+const (
+	ChangeCreated  = "created"
+	ChangeModified = "modified"
+	ChangeRefused  = "refused"
+)
+
+// FindPersistence classifies every created or modified file of r and every write the sandbox refused
+// (r.Denials.Writes) and sets r.Persistence. Directories and deletions are not findings: a directory
+// plants nothing by itself, and removing a file makes nothing run. content, when not nil, reads a
+// bounded prefix of a changed file as the sandbox saw it (for rules that look inside, such as
+// core.hooksPath in .git/config).
+func FindPersistence(r *report.Report, content func(path string) []byte) {
+	out := []report.Persistence{}
+	seen := map[report.Persistence]bool{}
+	add := func(p, change string) {
+		var read func() []byte
+		if content != nil && change != ChangeRefused {
+			read = func() []byte { return content(p) }
+		}
+		m := PersistenceMechanism(p, read)
+		f := report.Persistence{Mechanism: m, Path: p, Change: change}
+		if m == "" || seen[f] {
+			return
+		}
+		seen[f] = true
+		out = append(out, f)
+	}
+	dirs := map[string]bool{}
+	for _, d := range r.Files.Details {
+		if d.Kind == "dir" {
+			dirs[d.Path] = true
+		}
+	}
+	for _, c := range []struct {
+		change string
+		paths  []string
+	}{{ChangeCreated, r.Files.Created}, {ChangeModified, r.Files.Modified}} {
+		for _, p := range c.paths {
+			if !dirs[p] {
+				add(p, c.change)
+			}
+		}
+	}
+	for _, w := range r.Denials.Writes {
+		add(w.Path, ChangeRefused)
+	}
+	r.Persistence = out
+}
+
+// persistenceViolations adds one violation per finding unless the profile allows persistence.
+func persistenceViolations(exp Expect, r *report.Report, add func(rule, format string, args ...any)) {
+	if len(r.Persistence) == 0 {
+		FindPersistence(r, nil)
+	}
+	if exp.PersistenceAllowed {
+		return
+	}
+	for _, f := range r.Persistence {
+		verb := f.Change
+		if f.Change == ChangeRefused {
+			verb = "write refused, tried"
+		}
+		add(report.RulePersistence, "%s: %s %s", f.Mechanism, f.Path, verb)
+	}
+}
+
+// compileRecord says what the sandbox records of refused syscalls and writes (both on by default).
+func compileRecord(q *Profile) Record {
+	var r Record
+	if q.Syscalls.Record == nil || *q.Syscalls.Record {
+		r.Syscalls = denyList(q.Syscalls)
+	}
+	r.Writes = q.Filesystem.RecordWrites == nil || *q.Filesystem.RecordWrites
+	return r
+}
