@@ -80,10 +80,10 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		return nil, err
 	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
-	r := &run{opts: o, sb: sb, rep: rep, events: events}
-	denials := observe.StartDenials() // kernel-reported denials: observe/denials.go
+	// kernel-reported denials (observe/denials.go), merged with sbx's own records by judge (record.go)
+	r := &run{opts: o, sb: sb, rep: rep, events: events, denials: observe.StartDenials()}
 	err = r.execute(ctx, t0)
-	rep.Denials = denials.Stop(observe.ScopeOf(sb.InitPid(), events, rep.Processes.Execs, rep.Processes.LeftRunning))
+	r.denials.Stop(observe.DenialsScope{}) // ends the collection when the run failed before judge
 	t3 := time.Now()
 	if derr := sb.Destroy(); derr != nil {
 		err = errors.Join(err, fmt.Errorf("tearing down: %w", derr))
@@ -102,6 +102,7 @@ type run struct {
 	rep         *report.Report
 	filesBefore []*observe.FileChanges // one per sandbox.Layers entry
 	events      *observe.Events
+	denials     *observe.DenialsCollector
 }
 
 func (r *run) execute(ctx context.Context, t0 time.Time) error {
@@ -159,7 +160,7 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	if err := r.observeAfterward(cmd.Pid); err != nil {
 		return err
 	}
-	policy.Compare(r.opts.Plan.Expect, r.rep)
+	r.judge()
 	r.rep.Timings.Observe = ms(time.Since(t2))
 	return nil
 }
