@@ -71,7 +71,7 @@ type Sandbox struct {
 	ctlMu     sync.Mutex
 	ctlIn     *bufio.Reader
 	console   *os.File
-	pidfd     int // the command's, once started; 0 = none
+	pidfd     int             // the command's, once started; 0 = none
 	notify    *notifyListener // seccomp notifications (seccompnotify.go); nil when nothing is recorded
 }
 
