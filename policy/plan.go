@@ -102,7 +102,7 @@ type Record struct {
 	// Syscalls are the deny-list syscalls to record; each is still refused with the profile's errno.
 	// Empty: the deny list stays a plain errno rule.
 	Syscalls []string
-	// Writes records opens for writing (and mkdir, rename, link, symlink, unlink) whose path lies
+	// Writes records opens for writing (and mkdir, mknod, rename, link, symlink) whose path lies
 	// outside the Landlock write paths; they are let through to the kernel, which refuses them.
 	Writes bool
 }

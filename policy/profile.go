@@ -29,7 +29,7 @@ type FilesystemConfig struct {
 	Share    []ShareConfig `yaml:"share,omitempty" doc:"host paths bind-mounted into the sandbox"`
 	Landlock LandlockMode  `yaml:"landlock,omitempty" doc:"required (default: fail when Landlock cannot be applied) or degrade (run without it)"`
 	// RecordWrites: see Plan.Record.Writes.
-	RecordWrites *bool `yaml:"record_writes,omitempty" doc:"record each open for writing, mkdir, rename, link or unlink outside write paths (refused by Landlock) in the report's denials; default true"`
+	RecordWrites *bool `yaml:"record_writes,omitempty" doc:"record each open for writing, mkdir, mknod, rename, link or symlink outside the write paths (refused by Landlock) in the report's denials; default true"`
 }
 
 // ShareConfig is one host path made visible inside the sandbox.
