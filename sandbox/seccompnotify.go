@@ -308,12 +308,19 @@ type seccompNotifResp struct {
 	Flags uint32
 }
 
+// notifIoctl makes one of the notification ioctls, again when a signal interrupted it (the Go runtime
+// preempts goroutines with signals): an answer lost to EINTR would leave its process waiting forever.
 func notifIoctl(fd int, req uint, p unsafe.Pointer) error {
-	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(p))
-	if e != 0 {
+	for {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(p))
+		switch e {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		}
 		return e
 	}
-	return nil
 }
 
 // handle receives one notification and answers it. The poll said one is pending, so the receive does
