@@ -466,6 +466,9 @@ func MergeDenials(own, audit Denials) Denials {
 	if out.Writes == nil {
 		out.Writes = []WriteDenial{}
 	}
+	if out.Sources == nil {
+		out.Sources = []DenialSource{}
+	}
 	return out
 }
 
