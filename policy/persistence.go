@@ -176,8 +176,14 @@ func FindPersistence(r *report.Report, content func(path string) []byte) {
 			}
 		}
 	}
+	changed := map[string]bool{}
+	for _, p := range slices.Concat(r.Files.Created, r.Files.Modified) {
+		changed[p] = true
+	}
 	for _, w := range r.Denials.Writes {
-		add(w.Path, ChangeRefused)
+		if !changed[w.Path] { // a write that landed after all (Landlock degraded) is listed as the change
+			add(w.Path, ChangeRefused)
+		}
 	}
 	r.Persistence = out
 }

@@ -79,7 +79,8 @@ func TestComparePersistence(t *testing.T) {
 		r.Files.Created = []string{"/tmp/.ssh", "/tmp/.ssh/authorized_keys", "/tmp/notes.txt"}
 		r.Files.Modified = []string{"/tmp/.bashrc"}
 		r.Files.Details = []observe.FileChange{{Path: "/tmp/.ssh", Change: "created", Kind: "dir"}}
-		r.Denials.Writes = []observe.WriteDenial{{Path: "/etc/cron.d/x", Syscall: "openat"}, {Path: "/etc/passwd", Syscall: "openat"}}
+		r.Denials.Writes = []observe.WriteDenial{{Path: "/etc/cron.d/x", Syscall: "openat"}, {Path: "/etc/passwd", Syscall: "openat"},
+			{Path: "/tmp/.bashrc", Syscall: "openat"}} // landed after all: listed once, as modified
 		return r
 	}
 	want := []report.Persistence{
