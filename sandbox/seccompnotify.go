@@ -239,6 +239,9 @@ func (l *notifyListener) serve() {
 	if err != nil {
 		return
 	}
+	// The notifying task hands its CPU straight to this listener and back (kernel 6.6+; an older
+	// kernel refuses the flag and wakes the listener the ordinary way).
+	_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(l.wake[0]), Events: unix.POLLIN}}
 	for {
 		if _, err := unix.Poll(fds, -1); err != nil {
