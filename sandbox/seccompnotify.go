@@ -45,8 +45,12 @@ import (
 // notifySocket is the listener's socket in the run dir.
 const notifySocket = "seccomp.sock"
 
-// maxNotifyKeys bounds the distinct records kept, whatever the command floods the listener with.
-const maxNotifyKeys = 4096
+// maxNotifyKeys and maxNotifyBytes bound the distinct records kept and the bytes of their strings
+// (paths may be PATH_MAX long), whatever the command floods the listener with.
+const (
+	maxNotifyKeys  = 4096
+	maxNotifyBytes = 1 << 20
+)
 
 // writeSyscall says where a write syscall keeps its path(s): pairs of (dirfd argument or -1, path
 // argument), and its flags argument (-1 = none).
@@ -161,6 +165,7 @@ type notifyListener struct {
 	written map[notifyKey]int
 	order   []notifyKey
 	lost    int
+	bytes   int // of the strings of the kept records
 }
 
 type notifyKey struct {
@@ -388,18 +393,24 @@ func (l *notifyListener) record(fd int, req *seccompNotif, write bool, name, det
 	if notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
 		return
 	}
-	k := notifyKey{pid: tgid, nsPid: nsPid, exe: exe, syscall: name, detail: detail, flags: flags, write: write}
+	l.keep(notifyKey{pid: tgid, nsPid: nsPid, exe: exe, syscall: name, detail: detail, flags: flags, write: write})
+}
+
+// keep counts one record, within the bounds.
+func (l *notifyListener) keep(k notifyKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.seccomp
-	if write {
+	if k.write {
 		m = l.written
 	}
 	if _, ok := m[k]; !ok {
-		if len(l.order) >= maxNotifyKeys {
+		size := len(k.exe) + len(k.detail) + len(k.flags)
+		if len(l.order) >= maxNotifyKeys || l.bytes+size > maxNotifyBytes {
 			l.lost++
 			return
 		}
+		l.bytes += size
 		l.order = append(l.order, k)
 	}
 	m[k]++
@@ -486,7 +497,7 @@ func (l *notifyListener) records(rec policy.Record) observe.Denials {
 		reason = "the sandbox never sent its seccomp notification fd"
 	}
 	if l.lost > 0 {
-		reason = fmt.Sprintf("%d distinct records over the bound of %d dropped", l.lost, maxNotifyKeys)
+		reason = fmt.Sprintf("%d distinct records over the bound (%d records, %d bytes) dropped", l.lost, maxNotifyKeys, maxNotifyBytes)
 	}
 	for _, k := range l.order {
 		if k.write {

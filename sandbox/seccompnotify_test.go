@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -140,5 +142,23 @@ func TestWritable(t *testing.T) {
 		if got := l.writable(p); got != want {
 			t.Errorf("writable(%q) = %v, want %v", p, got, want)
 		}
+	}
+}
+
+// TestNotifyBounds: a command flooding distinct refusals costs sbx a bounded amount of memory, and the
+// report says records were dropped.
+func TestNotifyBounds(t *testing.T) {
+	l := &notifyListener{fd: 3, seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
+	long := strings.Repeat("x", 4000)
+	for i := range 2000 {
+		l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/" + long + strconv.Itoa(i), write: true})
+	}
+	l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/" + long + "0", write: true}) // counted again
+	d := l.records(policy.Record{Writes: true})
+	if l.bytes > maxNotifyBytes || len(d.Writes) == 0 || len(d.Writes) >= 2000 {
+		t.Fatalf("%d bytes, %d writes kept", l.bytes, len(d.Writes))
+	}
+	if d.Writes[0].Count != 2 || !strings.Contains(d.Sources[0].Reason, "dropped") {
+		t.Errorf("first count %d, sources %+v", d.Writes[0].Count, d.Sources)
 	}
 }
