@@ -44,6 +44,7 @@ type persistenceRule struct {
 	base    []string
 	within  []string // "/.ssh/" matches any path with that element sequence and a file below
 	suffix  string   // with within: the file name must end so
+	ends    []string // "/.ssh/config" matches any path that ends so
 	inspect func(content []byte) bool
 	unknown bool
 }
@@ -64,7 +65,10 @@ var persistenceTable = []persistenceRule{
 			".zshenv", ".zlogin", ".zlogout", ".kshrc", ".mkshrc", ".cshrc", ".tcshrc"},
 		within: []string{"/.config/fish/"}},
 	{mech: MechSSHKeys, base: []string{"authorized_keys", "authorized_keys2"}},
-	{mech: MechSSHConfig, within: []string{"/.ssh/"}, exact: []string{"/etc/ssh/sshd_config", "/etc/ssh/ssh_config"},
+	// The files of ssh that run commands (ProxyCommand, LocalCommand, rc) or set a login's environment;
+	// known_hosts and keys run nothing.
+	{mech: MechSSHConfig, ends: []string{"/.ssh/config", "/.ssh/rc", "/.ssh/environment"},
+		exact: []string{"/etc/ssh/sshd_config", "/etc/ssh/ssh_config", "/etc/ssh/sshrc"},
 		under: []string{"/etc/ssh/sshd_config.d", "/etc/ssh/ssh_config.d"}},
 	{mech: MechPreload, exact: []string{"/etc/ld.so.preload"}},
 	{mech: MechLinkerConfig, exact: []string{"/etc/ld.so.conf"}, under: []string{"/etc/ld.so.conf.d"}},
@@ -141,6 +145,11 @@ func (r persistenceRule) matches(p string) bool {
 	base := path.Base(p)
 	if slices.Contains(r.base, base) {
 		return true
+	}
+	for _, e := range r.ends {
+		if strings.HasSuffix(p, e) {
+			return true
+		}
 	}
 	for _, w := range r.within {
 		i := strings.Index(p, w)
