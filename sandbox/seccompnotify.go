@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -103,22 +104,11 @@ func notifySeccomp(sc *specs.LinuxSeccomp, rec policy.Record, listenerPath strin
 			out.Syscalls = append(out.Syscalls, r)
 		}
 	}
-	for name := range writes {
-		ws := writeSyscalls[name]
-		if ws.flags < 0 {
+	for _, name := range slices.Sorted(maps.Keys(writes)) {
+		if ws := writeSyscalls[name]; ws.flags >= 0 {
+			out.Syscalls = append(out.Syscalls, openRules(name, uint(ws.flags))...)
+		} else {
 			notify = append(notify, name)
-			continue
-		}
-		idx := uint(ws.flags)
-		// Reads stay on the plain path: allowed when no write flag is set, notified otherwise.
-		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: []string{name}, Action: specs.ActAllow,
-			Args: []specs.LinuxSeccompArg{{Index: idx, Value: openWriteFlags, ValueTwo: 0, Op: specs.OpMaskedEqual}}})
-		for _, a := range []struct{ mask, val uint64 }{
-			{unix.O_ACCMODE, unix.O_WRONLY}, {unix.O_ACCMODE, unix.O_RDWR}, {unix.O_ACCMODE, unix.O_ACCMODE},
-			{unix.O_CREAT, unix.O_CREAT}, {unix.O_TRUNC, unix.O_TRUNC},
-		} {
-			out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: []string{name}, Action: specs.ActNotify,
-				Args: []specs.LinuxSeccompArg{{Index: idx, Value: a.mask, ValueTwo: a.val, Op: specs.OpMaskedEqual}}})
 		}
 	}
 	if len(notify) > 0 {
@@ -126,6 +116,22 @@ func notifySeccomp(sc *specs.LinuxSeccomp, rec policy.Record, listenerPath strin
 		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: notify, Action: specs.ActNotify})
 	}
 	return &out
+}
+
+// openRules split an open syscall on its flags argument: without a write flag it stays a plain ALLOW
+// (reads keep the hot path); with one it notifies. Seccomp compares each argument on its own, so each
+// write flag is a rule of its own.
+func openRules(name string, idx uint) []specs.LinuxSyscall {
+	rules := []specs.LinuxSyscall{{Names: []string{name}, Action: specs.ActAllow,
+		Args: []specs.LinuxSeccompArg{{Index: idx, Value: openWriteFlags, ValueTwo: 0, Op: specs.OpMaskedEqual}}}}
+	for _, a := range []struct{ mask, val uint64 }{
+		{unix.O_ACCMODE, unix.O_WRONLY}, {unix.O_ACCMODE, unix.O_RDWR}, {unix.O_ACCMODE, unix.O_ACCMODE},
+		{unix.O_CREAT, unix.O_CREAT}, {unix.O_TRUNC, unix.O_TRUNC},
+	} {
+		rules = append(rules, specs.LinuxSyscall{Names: []string{name}, Action: specs.ActNotify,
+			Args: []specs.LinuxSeccompArg{{Index: idx, Value: a.mask, ValueTwo: a.val, Op: specs.OpMaskedEqual}}})
+	}
+	return rules
 }
 
 // allowedPlainly says whether sc allows name in one rule without argument checks, and names it nowhere
