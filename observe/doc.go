@@ -15,6 +15,9 @@
 //     connector, filtered to the sandbox's fork tree.
 //   - [Changes], [DiffChanges] and [CopyChanges]: files created, modified and deleted, from the overlay's
 //     upper layer.
+//   - [StartDenials] and [DenialsCollector.Stop]: what the kernel's audit records say the sandbox was
+//     refused; [MergeDenials] lays them under what sbx recorded itself (package sandbox's seccomp
+//     notification listener), without duplicates.
 //
 // # Limits
 //
