@@ -73,6 +73,7 @@ type Sandbox struct {
 	console   *os.File
 	pidfd     int             // the command's, once started; 0 = none
 	notify    *notifyListener // seccomp notifications (seccompnotify.go); nil when nothing is recorded
+	notifyOff string          // why the plan's recording could not be set up, for the report
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the

@@ -516,11 +516,11 @@ func (l *notifyListener) records(rec policy.Record) observe.Denials {
 	}
 	if len(rec.Syscalls) > 0 {
 		d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceSeccompNotify, Recorded: recording,
-			Covers: "the deny list's syscalls (" + strconv.Itoa(len(rec.Syscalls)) + "), with decoded arguments", Reason: reason})
+			Covers: coversSyscalls, Reason: reason})
 	}
 	if rec.Writes {
 		d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceWriteNotify, Recorded: recording,
-			Covers: "opens for writing, creat, mkdir, mknod, rename, link and symlink outside the write paths", Reason: reason})
+			Covers: coversWrites, Reason: reason})
 	}
 	d.Available = recording
 	return d
@@ -548,6 +548,11 @@ func (s *Sandbox) startNotify() error {
 	if plan.Seccomp == nil || (len(plan.Record.Syscalls) == 0 && !plan.Record.Writes) {
 		return nil
 	}
+	if api, _ := libseccomp.GetAPI(); api < 6 {
+		// Recording is no enforcement: without it the deny list still refuses, as a plain errno rule.
+		s.notifyOff = fmt.Sprintf("seccomp user notification needs libseccomp 2.5 and Linux 5.7 (libseccomp API 6, this one has %d)", api)
+		return nil
+	}
 	l, err := startNotify(s.run.dir, plan.Seccomp, plan.Record, s.writePaths())
 	if err != nil {
 		return err
@@ -557,12 +562,28 @@ func (s *Sandbox) startNotify() error {
 }
 
 // Denials returns what sbx recorded itself of what the sandbox refused so far (seccomp-notify and
-// write-notify); Available is false when it records nothing (the profile turned it off, or the
-// sandbox has no seccomp filter).
+// write-notify); Available is false when it records nothing (the profile turned it off, the sandbox
+// has no seccomp filter, or libseccomp is too old: then Sources say so).
 func (s *Sandbox) Denials() observe.Denials {
-	if s.notify == nil {
-		return observe.Denials{Seccomp: []observe.SeccompDenial{}, Landlock: []observe.LandlockDenial{},
-			Writes: []observe.WriteDenial{}, Sources: []observe.DenialSource{}}
+	if s.notify != nil {
+		return s.notify.records(s.cfg.Plan.Record)
 	}
-	return s.notify.records(s.cfg.Plan.Record)
+	d := observe.Denials{Seccomp: []observe.SeccompDenial{}, Landlock: []observe.LandlockDenial{},
+		Writes: []observe.WriteDenial{}, Sources: []observe.DenialSource{}}
+	if s.notifyOff != "" {
+		rec := s.cfg.Plan.Record
+		if len(rec.Syscalls) > 0 {
+			d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceSeccompNotify, Covers: coversSyscalls, Reason: s.notifyOff})
+		}
+		if rec.Writes {
+			d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceWriteNotify, Covers: coversWrites, Reason: s.notifyOff})
+		}
+	}
+	return d
 }
+
+// What the two sources of sbx's own recording cover.
+const (
+	coversSyscalls = "the deny list's syscalls, with decoded arguments"
+	coversWrites   = "opens for writing, creat, mkdir, mknod, rename, link and symlink outside the write paths"
+)
