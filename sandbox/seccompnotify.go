@@ -273,12 +273,40 @@ func (l *notifyListener) serve() {
 }
 
 // receive accepts runc's connection and takes the container's state and the notification fd.
+// libcontainer runs in sbx's own process: a connection from any other process is dropped (the run dir
+// is sbx's alone, so this is a second lock on the door).
 func (l *notifyListener) receive() (int, int, error) {
-	conn, err := l.ln.AcceptUnix()
-	if err != nil {
-		return -1, 0, fmt.Errorf("waiting for the seccomp notification fd: %w", err)
+	for range 16 {
+		conn, err := l.ln.AcceptUnix()
+		if err != nil {
+			return -1, 0, fmt.Errorf("waiting for the seccomp notification fd: %w", err)
+		}
+		if peerPid(conn) != os.Getpid() {
+			conn.Close()
+			continue
+		}
+		defer conn.Close()
+		return l.receiveFrom(conn)
 	}
-	defer conn.Close()
+	return -1, 0, errors.New("waiting for the seccomp notification fd: too many connections from other processes")
+}
+
+// peerPid is the pid of the process at the other end of a unix connection, 0 when unknown.
+func peerPid(conn *net.UnixConn) int {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) { cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cred == nil {
+		return 0
+	}
+	return int(cred.Pid)
+}
+
+// receiveFrom reads runc's message: the container's state as JSON, with the notification fd.
+func (l *notifyListener) receiveFrom(conn *net.UnixConn) (int, int, error) {
 	buf := make([]byte, 1<<16)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
