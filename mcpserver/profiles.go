@@ -196,5 +196,8 @@ func explainExpect(e policy.Expect) []string {
 	if e.Execs != nil {
 		out = append(out, "expect: only these executables run: "+strings.Join(e.Execs, ", "))
 	}
+	if !e.PersistenceAllowed {
+		out = append(out, "expect: planting persistence (cron, shell start-up files, authorized_keys, git hooks, ...) is a violation, even when refused")
+	}
 	return out
 }

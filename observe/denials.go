@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,10 +20,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Denials is what the kernel refused the sandbox's processes, as it reported it through audit: syscalls
-// refused by the seccomp filter and accesses refused by Landlock. When the kernel cannot report them,
-// Available is false and Reason says why, so that an empty list is never mistaken for "nothing denied".
-// Reason may also be set when only one of the two is reported.
+// Denials is what the sandbox refused its processes, from two kinds of source: sbx's own recording
+// (seccomp user notification of the deny list, and writes outside the write paths; see
+// sandbox/seccompnotify.go) and the kernel's audit records (syscalls refused by the seccomp filter and
+// accesses refused by Landlock), merged without duplicates. Sources says per source what was recorded
+// and what could not be. When no source records anything, Available is false and Reason says why, so
+// that an empty list is never mistaken for "nothing denied". Reason may also be set when only part is
+// reported.
 type Denials struct {
 	Available bool   `json:"available"`
 	Reason    string `json:"reason,omitempty"`
@@ -30,15 +34,47 @@ type Denials struct {
 	Lost     int              `json:"lost,omitempty"`
 	Seccomp  []SeccompDenial  `json:"seccomp"`
 	Landlock []LandlockDenial `json:"landlock"`
+	// Writes are writes outside the profile's write paths that sbx recorded (refused by Landlock).
+	Writes  []WriteDenial  `json:"writes"`
+	Sources []DenialSource `json:"sources"`
+}
+
+// Names of the sources of denials.
+const (
+	SourceSeccompNotify = "seccomp-notify" // sbx answers the deny list's syscalls itself
+	SourceWriteNotify   = "write-notify"   // sbx sees each write outside the write paths
+	SourceAudit         = "audit"          // the kernel's audit records
+)
+
+// DenialSource says what one source recorded, or why it could not.
+type DenialSource struct {
+	Name     string `json:"name"`             // SourceSeccompNotify, SourceWriteNotify or SourceAudit
+	Recorded bool   `json:"recorded"`         // the source recorded this run
+	Covers   string `json:"covers"`           // what it records
+	Reason   string `json:"reason,omitempty"` // why it did not record, or what it missed
 }
 
 // SeccompDenial is one syscall the filter refused a process, with how many times.
 type SeccompDenial struct {
 	Pid     int    `json:"pid"`      // pid inside the sandbox, 0 when unknown
-	HostPid int    `json:"host_pid"` // pid in the host's pid namespace, as audit reports it
+	HostPid int    `json:"host_pid"` // pid in the host's pid namespace
 	Exe     string `json:"exe"`
-	Syscall string `json:"syscall"` // name, or "#N" when the number is unknown
-	Action  string `json:"action"`  // errno, kill_process, kill_thread, trap, log, ...
+	Syscall string `json:"syscall"`        // name, or "#N" when the number is unknown
+	Args    string `json:"args,omitempty"` // decoded arguments (seccomp-notify only), e.g. "CLONE_NEWUSER"
+	Action  string `json:"action"`         // errno, kill_process, kill_thread, trap, log, ...
+	Source  string `json:"source"`         // SourceSeccompNotify or SourceAudit
+	Count   int    `json:"count"`
+}
+
+// WriteDenial is one write outside the write paths, with how many times: an open for writing, mkdir,
+// rename, link, symlink or unlink whose path Landlock refuses.
+type WriteDenial struct {
+	Pid     int    `json:"pid"`      // pid inside the sandbox, 0 when unknown
+	HostPid int    `json:"host_pid"` // pid in the host's pid namespace
+	Exe     string `json:"exe"`
+	Syscall string `json:"syscall"` // openat, mkdir, renameat2, ...
+	Path    string `json:"path"`    // absolute, cleaned, as seen inside the sandbox
+	Flags   string `json:"flags,omitempty"`
 	Count   int    `json:"count"`
 }
 
@@ -369,13 +405,76 @@ func (e *Events) tree(root int) []int {
 // denials of the processes in scope. The marker is an AUDIT_TRUSTED_APP record, so a host that runs
 // auditd keeps one "sbx-denials-end=..." line per run in its log.
 func (c *DenialsCollector) Stop(scope DenialsScope) Denials {
-	d := Denials{Seccomp: []SeccompDenial{}, Landlock: []LandlockDenial{}}
+	d := Denials{Seccomp: []SeccompDenial{}, Landlock: []LandlockDenial{}, Writes: []WriteDenial{}}
 	if c.reason != nil {
 		d.Reason = strings.TrimPrefix(c.reason.Error(), ErrAuditUnavailable.Error()+": ")
+		d.Sources = []DenialSource{{Name: SourceAudit, Covers: auditCovers, Reason: d.Reason}}
 		return d
 	}
 	c.stopped.Do(c.stop)
-	return c.collect(scope)
+	d = c.collect(scope)
+	d.Writes = []WriteDenial{}
+	d.Sources = []DenialSource{{Name: SourceAudit, Recorded: true, Covers: auditCovers, Reason: d.Reason}}
+	return d
+}
+
+const auditCovers = "syscalls the seccomp filter refused, accesses Landlock refused"
+
+// MergeDenials merges what sbx recorded itself (own: seccomp-notify and write-notify; its Available
+// says whether either recorded) with the kernel's audit records. An audit record that one of sbx's
+// records already holds is dropped: seccomp refusals that went through user notification (action
+// user_notif, or the same process and syscall), and Landlock refusals of a write sbx recorded (the same
+// process and path, or its parent directory, which Landlock names for a refused create).
+func MergeDenials(own, audit Denials) Denials {
+	out := Denials{Available: own.Available || audit.Available, Lost: audit.Lost, Seccomp: slices.Clone(own.Seccomp),
+		Landlock: []LandlockDenial{}, Writes: slices.Clone(own.Writes),
+		Sources: slices.Concat(own.Sources, audit.Sources)}
+	type call struct {
+		pid  int
+		name string
+	}
+	notified := map[call]bool{}
+	for _, s := range own.Seccomp {
+		notified[call{s.HostPid, s.Syscall}] = true
+	}
+	for _, s := range audit.Seccomp {
+		if s.Action == "user_notif" || notified[call{s.HostPid, s.Syscall}] {
+			continue
+		}
+		out.Seccomp = append(out.Seccomp, s)
+	}
+	written := map[call]bool{}
+	for _, w := range own.Writes {
+		written[call{w.HostPid, w.Path}] = true
+		written[call{w.HostPid, path.Dir(w.Path)}] = true
+	}
+	for _, l := range audit.Landlock {
+		if len(own.Writes) > 0 && written[call{l.HostPid, l.Path}] {
+			continue
+		}
+		out.Landlock = append(out.Landlock, l)
+	}
+	var reasons []string
+	for _, s := range out.Sources {
+		if s.Reason != "" && (!out.Available || s.Recorded) {
+			reasons = append(reasons, s.Reason)
+		}
+	}
+	if !out.Available {
+		out.Reason = audit.Reason
+	} else if len(reasons) > 0 {
+		out.Reason = strings.Join(reasons, "; ")
+	}
+	if out.Seccomp == nil {
+		out.Seccomp = []SeccompDenial{}
+	}
+	if out.Writes == nil {
+		out.Writes = []WriteDenial{}
+	}
+	if out.Sources == nil {
+		out.Sources = []DenialSource{}
+	}
+	return out
 }
 
 // collect filters and counts what was recorded.
@@ -433,7 +532,7 @@ func (c *DenialsCollector) seccompDenials(in map[int]bool, sandboxPid map[int]in
 		if ignoredSeccomp(name, k.code) {
 			continue
 		}
-		out = append(out, SeccompDenial{Pid: sandboxPid[k.pid], HostPid: k.pid, Exe: k.exe, Syscall: name,
+		out = append(out, SeccompDenial{Pid: sandboxPid[k.pid], HostPid: k.pid, Exe: k.exe, Syscall: name, Source: SourceAudit,
 			Action: seccompAction(k.code), Count: n})
 	}
 	slices.SortFunc(out, func(a, b SeccompDenial) int {

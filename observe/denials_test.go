@@ -63,8 +63,8 @@ func TestDenialsCollect(t *testing.T) {
 	got := c.collect(DenialsScope{HostPids: []int{100, 101, 102, 103}, SandboxPid: map[int]int{100: 1, 101: 2, 102: 3}})
 	want := Denials{Available: true,
 		Seccomp: []SeccompDenial{
-			{Pid: 3, HostPid: 102, Exe: "/usr/bin/unshare", Syscall: "unshare", Action: "errno", Count: 2},
-			{Pid: 0, HostPid: 103, Exe: "/tmp/x", Syscall: "#9999", Action: "kill_process", Count: 1},
+			{Pid: 3, HostPid: 102, Exe: "/usr/bin/unshare", Syscall: "unshare", Action: "errno", Source: SourceAudit, Count: 2},
+			{Pid: 0, HostPid: 103, Exe: "/tmp/x", Syscall: "#9999", Action: "kill_process", Source: SourceAudit, Count: 1},
 		},
 		Landlock: []LandlockDenial{{Pid: 2, HostPid: 101, Exe: "/usr/bin/dash", Access: "fs.make_reg", Path: "/usr", Count: 2}},
 	}
@@ -118,5 +118,53 @@ func TestStartDenialsStatesReason(t *testing.T) {
 func BenchmarkDenialsStartStop(b *testing.B) {
 	for b.Loop() {
 		StartDenials().Stop(DenialsScope{HostPids: []int{1}})
+	}
+}
+
+// TestMergeDenials: sbx's own records come first; audit adds what they lack and nothing they hold
+// (user_notif records, the same process and syscall, a Landlock refusal of a recorded write or of its
+// parent directory); sources and availability say who recorded what.
+func TestMergeDenials(t *testing.T) {
+	own := Denials{Available: true,
+		Seccomp: []SeccompDenial{{HostPid: 10, Syscall: "unshare", Args: "CLONE_NEWUSER", Source: SourceSeccompNotify, Count: 1}},
+		Writes:  []WriteDenial{{HostPid: 11, Syscall: "openat", Path: "/etc/cron.d/x", Count: 1}},
+		Sources: []DenialSource{{Name: SourceSeccompNotify, Recorded: true}, {Name: SourceWriteNotify, Recorded: true}},
+	}
+	audit := Denials{Available: true,
+		Seccomp: []SeccompDenial{
+			{HostPid: 10, Syscall: "unshare", Action: "errno", Source: SourceAudit, Count: 1},
+			{HostPid: 12, Syscall: "mount", Action: "user_notif", Source: SourceAudit, Count: 1},
+			{HostPid: 13, Syscall: "#9999", Action: "kill_process", Source: SourceAudit, Count: 1},
+		},
+		Landlock: []LandlockDenial{
+			{HostPid: 11, Access: "fs.make_reg", Path: "/etc/cron.d", Count: 1},
+			{HostPid: 11, Access: "fs.read_file", Path: "/etc/shadow-x", Count: 1},
+		},
+		Sources: []DenialSource{{Name: SourceAudit, Recorded: true}},
+	}
+	got := MergeDenials(own, audit)
+	if !got.Available || got.Reason != "" {
+		t.Errorf("available %v reason %q", got.Available, got.Reason)
+	}
+	if len(got.Seccomp) != 2 || got.Seccomp[0].Source != SourceSeccompNotify || got.Seccomp[1].Syscall != "#9999" {
+		t.Errorf("seccomp = %+v, want the notified unshare and the audit-only #9999", got.Seccomp)
+	}
+	if len(got.Landlock) != 1 || got.Landlock[0].Path != "/etc/shadow-x" {
+		t.Errorf("landlock = %+v, want only the read", got.Landlock)
+	}
+	if len(got.Writes) != 1 || len(got.Sources) != 3 {
+		t.Errorf("writes %+v sources %+v", got.Writes, got.Sources)
+	}
+
+	// audit off, own recording on: available, and the audit source keeps its reason
+	off := Denials{Reason: "kernel audit is off", Sources: []DenialSource{{Name: SourceAudit, Reason: "kernel audit is off"}}}
+	got = MergeDenials(own, off)
+	if !got.Available || got.Reason != "" || got.Sources[2].Reason != "kernel audit is off" {
+		t.Errorf("audit off: %+v", got)
+	}
+	// nothing recorded at all: unavailable with audit's reason, lists not null
+	got = MergeDenials(Denials{}, off)
+	if got.Available || got.Reason != "kernel audit is off" || got.Seccomp == nil || got.Writes == nil || got.Landlock == nil {
+		t.Errorf("nothing recorded: %+v", got)
 	}
 }

@@ -19,6 +19,9 @@
 //   - [Changes], [ChangesSince] and [Copier]: files created, modified and deleted, from the overlay's
 //     upper layer, read by fd without following links and within bounds; copied out for review
 //     through root handles (package internal/safefs) that no link can leave.
+//   - [StartDenials] and [DenialsCollector.Stop]: what the kernel's audit records say the sandbox was
+//     refused; [MergeDenials] lays them under what sbx recorded itself (package sandbox's seccomp
+//     notification listener), without duplicates.
 //
 // # Limits
 //

@@ -17,8 +17,9 @@ import (
 // It checks, in this order: the timeout (a run killed by its timeout is a violation: it did not finish,
 // so it cannot pass), processes left running (unless allowed), listeners not allowed, refused
 // network attempts and DNS queries (when they count as violations), writes outside expect.writes and
-// executables outside expect.execs (when those are set), and last each part of the observation that
-// failed (report.Incomplete), whatever the expectations. Each message is one specific line.
+// executables outside expect.execs (when those are set), persistence planted or tried (unless allowed;
+// the findings are r.Persistence, which FindPersistence fills), and last each part of the observation
+// that failed (report.Incomplete), whatever the expectations. Each message is one specific line.
 func Compare(exp Expect, r *report.Report) {
 	var v []report.Violation
 	seen := map[report.Violation]bool{} // de-duplication in linear time: a flood of records must not cost O(n²)
@@ -69,6 +70,7 @@ func Compare(exp Expect, r *report.Report) {
 			}
 		}
 	}
+	persistenceViolations(exp, r, add)
 	if exp.Execs != nil {
 		for _, e := range r.Processes.Execs {
 			if !execAllowed(exp.Execs, e.Exe) {

@@ -51,6 +51,7 @@ func Compile(p *Profile, ctx CompileContext) (*Plan, error) {
 		Env:        compileEnv(q.Env, ctx.CallerEnv, ctx.Overrides.Env),
 		Network:    compileNetwork(q.Network),
 		Expect:     compileExpect(q.Expect),
+		Record:     compileRecord(q),
 	}
 	if t := q.Limits.Timeout; t != nil {
 		plan.Timeout = time.Duration(*t)
@@ -228,6 +229,7 @@ func compileExpect(e ExpectConfig) Expect {
 		Listeners:             slices.Clone(e.Listeners),
 		DeniedIsViolation:     e.NetworkDenied != ReactIgnore,
 		DNSRefusedIsViolation: e.DNSRefused != ReactIgnore,
+		PersistenceAllowed:    e.Persistence == PermAllow,
 	}
 	if e.Writes != nil {
 		out.Writes = append([]string{}, e.Writes...)

@@ -20,7 +20,7 @@ type SyscallBase string
 // ShareMode is filesystem.share[].mode.
 type ShareMode string
 
-// Permission is expect.left_running.
+// Permission is expect.left_running and expect.persistence.
 type Permission string
 
 // Reaction is expect.network_denied and expect.dns_refused.

@@ -17,6 +17,7 @@ type Plan struct {
 	Env        []string // the command's environment, KEY=VALUE, already scrubbed and resolved
 	Network    Network
 	Expect     Expect
+	Record     Record
 	Timeout    time.Duration // 0: none
 	UID, GID   int           // user the command runs as inside the sandbox
 }
@@ -93,6 +94,18 @@ type Expect struct {
 	DNSRefusedIsViolation bool       // refused DNS queries are violations
 	Writes                []string   // globs of sandbox paths writes may land in; nil = anywhere Landlock allows
 	Execs                 []string   // globs of executables that may be run; nil = any
+	PersistenceAllowed    bool       // persistence findings are listed but are no violations
+}
+
+// Record is what sbx records of what the sandbox refused, by its own means (kernel audit is usually
+// off): the sandbox turns these into seccomp user notifications that sbx answers.
+type Record struct {
+	// Syscalls are the deny-list syscalls to record; each is still refused with the profile's errno.
+	// Empty: the deny list stays a plain errno rule.
+	Syscalls []string
+	// Writes records opens for writing (and mkdir, mknod, rename, link, symlink) whose path lies
+	// outside the Landlock write paths; they are let through to the kernel, which refuses them.
+	Writes bool
 }
 
 // Listener is an allowed listener, "tcp:8080"; Port 0 means any port; Proto "unix" with Port 0 is "unix:*".

@@ -28,6 +28,8 @@ type FilesystemConfig struct {
 	Hidden   []string      `yaml:"hidden,omitempty" doc:"absolute paths replaced by an empty directory or an empty file"`
 	Share    []ShareConfig `yaml:"share,omitempty" doc:"host paths bind-mounted into the sandbox"`
 	Landlock LandlockMode  `yaml:"landlock,omitempty" doc:"required (default: fail when Landlock cannot be applied) or degrade (run without it)"`
+	// RecordWrites: see Plan.Record.Writes.
+	RecordWrites *bool `yaml:"record_writes,omitempty" doc:"record each open for writing, mkdir, mknod, rename, link or symlink outside the write paths (refused by Landlock) in the report's denials; default true"`
 }
 
 // ShareConfig is one host path made visible inside the sandbox.
@@ -43,6 +45,8 @@ type SyscallsConfig struct {
 	Deny  []string    `yaml:"deny,omitempty" doc:"syscalls that fail with errno, on top of sbx's built-in deny list"`
 	Allow []string    `yaml:"allow,omitempty" doc:"syscalls allowed even when the base or the built-in deny list refuses them"`
 	Errno string      `yaml:"errno,omitempty" doc:"errno name denied syscalls return; default EPERM"`
+	// Record: see Plan.Record.Syscalls.
+	Record *bool `yaml:"record,omitempty" doc:"record each refused deny-list syscall with its arguments (seccomp user notification) in the report's denials; default true"`
 }
 
 // NetworkConfig is the network section. Entries are DEST strings or mappings (see ParseDest).
@@ -86,6 +90,7 @@ type ExpectConfig struct {
 	DNSRefused    Reaction   `yaml:"dns_refused,omitempty" doc:"violation (default) or ignore: what a refused DNS query is"`
 	Writes        Globs      `yaml:"writes,omitempty" doc:"globs of sandbox paths writes may land in; unset = anywhere Landlock allows"`
 	Execs         Globs      `yaml:"execs,omitempty" doc:"globs of executables that may run; unset = any"`
+	Persistence   Permission `yaml:"persistence,omitempty" doc:"allow or deny (default) persistence: cron, shell start-up files, authorized_keys, git hooks, ... written or tried (listed either way)"`
 }
 
 // UserConfig is the user the command runs as.

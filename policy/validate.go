@@ -313,6 +313,7 @@ func (p *Profile) validateExpect() error {
 		{"expect.left_running", string(e.LeftRunning), e.LeftRunning.Values()},
 		{"expect.network_denied", string(e.NetworkDenied), e.NetworkDenied.Values()},
 		{"expect.dns_refused", string(e.DNSRefused), e.DNSRefused.Values()},
+		{"expect.persistence", string(e.Persistence), e.Persistence.Values()},
 	} {
 		if err := p.enum(v.field, v.value, v.values); err != nil {
 			return err

@@ -34,6 +34,9 @@ const (
 	// RuleTimeout: the run's timeout fired and sbx killed the sandbox. A timed-out run is never a pass:
 	// what it would have done next is unknown. (The exit status is still 124, not the violation's.)
 	RuleTimeout = "timeout"
+	// RulePersistence: a file change or a refused write that would make something run later (cron,
+	// shell start-up files, authorized_keys, ...), unless expect.persistence is allow.
+	RulePersistence = "persistence"
 )
 
 // MaxViolations bounds the violations a report lists (ViolationsTotal counts them all).
@@ -56,7 +59,9 @@ type Report struct {
 	Sockets         Sockets   `json:"sockets"`
 	Network         Network   `json:"network"`
 	Files           Files     `json:"files"`
-	Timings         Timings   `json:"timings_ms"`
+	// Persistence lists the file changes and refused writes that plant a persistence mechanism.
+	Persistence []Persistence `json:"persistence"`
+	Timings     Timings       `json:"timings_ms"`
 	// Denials are the syscalls and accesses the kernel (seccomp, Landlock) reported refusing.
 	Denials observe.Denials `json:"denials"`
 	// Notes say what sbx could not observe in this run ("exec events unavailable: ..."), so that an
@@ -164,6 +169,14 @@ type Files struct {
 	Truncated bool           `json:"truncated"`
 }
 
+// Persistence is one file change or refused write that would make something run later, outside the
+// run: a cron entry, a shell start-up file, an authorized key, a git hook, ...
+type Persistence struct {
+	Mechanism string `json:"mechanism"` // "cron", "shell start-up file", "ssh authorized_keys", ...
+	Path      string `json:"path"`      // as seen inside the sandbox
+	Change    string `json:"change"`    // created, modified, or refused (a write the sandbox refused)
+}
+
 // Timings are the phases of a run in milliseconds.
 type Timings struct {
 	Setup    float64 `json:"setup"`
@@ -176,18 +189,19 @@ type Timings struct {
 // New returns a report with every list present and empty, so that consumers never see null.
 func New(profile string, command []string) *Report {
 	return &Report{
-		Schema:     Schema,
-		Profile:    profile,
-		Command:    command,
-		Verdict:    VerdictPass,
-		Violations: []Violation{},
-		Processes:  Processes{Execs: []observe.Exec{}, LeftRunning: []observe.Process{}},
-		Sockets:    Sockets{Listening: []observe.Socket{}, Established: []observe.Socket{}},
-		Network:    Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
-		Files:      Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []observe.FileChange{}},
-		Notes:      []string{},
-		Incomplete: []string{},
+		Schema:      Schema,
+		Profile:     profile,
+		Command:     command,
+		Verdict:     VerdictPass,
+		Violations:  []Violation{},
+		Processes:   Processes{Execs: []observe.Exec{}, LeftRunning: []observe.Process{}},
+		Sockets:     Sockets{Listening: []observe.Socket{}, Established: []observe.Socket{}},
+		Network:     Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
+		Files:       Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []observe.FileChange{}},
+		Notes:       []string{},
+		Incomplete:  []string{},
+		Persistence: []Persistence{},
 		Denials: observe.Denials{Reason: "not collected", Seccomp: []observe.SeccompDenial{},
-			Landlock: []observe.LandlockDenial{}},
+			Landlock: []observe.LandlockDenial{}, Writes: []observe.WriteDenial{}, Sources: []observe.DenialSource{}},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/observe"
+	"github.com/sbx-dev/sbx/policy"
 )
 
 // TestKernelDenials runs a command that the seccomp filter refuses a syscall (unshare) and Landlock
@@ -55,6 +56,64 @@ func TestKernelDenials(t *testing.T) {
 		if s.Syscall == "clone3" {
 			t.Errorf("clone3's ENOSYS fallback reported as a denial: %+v", s)
 		}
+	}
+}
+
+// TestRecordedDenials runs the default profile's plan with a command refused a deny-list syscall and a
+// write: sbx's own records hold both whether kernel audit is on or off, and when it is on, audit adds no
+// duplicate of either (SBX_TEST_AUDIT=enable turns it on for the test, as above).
+func TestRecordedDenials(t *testing.T) {
+	needRoot(t)
+	on, err := auditStatus()
+	if err != nil {
+		t.Fatalf("reading the audit status: %v", err)
+	}
+	if !on && os.Getenv("SBX_TEST_AUDIT") == "enable" {
+		setAudit(t, true)
+		t.Cleanup(func() { setAudit(t, false) })
+		on = true
+	}
+	prof, err := policy.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Compile(prof, policy.CompileContext{Cwd: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.UID, p.GID = 0, 0 // root without capabilities: only Landlock refuses the write
+	res, out := runCmd(t, p, 30*time.Second, "sh", "-c", "unshare -n true; echo x > /usr/sbx-denied; exit 0")
+	d := res.Report.Denials
+	if !d.Available {
+		t.Fatalf("denials unavailable: %s (output %s)", d.Reason, out)
+	}
+	var notified, audited int
+	for _, s := range d.Seccomp {
+		if s.Syscall == "unshare" {
+			if s.Source == observe.SourceSeccompNotify && s.Args == "CLONE_NEWNET" && s.Exe == "/usr/bin/unshare" && s.Pid > 0 {
+				notified++
+			} else {
+				audited++
+			}
+		}
+	}
+	if notified != 1 || audited != 0 {
+		t.Errorf("seccomp denials = %+v, want unshare once, from seccomp-notify (audit on: %v)", d.Seccomp, on)
+	}
+	if !slices.ContainsFunc(d.Writes, func(w observe.WriteDenial) bool { return w.Path == "/usr/sbx-denied" }) {
+		t.Errorf("writes = %+v, want /usr/sbx-denied", d.Writes)
+	}
+	for _, l := range d.Landlock {
+		if l.Path == "/usr" || l.Path == "/usr/sbx-denied" {
+			t.Errorf("audit's Landlock record of the write sbx recorded kept: %+v", l)
+		}
+	}
+	names := map[string]bool{}
+	for _, s := range d.Sources {
+		names[s.Name] = s.Recorded
+	}
+	if !names[observe.SourceSeccompNotify] || !names[observe.SourceWriteNotify] || names[observe.SourceAudit] != on {
+		t.Errorf("sources = %+v (audit on: %v)", d.Sources, on)
 	}
 }
 

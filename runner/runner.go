@@ -191,8 +191,7 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 		r.observe(cmd.Pid)
 	}
 	r.observeAfterward(cmd.Pid)
-	r.stopDenials()
-	policy.Compare(r.opts.Plan.Expect, r.rep)
+	r.judge()
 	bound(r.rep)
 	r.rep.Timings.Observe = ms(time.Since(t2))
 	r.ran = true
@@ -305,12 +304,13 @@ func (r *run) freeze() error {
 	return r.sb.Freeze()
 }
 
-// stopDenials ends the collection of kernel-reported denials and keeps what concerns the sandbox.
-func (r *run) stopDenials() {
-	r.rep.Denials = r.denials.Stop(observe.ScopeOf(r.sb.InitPid(), r.events, r.rep.Processes.Execs, r.rep.Processes.LeftRunning))
-	if r.rep.Denials.Lost > 0 {
-		r.rep.MarkIncomplete("kernel denials", fmt.Errorf("%d audit records lost", r.rep.Denials.Lost))
+// stopDenials ends the collection of kernel-reported denials and returns what concerns the sandbox.
+func (r *run) stopDenials() observe.Denials {
+	audit := r.denials.Stop(observe.ScopeOf(r.sb.InitPid(), r.events, r.rep.Processes.Execs, r.rep.Processes.LeftRunning))
+	if audit.Lost > 0 {
+		r.rep.MarkIncomplete("kernel denials", fmt.Errorf("%d audit records lost", audit.Lost))
 	}
+	return audit
 }
 
 // bound cuts the report's lists of processes, sockets and violations at their bounds, once

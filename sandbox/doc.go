@@ -3,6 +3,10 @@
 // pause init that reaps orphans, the Landlock shim that restricts the command before execve, and the
 // teardown and garbage collection of all of it.
 //
+// It also records what the sandbox refuses, without kernel audit: the seccomp filter notifies a
+// listener of sbx's (seccompnotify.go) of the deny list's syscalls and of writes by path, and
+// [Sandbox.Denials] returns what it recorded.
+//
 // It reads no YAML: it takes a compiled policy.Plan. It observes nothing: package observe reads the
 // sandbox through the pids and paths this package exposes.
 //
@@ -22,6 +26,7 @@
 //	/run/sbx/runs/ID/rootfs  the overlay: lower = lower, upper = layer/upper
 //	/run/sbx/runs/ID/cwd     when the working directory is on another file system: its own overlay
 //	                         (lower = lower-cwd, a bind of the directory; upper = layer/upper-cwd)
+//	/run/sbx/runs/ID/seccomp.sock  where runc sends the seccomp notification fd to sbx
 //	/run/sbx/lc/ID           libcontainer's own state
 //	cgroup /sbx-ID           in every hierarchy
 //

@@ -71,8 +71,10 @@ type Sandbox struct {
 	ctlMu     sync.Mutex
 	ctlIn     *bufio.Reader
 	console   *os.File
-	pidfd     int       // the command's, once started; 0 = none
-	tasks     [2]string // cgroup dir and file name of the task list, once found (freeze.go)
+	pidfd     int             // the command's, once started; 0 = none
+	tasks     [2]string       // cgroup dir and file name of the task list, once found (freeze.go)
+	notify    *notifyListener // seccomp notifications (seccompnotify.go); nil when nothing is recorded
+	notifyOff string          // why the plan's recording could not be set up, for the report
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
@@ -161,6 +163,9 @@ func (s *Sandbox) buildFiles() error {
 }
 
 func (s *Sandbox) startContainer(tr *tracer) error {
+	if err := s.startNotify(); err != nil {
+		return err
+	}
 	spec, err := s.spec()
 	if err != nil {
 		return err
@@ -228,6 +233,9 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if s.net != nil {
 		in.NetNS, in.ResolvConf = s.net.NetNSPath(), s.net.ResolvConf()
 	}
+	if s.notify != nil {
+		in.NotifyPath = s.notify.path
+	}
 	return Spec(in), nil
 }
 
@@ -258,12 +266,18 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) *libcontainer.Proc
 // size limit, unlike an environment variable or an argument).
 func (s *Sandbox) supervisorConfig() ([]byte, error) {
 	fs := s.cfg.Plan.Filesystem
-	sc := supervisor.Config{Read: fs.Read, Write: fs.Write, Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal,
+	sc := supervisor.Config{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal,
 		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID}
-	if fs.WriteCwd {
-		sc.Write = append(slices.Clone(sc.Write), s.cfg.Command.Cwd)
-	}
 	return json.Marshal(sc)
+}
+
+// writePaths are the Landlock write paths of the command: the profile's and the working directory.
+func (s *Sandbox) writePaths() []string {
+	fs := s.cfg.Plan.Filesystem
+	if fs.WriteCwd {
+		return append(slices.Clone(fs.Write), s.cfg.Command.Cwd)
+	}
+	return fs.Write
 }
 
 // toBytes keeps strings as bytes: JSON would replace invalid UTF-8 in strings, and argv and env are
@@ -456,6 +470,9 @@ func (s *Sandbox) Destroy() error {
 		if err := s.container.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("destroying the container: %w", err))
 		}
+	}
+	if s.notify != nil {
+		s.notify.stop() // every process of the sandbox is dead: none waits for an answer
 	}
 	if s.ctl != nil {
 		s.ctl.Close()

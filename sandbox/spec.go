@@ -30,6 +30,7 @@ type SpecInput struct {
 	Args       []string
 	Cwd        string
 	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
+	NotifyPath string // socket of sbx's seccomp notification listener (seccompnotify.go); "" = none
 }
 
 // Spec builds the OCI runtime spec of a sandbox from runc's example spec: namespaces, mounts, masked
@@ -93,6 +94,9 @@ func Spec(in SpecInput) *specs.Spec {
 		logged := *sc
 		logged.Flags = append(slices.Clone(sc.Flags), specs.LinuxSeccompFlagLog)
 		s.Linux.Seccomp = &logged
+	}
+	if in.NotifyPath != "" && s.Linux.Seccomp != nil {
+		s.Linux.Seccomp = notifySeccomp(s.Linux.Seccomp, in.Plan.Record, in.NotifyPath)
 	}
 	return s
 }

@@ -177,7 +177,14 @@ func gcRun(root, id string) error {
 	killCgroup(id)
 	if c, err := libcontainer.Load(filepath.Join(root, "lc"), id); err == nil {
 		c.Signal(unix.SIGKILL)
-		if err := c.Destroy(); err != nil {
+		// A killed init leaves the cgroup before it is a zombie: until then libcontainer finds it
+		// running. Give it a moment.
+		err := c.Destroy()
+		for i := 0; errors.Is(err, libcontainer.ErrRunning) && i < 50; i++ {
+			time.Sleep(10 * time.Millisecond)
+			err = c.Destroy()
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

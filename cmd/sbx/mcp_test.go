@@ -157,6 +157,19 @@ func TestMCP(t *testing.T) {
 			t.Errorf("IsError %v timed_out %v verdict %v text %q, want a violation that says TIMED OUT", res.IsError, out["timed_out"], out["verdict"], text)
 		}
 	})
+	t.Run("persistence named", func(t *testing.T) {
+		res, out := callRun(ctx, t, sess, map[string]any{
+			"command": "echo x > /etc/cron.d/sbx-mcp; echo x >> ~/.bashrc; exit 0",
+		})
+		persistence, _ := json.Marshal(out["persistence"])
+		writes, _ := json.Marshal(out["denials"].(map[string]any)["writes"])
+		if res.IsError || out["verdict"] != "violation" ||
+			!bytes.Contains(persistence, []byte(`"mechanism":"cron","path":"/etc/cron.d/sbx-mcp"`)) ||
+			!bytes.Contains(persistence, []byte(`"mechanism":"shell start-up file","path":"/tmp/.bashrc"`)) ||
+			!bytes.Contains(writes, []byte(`"path":"/etc/cron.d/sbx-mcp"`)) {
+			t.Errorf("verdict %v persistence %s denials.writes %s, want a violation naming cron and .bashrc", out["verdict"], persistence, writes)
+		}
+	})
 
 	t.Run("widening the network is refused", func(t *testing.T) {
 		res, _ := callRun(ctx, t, sess, map[string]any{"command": "true", "network": map[string]any{"allow": []string{"example.com:443"}}})

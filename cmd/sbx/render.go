@@ -55,6 +55,7 @@ func (rr *renderer) render(r *report.Report) {
 	rr.denied(r.Network.Denied)
 	rr.dns(r.Network.DNS)
 	rr.files(r.Files)
+	rr.persistence(r.Persistence)
 	rr.denials(r.Denials)
 	rr.notes(r.Notes)
 }
@@ -523,10 +524,17 @@ func (rr *renderer) denials(d observe.Denials) {
 		counts[k] += n
 	}
 	for _, s := range d.Seccomp {
-		add(key{"seccomp", s.Exe, s.Syscall, s.Action}, s.Pid, s.Count)
+		detail := s.Action
+		if s.Args != "" {
+			detail = s.Args
+		}
+		add(key{"seccomp", s.Exe, s.Syscall, detail}, s.Pid, s.Count)
 	}
 	for _, l := range d.Landlock {
 		add(key{"landlock", l.Exe, l.Access, l.Path}, l.Pid, l.Count)
+	}
+	for _, w := range d.Writes {
+		add(key{"write", w.Exe, w.Syscall, w.Path}, w.Pid, w.Count)
 	}
 	rows := make([][]string, 0, len(order))
 	for _, k := range order {
@@ -537,6 +545,15 @@ func (rr *renderer) denials(d observe.Denials) {
 		rows = append(rows, []string{k.by, pid, clean(k.exe), k.what, k.detail, strconv.Itoa(counts[k])})
 	}
 	rr.table("kernel denials", []string{"BY", "PID", "EXE", "WHAT", "DETAIL", "COUNT"}, rows)
+}
+
+// persistence lists what would make something run later: "cron  /etc/cron.d/x  refused".
+func (rr *renderer) persistence(ps []report.Persistence) {
+	rows := make([][]string, 0, len(ps))
+	for _, p := range ps {
+		rows = append(rows, []string{p.Mechanism, p.Path, p.Change})
+	}
+	rr.table("persistence", []string{"MECHANISM", "PATH", "CHANGE"}, rows)
 }
 
 func (rr *renderer) notes(notes []string) {

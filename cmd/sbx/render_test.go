@@ -29,6 +29,7 @@ func TestRenderGolden(t *testing.T) {
 		"network":     networkReport(),
 		"files":       filesReport(),
 		"denials":     denialsReport(),
+		"persistence": persistenceReport(),
 		"timeout":     timeoutReport(),
 		"unrelated":   unrelatedRootsReport(),
 		"hostileargv": hostileArgvReport(),
@@ -225,6 +226,36 @@ func denialsReport() *report.Report {
 		},
 		Landlock: []observe.LandlockDenial{
 			{Pid: 2, HostPid: 4241, Exe: "/usr/bin/dash", Access: "fs.make_reg", Path: "/usr", Count: 1},
+		},
+	}
+	return r
+}
+
+// persistenceReport: what the example leaves behind and tries, recorded by sbx itself with kernel
+// audit off (no "not reported" line), and a planted path with terminal escapes.
+func persistenceReport() *report.Report {
+	r := baseReport()
+	r.Command = []string{"sh", "-c", "echo x > /etc/cron.d/x; echo x >> ~/.bashrc"}
+	r.Verdict = report.VerdictViolation
+	r.Violations = []report.Violation{
+		{Rule: report.RulePersistence, Message: "shell start-up file: /tmp/.bashrc created"},
+		{Rule: report.RulePersistence, Message: "cron: /etc/cron.d/x write refused, tried"},
+	}
+	r.Files.Created = []string{"/tmp/.bashrc", "/tmp/.git/hooks/\x1b[2Jx"}
+	r.Persistence = []report.Persistence{
+		{Mechanism: "shell start-up file", Path: "/tmp/.bashrc", Change: "created"},
+		{Mechanism: "git hook", Path: "/tmp/.git/hooks/\x1b[2Jx", Change: "created"},
+		{Mechanism: "cron", Path: "/etc/cron.d/x", Change: "refused"},
+	}
+	r.Denials = observe.Denials{Available: true,
+		Seccomp: []observe.SeccompDenial{{Pid: 3, HostPid: 4242, Exe: "/usr/bin/unshare", Syscall: "unshare",
+			Args: "CLONE_NEWUSER", Action: "errno", Source: observe.SourceSeccompNotify, Count: 1}},
+		Landlock: []observe.LandlockDenial{},
+		Writes: []observe.WriteDenial{{Pid: 2, HostPid: 4241, Exe: "/usr/bin/dash", Syscall: "openat",
+			Path: "/etc/cron.d/x", Flags: "O_WRONLY|O_CREAT|O_TRUNC", Count: 1}},
+		Sources: []observe.DenialSource{
+			{Name: observe.SourceSeccompNotify, Recorded: true, Covers: "the deny list"},
+			{Name: observe.SourceAudit, Covers: "seccomp and Landlock", Reason: "kernel audit is off"},
 		},
 	}
 	return r

@@ -4,7 +4,9 @@
 // One report becomes: a Process Activity (1007) Launch per exec seen and one per process left
 // running; a Network Activity (4001) Refuse per destination the contract denied; a DNS Activity
 // (4003) Query per DNS query (refused ones with rcode Refused); a File System Activity (1001) per
-// created, modified or deleted path; and a Detection Finding (2004) per violation. It is plain data:
+// created, modified or deleted path (a persistence finding names its mechanism in
+// unmapped.sbx_persistence) and one with status Failure per refused write that plants persistence; and
+// a Detection Finding (2004) per violation. It is plain data:
 // no I/O beyond WriteLines, no validation against the OCSF schema server. The sbx.report/v1 JSON stays
 // the primary format; these events lose the report's shape (one verdict, one run) on purpose. The tests
 // check every event against the required attributes and constraints of OCSF 1.3.0's classes and objects
@@ -181,16 +183,34 @@ func (c converter) files() []Event {
 		name  string
 	}{{c.r.Files.Created, 1, "Create"}, {c.r.Files.Modified, 3, "Update"}, {c.r.Files.Deleted, 4, "Delete"}} {
 		for _, p := range list.paths {
-			ev := c.base(ClassFileSystem, categorySystem, list.id, list.name, time.Time{}, sevInformational)
-			ev["file"] = map[string]any{"path": p, "name": path.Base(p), "type_id": 0}
-			// Which process wrote a file is not observed (the before/after comparison finds the change, not
-			// its writer): the actor is sbx's sandbox, and the command is in unmapped.sbx_command. A process
-			// object without a pid or uid would break OCSF's constraint on it.
-			ev["actor"] = map[string]any{"app_name": "sbx"}
+			out = append(out, c.fileEvent(p, list.id, list.name))
+		}
+	}
+	for _, f := range c.r.Persistence {
+		if f.Change == "refused" {
+			ev := c.fileEvent(f.Path, 1, "Create")
+			ev["status_id"], ev["status"] = 2, "Failure"
 			out = append(out, ev)
 		}
 	}
 	return out
+}
+
+// fileEvent is one File System Activity on p, with the persistence mechanism p plants, if any.
+func (c converter) fileEvent(p string, activity int, name string) Event {
+	ev := c.base(ClassFileSystem, categorySystem, activity, name, time.Time{}, sevInformational)
+	ev["file"] = map[string]any{"path": p, "name": path.Base(p), "type_id": 0}
+	// Which process wrote a file is not observed (the before/after comparison finds the change, not its
+	// writer): the actor is sbx's sandbox, and the command is in unmapped.sbx_command. A process object
+	// without a pid or uid would break OCSF's constraint on it.
+	ev["actor"] = map[string]any{"app_name": "sbx"}
+	for _, f := range c.r.Persistence {
+		if f.Path == p {
+			ev["unmapped"].(map[string]any)["sbx_persistence"] = f.Mechanism
+			ev["severity_id"] = sevMedium
+		}
+	}
+	return ev
 }
 
 func (c converter) findings() []Event {

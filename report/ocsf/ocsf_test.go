@@ -58,3 +58,33 @@ func TestConvert(t *testing.T) {
 		}
 	}
 }
+
+// TestConvertPersistence: a planted file names its mechanism, and a refused write that plants
+// persistence is a File System Activity with status Failure.
+func TestConvertPersistence(t *testing.T) {
+	r := report.New("default", []string{"sh"})
+	r.Files.Created = []string{"/tmp/.bashrc", "/tmp/notes"}
+	r.Persistence = []report.Persistence{
+		{Mechanism: "shell start-up file", Path: "/tmp/.bashrc", Change: "created"},
+		{Mechanism: "cron", Path: "/etc/cron.d/x", Change: "refused"},
+	}
+	files := map[string]Event{}
+	for _, e := range Convert(r, Options{Time: time.Unix(1700000000, 0)}) {
+		if e["class_uid"] == ClassFileSystem {
+			files[e["file"].(map[string]any)["path"].(string)] = e
+		}
+	}
+	if len(files) != 3 {
+		t.Fatalf("file events for %v, want 3", files)
+	}
+	if m := files["/tmp/.bashrc"]["unmapped"].(map[string]any)["sbx_persistence"]; m != "shell start-up file" {
+		t.Errorf(".bashrc: sbx_persistence %v", m)
+	}
+	if _, ok := files["/tmp/notes"]["unmapped"].(map[string]any)["sbx_persistence"]; ok {
+		t.Errorf("/tmp/notes named as persistence")
+	}
+	cron := files["/etc/cron.d/x"]
+	if cron["status"] != "Failure" || cron["unmapped"].(map[string]any)["sbx_persistence"] != "cron" {
+		t.Errorf("refused cron write: %v", cron)
+	}
+}

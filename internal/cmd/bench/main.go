@@ -22,6 +22,7 @@ import (
 type contender struct {
 	name string
 	argv func(i int) []string
+	off  *contender // the same command with sbx recording nothing, for the listener's cost
 	ms   []float64
 }
 
@@ -83,6 +84,11 @@ func benchmark(sbx string, n int) error {
 			return []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"}
 		}},
 	}
+	notify, err := notifyContenders(sbx, dir)
+	if err != nil {
+		return err
+	}
+	cs = append(cs, notify...)
 	for _, c := range cs {
 		if _, err := exec.LookPath(c.argv(0)[0]); err != nil {
 			return fmt.Errorf("%s: %w (make deps installs it)", c.name, err)
@@ -121,13 +127,52 @@ func timeOne(argv []string, dir string) (float64, error) {
 
 func report(cs []*contender, n int) {
 	fmt.Printf("wall time of one run, %d interleaved runs each (ms)\n", n)
-	fmt.Printf("%-30s %8s %8s %8s %10s\n", "", "median", "p10", "p90", "vs sbx")
+	fmt.Printf("%-40s %8s %8s %8s %10s\n", "", "median", "p10", "p90", "vs sbx")
 	base := median(cs[0].ms)
 	for _, c := range cs {
 		m := median(c.ms)
-		fmt.Printf("%-30s %8.1f %8.1f %8.1f %9.2fx\n", c.name, m, pct(c.ms, 10), pct(c.ms, 90), m/base)
+		fmt.Printf("%-40s %8.1f %8.1f %8.1f %9.2fx\n", c.name, m, pct(c.ms, 10), pct(c.ms, 90), m/base)
 	}
 	fmt.Printf("network contract adds %.1f ms to a run (median, contract vs none)\n", median(cs[1].ms)-base)
+	for _, c := range cs {
+		if c.off != nil {
+			fmt.Printf("recording refused syscalls and writes (seccomp notify) adds %.1f ms to %s\n", median(c.ms)-median(c.off.ms), c.name)
+		}
+	}
+}
+
+// Syscall-heavy commands for the seccomp notify listener's cost: allowed syscalls (getpid, opens for
+// reading) stay plain filter rules; opens for writing go through the listener.
+const (
+	loopAllowed = "import os\nfor _ in range(100000):\n    os.getpid(); os.close(os.open('/etc/hostname', os.O_RDONLY))"
+	loopWrites  = "import os\nfor _ in range(10000):\n    os.close(os.open('/tmp/f', os.O_WRONLY|os.O_CREAT))"
+)
+
+// notifyContenders time sbx with the listener (the default profile) side by side with a profile that
+// records nothing (syscalls.record: false, filesystem.record_writes: false).
+func notifyContenders(sbx, dir string) ([]*contender, error) {
+	off := filepath.Join(dir, "record-off.yaml")
+	if err := os.WriteFile(off, []byte("version: 1\nname: record-off\nextends: default\n"+
+		"syscalls:\n  record: false\nfilesystem:\n  record_writes: false\n"), 0o644); err != nil {
+		return nil, err
+	}
+	var out []*contender
+	for _, c := range []struct{ name, py string }{
+		{"true", ""}, {"100k getpid+open/close", loopAllowed}, {"10k opens for writing", loopWrites},
+	} {
+		argv := []string{"true"}
+		if c.py != "" {
+			argv = []string{"python3", "-c", c.py}
+		}
+		offC := &contender{name: "  " + c.name + ", record off", argv: func(int) []string {
+			return append([]string{sbx, "exec", "-q", "-p", off, "--"}, argv...)
+		}}
+		on := &contender{name: "  " + c.name + ", record on", off: offC, argv: func(int) []string {
+			return append([]string{sbx, "exec", "-q", "--"}, argv...)
+		}}
+		out = append(out, offC, on)
+	}
+	return out, nil
 }
 
 func median(v []float64) float64 { return pct(v, 50) }

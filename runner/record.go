@@ -1,0 +1,56 @@
+package runner
+
+import (
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/observe"
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// maxContentPeek bounds what persistence rules read of a changed file (core.hooksPath in .git/config).
+const maxContentPeek = 64 << 10
+
+// judge gathers what the sandbox refused (sbx's own records merged with the kernel's audit records),
+// names the persistence the command planted or tried, and compares the run with the plan.
+func (r *run) judge() {
+	r.rep.Denials = observe.MergeDenials(r.sb.Denials(), r.stopDenials())
+	policy.FindPersistence(r.rep, r.peek)
+	policy.Compare(r.opts.Plan.Expect, r.rep)
+}
+
+// peek reads the start of a file the command changed, from the writable layer that holds it, through
+// a root handle that cannot leave the layer and without following a link the command planted; "" for
+// anything that is not a regular file.
+func (r *run) peek(p string) []byte {
+	layers := r.sb.Layers()
+	for i := len(layers) - 1; i >= 0; i-- { // the working directory's layer, then the root's
+		l := layers[i]
+		if rel, ok := strings.CutPrefix(p, strings.TrimSuffix(l.At, "/")+"/"); ok {
+			return readInRoot(l.Upper, path.Clean(rel))
+		}
+	}
+	return nil
+}
+
+func readInRoot(dir, rel string) []byte {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil
+	}
+	defer root.Close()
+	f, err := root.OpenFile(rel, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, maxContentPeek))
+	return b
+}

@@ -1,0 +1,617 @@
+package sandbox
+
+// Refused attempts recorded without kernel audit: seccomp user notification (SECCOMP_RET_USER_NOTIF).
+//
+// The filter keeps its hot path: allowed syscalls are still plain ALLOW rules. Only two groups of
+// syscalls notify sbx instead:
+//
+//   - the profile's deny list (mount, unshare, ptrace, bpf, ...): sbx records the syscall with its
+//     decoded arguments and the process, and answers with the profile's errno, as the ERRNO rule did;
+//   - writes by path (open and openat with a write flag, creat, openat2, mkdir, rename, link, symlink):
+//     sbx reads the path from the process, records it when it lies outside the Landlock write paths,
+//     and lets the syscall go on (SECCOMP_USER_NOTIF_FLAG_CONTINUE): Landlock decides, as before. The
+//     record is best effort (a thread could change the path between sbx's read and the kernel's);
+//     enforcement never depends on it. Opens for reading stay plain ALLOW rules (a masked flag check).
+//
+// runc loads the filter in the sandbox's init with SECCOMP_FILTER_FLAG_NEW_LISTENER and sends the
+// notification fd, with the container's state, over a unix socket to the spec's seccomp listenerPath:
+// a socket in the run dir that sbx listens on. sbx's supervisor (pid 1) runs under the same filter:
+// its own writes go on unrecorded. When sbx dies, the kernel answers every pending and later
+// notification with ENOSYS, so nothing inside hangs; Destroy stops the listener only once every process
+// of the sandbox is dead.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/observe"
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// notifySocket is the listener's socket in the run dir.
+const notifySocket = "seccomp.sock"
+
+// maxNotifyKeys and maxNotifyBytes bound the distinct records kept and the bytes of their strings
+// (paths may be PATH_MAX long), whatever the command floods the listener with.
+const (
+	maxNotifyKeys  = 4096
+	maxNotifyBytes = 1 << 20
+)
+
+// writeSyscall says where a write syscall keeps its path(s): pairs of (dirfd argument or -1, path
+// argument), and its flags argument (-1 = none).
+type writeSyscall struct {
+	paths [][2]int
+	flags int
+}
+
+// writeSyscalls are the syscalls that create or open files for writing, by path.
+var writeSyscalls = map[string]writeSyscall{
+	"open": {paths: [][2]int{{-1, 0}}, flags: 1}, "openat": {paths: [][2]int{{0, 1}}, flags: 2},
+	"creat": {paths: [][2]int{{-1, 0}}, flags: -1}, "openat2": {paths: [][2]int{{0, 1}}, flags: -1},
+	"mkdir": {paths: [][2]int{{-1, 0}}, flags: -1}, "mkdirat": {paths: [][2]int{{0, 1}}, flags: -1},
+	"rename": {paths: [][2]int{{-1, 1}}, flags: -1}, "renameat": {paths: [][2]int{{2, 3}}, flags: -1},
+	"renameat2": {paths: [][2]int{{2, 3}}, flags: -1},
+	"link":      {paths: [][2]int{{-1, 1}}, flags: -1}, "linkat": {paths: [][2]int{{2, 3}}, flags: -1},
+	"symlink": {paths: [][2]int{{-1, 1}}, flags: -1}, "symlinkat": {paths: [][2]int{{1, 2}}, flags: -1},
+	"mknod": {paths: [][2]int{{-1, 0}}, flags: -1}, "mknodat": {paths: [][2]int{{0, 1}}, flags: -1},
+}
+
+// openWriteFlags are the open flags that make an open a write.
+const openWriteFlags = unix.O_WRONLY | unix.O_RDWR | unix.O_CREAT | unix.O_TRUNC
+
+// notifySeccomp returns a copy of sc in which the syscalls rec names notify the listener at
+// listenerPath instead of failing (deny list) or passing (writes) silently. A write syscall that the
+// filter does not allow unconditionally keeps its rules.
+func notifySeccomp(sc *specs.LinuxSeccomp, rec policy.Record, listenerPath string) *specs.LinuxSeccomp {
+	out := *sc
+	out.ListenerPath = listenerPath
+	out.Syscalls = nil
+	var notify []string
+	writes := map[string]bool{}
+	if rec.Writes {
+		for name := range writeSyscalls {
+			if allowedPlainly(sc, name) {
+				writes[name] = true
+			}
+		}
+	}
+	for _, r := range sc.Syscalls {
+		keep := slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool {
+			if r.Action == specs.ActErrno && len(r.Args) == 0 && slices.Contains(rec.Syscalls, n) {
+				notify = append(notify, n)
+				return true
+			}
+			return writes[n]
+		})
+		if len(keep) > 0 {
+			r.Names = keep
+			out.Syscalls = append(out.Syscalls, r)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(writes)) {
+		if ws := writeSyscalls[name]; ws.flags >= 0 {
+			out.Syscalls = append(out.Syscalls, openRules(name, uint(ws.flags))...)
+		} else {
+			notify = append(notify, name)
+		}
+	}
+	if len(notify) > 0 {
+		slices.Sort(notify)
+		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: notify, Action: specs.ActNotify})
+	}
+	return &out
+}
+
+// openRules split an open syscall on its flags argument: without a write flag it stays a plain ALLOW
+// (reads keep the hot path); with one it notifies. Seccomp compares each argument on its own, so each
+// write flag is a rule of its own.
+func openRules(name string, idx uint) []specs.LinuxSyscall {
+	rules := []specs.LinuxSyscall{{Names: []string{name}, Action: specs.ActAllow,
+		Args: []specs.LinuxSeccompArg{{Index: idx, Value: openWriteFlags, ValueTwo: 0, Op: specs.OpMaskedEqual}}}}
+	for _, a := range []struct{ mask, val uint64 }{
+		{unix.O_ACCMODE, unix.O_WRONLY}, {unix.O_ACCMODE, unix.O_RDWR}, {unix.O_ACCMODE, unix.O_ACCMODE},
+		{unix.O_CREAT, unix.O_CREAT}, {unix.O_TRUNC, unix.O_TRUNC},
+	} {
+		rules = append(rules, specs.LinuxSyscall{Names: []string{name}, Action: specs.ActNotify,
+			Args: []specs.LinuxSeccompArg{{Index: idx, Value: a.mask, ValueTwo: a.val, Op: specs.OpMaskedEqual}}})
+	}
+	return rules
+}
+
+// allowedPlainly says whether sc allows name in one rule without argument checks, and names it nowhere
+// else: only such a syscall can be split into an allowed and a notified part.
+func allowedPlainly(sc *specs.LinuxSeccomp, name string) bool {
+	plain := false
+	for _, r := range sc.Syscalls {
+		if !slices.Contains(r.Names, name) {
+			continue
+		}
+		if r.Action != specs.ActAllow || len(r.Args) > 0 || plain {
+			return false
+		}
+		plain = true
+	}
+	return plain || (sc.DefaultAction == specs.ActAllow && !slices.ContainsFunc(sc.Syscalls, func(r specs.LinuxSyscall) bool {
+		return slices.Contains(r.Names, name)
+	}))
+}
+
+// notifyListener receives the filter's notification fd from runc and answers every notification.
+type notifyListener struct {
+	path   string
+	ln     *net.UnixListener
+	errnos map[int32]int32 // deny-list syscall number → errno to answer
+	names  map[int32]string
+	writes map[int32]writeSyscall
+	wpaths []string // Landlock write paths, as seen inside the sandbox
+	wake   [2]int
+	done   chan struct{}
+
+	mu      sync.Mutex
+	fd      int // the notification fd; -1 until received
+	initPid int // the supervisor's host pid: its writes go on unrecorded
+	reason  string
+	seccomp map[notifyKey]int
+	written map[notifyKey]int
+	order   []notifyKey
+	lost    int
+	bytes   int // of the strings of the kept records
+}
+
+type notifyKey struct {
+	pid, nsPid int
+	exe        string
+	syscall    string
+	detail     string // decoded arguments, or the path
+	flags      string
+	write      bool
+}
+
+// startNotify listens on the run dir's socket for the notification fd and serves notifications until
+// stop. writePaths are the Landlock write paths as the supervisor applies them.
+func startNotify(dir string, sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string) (*notifyListener, error) {
+	l := &notifyListener{path: filepath.Join(dir, notifySocket), fd: -1, errnos: map[int32]int32{},
+		names: map[int32]string{}, writes: map[int32]writeSyscall{}, done: make(chan struct{}),
+		seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
+	for _, r := range sc.Syscalls {
+		for _, n := range r.Names {
+			if r.Action == specs.ActErrno && len(r.Args) == 0 && slices.Contains(rec.Syscalls, n) && r.ErrnoRet != nil {
+				l.addSyscall(n, func(nr int32) { l.errnos[nr] = int32(*r.ErrnoRet) })
+			}
+		}
+	}
+	if rec.Writes {
+		for n, ws := range writeSyscalls {
+			l.addSyscall(n, func(nr int32) { l.writes[nr] = ws })
+		}
+		l.wpaths = writeRoots(writePaths)
+	}
+	var err error
+	if l.ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: l.path, Net: "unix"}); err != nil {
+		return nil, fmt.Errorf("listening for the seccomp notification fd: %w", err)
+	}
+	if err := unix.Pipe2(l.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		l.ln.Close()
+		return nil, err
+	}
+	go l.serve()
+	return l, nil
+}
+
+func (l *notifyListener) addSyscall(name string, set func(int32)) {
+	nr, err := libseccomp.GetSyscallFromName(name)
+	if err != nil || nr < 0 {
+		return // not a syscall of this architecture (open on arm64)
+	}
+	l.names[int32(nr)] = name
+	set(int32(nr))
+}
+
+// writeRoots are the paths writes may land in: the profile's, the device files and directories the
+// supervisor opens for every command (internal/supervisor), each also with its symlinks resolved.
+func writeRoots(paths []string) []string {
+	out := slices.Concat(paths, []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+		"/dev/tty", "/dev/ptmx", "/dev/pts", "/dev/shm", "/dev/mqueue", "/dev/stdin", "/dev/stdout", "/dev/stderr",
+		"/dev/fd", "/proc/self/fd", "/proc/thread-self/fd", "/proc/self/oom_score_adj"})
+	for _, p := range out {
+		if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// serve takes the fd from runc, then answers notifications until stop.
+func (l *notifyListener) serve() {
+	defer close(l.done)
+	fd, initPid, err := l.receive()
+	l.mu.Lock()
+	l.fd, l.initPid = fd, initPid
+	if err != nil {
+		l.reason = err.Error()
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return
+	}
+	// The notifying task hands its CPU straight to this listener and back (kernel 6.6+; an older
+	// kernel refuses the flag and wakes the listener the ordinary way).
+	_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(l.wake[0]), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		if fds[1].Revents != 0 {
+			return
+		}
+		if fds[0].Revents&unix.POLLIN != 0 {
+			l.handle(fd)
+		} else if fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+			return // no process uses the filter any more
+		}
+	}
+}
+
+// receive accepts runc's connection and takes the container's state and the notification fd.
+// libcontainer runs in sbx's own process: a connection from any other process is dropped (the run dir
+// is sbx's alone, so this is a second lock on the door).
+func (l *notifyListener) receive() (int, int, error) {
+	for range 16 {
+		conn, err := l.ln.AcceptUnix()
+		if err != nil {
+			return -1, 0, fmt.Errorf("waiting for the seccomp notification fd: %w", err)
+		}
+		if peerPid(conn) != os.Getpid() {
+			conn.Close()
+			continue
+		}
+		defer conn.Close()
+		return l.receiveFrom(conn)
+	}
+	return -1, 0, errors.New("waiting for the seccomp notification fd: too many connections from other processes")
+}
+
+// peerPid is the pid of the process at the other end of a unix connection, 0 when unknown.
+func peerPid(conn *net.UnixConn) int {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) { cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cred == nil {
+		return 0
+	}
+	return int(cred.Pid)
+}
+
+// receiveFrom reads runc's message: the container's state as JSON, with the notification fd.
+func (l *notifyListener) receiveFrom(conn *net.UnixConn) (int, int, error) {
+	buf := make([]byte, 1<<16)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return -1, 0, fmt.Errorf("receiving the seccomp notification fd: %w", err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return -1, 0, fmt.Errorf("receiving the seccomp notification fd: %d control messages (%v)", len(msgs), err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return -1, 0, fmt.Errorf("receiving the seccomp notification fd: %d fds (%v)", len(fds), err)
+	}
+	unix.CloseOnExec(fds[0])
+	var state specs.ContainerProcessState
+	if err := json.Unmarshal(buf[:n], &state); err != nil {
+		return fds[0], 0, nil // the fd is what matters; without the init's pid its writes are recorded too
+	}
+	return fds[0], state.Pid, nil
+}
+
+// seccompNotif and seccompNotifResp are struct seccomp_notif and seccomp_notif_resp.
+type seccompNotif struct {
+	ID    uint64
+	Pid   uint32
+	Flags uint32
+	Nr    int32
+	Arch  uint32
+	IP    uint64
+	Args  [6]uint64
+}
+
+type seccompNotifResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
+// notifIoctl makes one of the notification ioctls, again when a signal interrupted it (the Go runtime
+// preempts goroutines with signals): an answer lost to EINTR would leave its process waiting forever.
+func notifIoctl(fd int, req uint, p unsafe.Pointer) error {
+	for {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(p))
+		switch e {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return e
+	}
+}
+
+// handle receives one notification and answers it. The poll said one is pending, so the receive does
+// not block (ENOENT when its process died meanwhile).
+func (l *notifyListener) handle(fd int) {
+	var req seccompNotif
+	if err := notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
+		return
+	}
+	resp := seccompNotifResp{ID: req.ID}
+	if errno, ok := l.errnos[req.Nr]; ok {
+		resp.Error = -errno
+		l.record(fd, &req, false, l.names[req.Nr], decodeArgs(l.names[req.Nr], &req), "")
+	} else if ws, ok := l.writes[req.Nr]; ok {
+		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+		if int(req.Pid) != l.initPid {
+			l.recordWrite(fd, &req, ws)
+		}
+	} else {
+		resp.Error = -int32(unix.EPERM) // nothing else notifies: fail closed
+	}
+	_ = notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
+}
+
+// recordWrite records each path of a write syscall that lies outside the write paths.
+func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall) {
+	flags := ""
+	if ws.flags >= 0 {
+		flags = openFlags(req.Args[ws.flags])
+	}
+	for _, pa := range ws.paths {
+		p, ok := readPath(int(req.Pid), req.Args[pa[1]], pa[0], req)
+		if !ok || l.writable(p) {
+			continue
+		}
+		l.record(fd, req, true, l.names[req.Nr], p, flags)
+	}
+}
+
+// writable says whether p lies in one of the write paths (or is one).
+func (l *notifyListener) writable(p string) bool {
+	for _, w := range l.wpaths {
+		if p == w || strings.HasPrefix(p, strings.TrimSuffix(w, "/")+"/") {
+			return true
+		}
+	}
+	if rest, ok := strings.CutPrefix(p, "/proc/"); ok {
+		// /proc/PID/fd/N are magic links to open files, whatever they are.
+		if _, after, ok := strings.Cut(rest, "/"); ok && strings.HasPrefix(after, "fd/") {
+			return true
+		}
+	}
+	return false
+}
+
+// record counts one refusal, once the notification is known to be still valid (so that the pid read
+// from /proc is the notifying process).
+func (l *notifyListener) record(fd int, req *seccompNotif, write bool, name, detail, flags string) {
+	tgid, nsPid := taskIDs(int(req.Pid))
+	exe, _ := os.Readlink("/proc/" + strconv.Itoa(int(req.Pid)) + "/exe")
+	id := req.ID
+	if notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
+		return
+	}
+	l.keep(notifyKey{pid: tgid, nsPid: nsPid, exe: exe, syscall: name, detail: detail, flags: flags, write: write})
+}
+
+// keep counts one record, within the bounds.
+func (l *notifyListener) keep(k notifyKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.seccomp
+	if k.write {
+		m = l.written
+	}
+	if _, ok := m[k]; !ok {
+		size := len(k.exe) + len(k.detail) + len(k.flags)
+		if len(l.order) >= maxNotifyKeys || l.bytes+size > maxNotifyBytes {
+			l.lost++
+			return
+		}
+		l.bytes += size
+		l.order = append(l.order, k)
+	}
+	m[k]++
+}
+
+// taskIDs reads a task's thread group id and its pid in the sandbox's pid namespace.
+func taskIDs(tid int) (tgid, nsPid int) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return tid, 0
+	}
+	tgid = tid
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			tgid, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				nsPid, _ = strconv.Atoi(f[len(f)-1])
+			}
+		}
+	}
+	return tgid, nsPid
+}
+
+// readPath reads a path from the process's memory (at most PATH_MAX bytes) and makes it absolute and
+// clean as the process sees it: relative to its working directory or to the directory fd argument
+// dirArg.
+func readPath(pid int, addr uint64, dirArg int, req *seccompNotif) (string, bool) {
+	p, ok := readString(pid, addr, unix.PathMax)
+	if !ok {
+		return "", false
+	}
+	return absPath(pid, p, dirArg, req)
+}
+
+func absPath(pid int, p string, dirArg int, req *seccompNotif) (string, bool) {
+	if p == "" {
+		return "", false
+	}
+	if path.IsAbs(p) {
+		return path.Clean(p), true
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/cwd"
+	if dirArg >= 0 && int32(req.Args[dirArg]) != unix.AT_FDCWD {
+		dir = "/proc/" + strconv.Itoa(pid) + "/fd/" + strconv.Itoa(int(int32(req.Args[dirArg])))
+	}
+	// The link reads as the path inside the sandbox: its root is the sandbox's own mount namespace root.
+	base, err := os.Readlink(dir)
+	if err != nil || !path.IsAbs(base) {
+		return "", false
+	}
+	return path.Join(base, p), true
+}
+
+// openFlags names the write-relevant open flags.
+func openFlags(f uint64) string {
+	var out []string
+	switch f & unix.O_ACCMODE {
+	case unix.O_WRONLY:
+		out = append(out, "O_WRONLY")
+	case unix.O_RDWR:
+		out = append(out, "O_RDWR")
+	}
+	for _, x := range []struct {
+		bit  uint64
+		name string
+	}{{unix.O_CREAT, "O_CREAT"}, {unix.O_TRUNC, "O_TRUNC"}, {unix.O_APPEND, "O_APPEND"}, {unix.O_EXCL, "O_EXCL"}} {
+		if f&x.bit != 0 {
+			out = append(out, x.name)
+		}
+	}
+	return strings.Join(out, "|")
+}
+
+// records returns what was recorded so far (the listener keeps serving until stop).
+func (l *notifyListener) records(rec policy.Record) observe.Denials {
+	d := observe.Denials{Seccomp: []observe.SeccompDenial{}, Landlock: []observe.LandlockDenial{}, Writes: []observe.WriteDenial{}}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	recording := l.fd >= 0
+	reason := l.reason
+	if !recording && reason == "" {
+		reason = "the sandbox never sent its seccomp notification fd"
+	}
+	if l.lost > 0 {
+		reason = fmt.Sprintf("%d distinct records over the bound (%d records, %d bytes) dropped", l.lost, maxNotifyKeys, maxNotifyBytes)
+	}
+	for _, k := range l.order {
+		if k.write {
+			d.Writes = append(d.Writes, observe.WriteDenial{Pid: k.nsPid, HostPid: k.pid, Exe: k.exe, Syscall: k.syscall,
+				Path: k.detail, Flags: k.flags, Count: l.written[k]})
+			continue
+		}
+		d.Seccomp = append(d.Seccomp, observe.SeccompDenial{Pid: k.nsPid, HostPid: k.pid, Exe: k.exe, Syscall: k.syscall,
+			Args: k.detail, Action: "errno", Source: observe.SourceSeccompNotify, Count: l.seccomp[k]})
+	}
+	if len(rec.Syscalls) > 0 {
+		d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceSeccompNotify, Recorded: recording,
+			Covers: coversSyscalls, Reason: reason})
+	}
+	if rec.Writes {
+		d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceWriteNotify, Recorded: recording,
+			Covers: coversWrites, Reason: reason})
+	}
+	d.Available = recording
+	return d
+}
+
+// stop ends the listener. Call it only when no process of the sandbox is left: a process that
+// notifies after the fd is closed gets ENOSYS.
+func (l *notifyListener) stop() {
+	l.ln.Close() // ends a receive still waiting for runc
+	_, _ = unix.Write(l.wake[1], []byte{0})
+	<-l.done
+	l.mu.Lock()
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+	}
+	l.mu.Unlock()
+	unix.Close(l.wake[0])
+	unix.Close(l.wake[1])
+	os.Remove(l.path)
+}
+
+// startNotify starts the listener of the seccomp notifications when the plan records anything.
+func (s *Sandbox) startNotify() error {
+	plan := s.cfg.Plan
+	if plan.Seccomp == nil || (len(plan.Record.Syscalls) == 0 && !plan.Record.Writes) {
+		return nil
+	}
+	if api, _ := libseccomp.GetAPI(); api < 6 {
+		// Recording is no enforcement: without it the deny list still refuses, as a plain errno rule.
+		s.notifyOff = fmt.Sprintf("seccomp user notification needs libseccomp 2.5 and Linux 5.7 (libseccomp API 6, this one has %d)", api)
+		return nil
+	}
+	l, err := startNotify(s.run.dir, plan.Seccomp, plan.Record, s.writePaths())
+	if err != nil {
+		return err
+	}
+	s.notify = l
+	return nil
+}
+
+// Denials returns what sbx recorded itself of what the sandbox refused so far (seccomp-notify and
+// write-notify); Available is false when it records nothing (the profile turned it off, the sandbox
+// has no seccomp filter, or libseccomp is too old: then Sources say so).
+func (s *Sandbox) Denials() observe.Denials {
+	if s.notify != nil {
+		return s.notify.records(s.cfg.Plan.Record)
+	}
+	d := observe.Denials{Seccomp: []observe.SeccompDenial{}, Landlock: []observe.LandlockDenial{},
+		Writes: []observe.WriteDenial{}, Sources: []observe.DenialSource{}}
+	if s.notifyOff != "" {
+		rec := s.cfg.Plan.Record
+		if len(rec.Syscalls) > 0 {
+			d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceSeccompNotify, Covers: coversSyscalls, Reason: s.notifyOff})
+		}
+		if rec.Writes {
+			d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceWriteNotify, Covers: coversWrites, Reason: s.notifyOff})
+		}
+	}
+	return d
+}
+
+// What the two sources of sbx's own recording cover.
+const (
+	coversSyscalls = "the deny list's syscalls, with decoded arguments"
+	coversWrites   = "opens for writing, creat, mkdir, mknod, rename, link and symlink outside the write paths"
+)
