@@ -27,7 +27,7 @@ const (
 )
 
 // TestDryRunOnAPIServer runs a real kube-apiserver (with etcd, both on loopback only), installs Cilium's
-// and agent-sandbox's CRDs, makes the namespaces enforce PodSecurity "restricted", and applies every
+// CRD and the SandboxTemplate CRD written by hand in testdata, makes the namespaces enforce PodSecurity "restricted", and applies every
 // export with kubectl apply --dry-run=server --validate=strict: the API server's own decoding, defaulting,
 // admission and validation, nothing stored.
 func TestDryRunOnAPIServer(t *testing.T) {

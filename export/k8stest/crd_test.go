@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -35,11 +36,13 @@ var (
 
 func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
 
-// crdSource says where each custom resource's CRD comes from: agent-sandbox's is kept in testdata (its
-// module is not on the Go module proxy), Cilium's is read from the Cilium module this module requires.
+// crdSource says where each custom resource's CRD comes from: agent-sandbox's is a CRD written by hand in
+// testdata (its module is not on the Go module proxy; the file covers only what sbx writes, its pod spec
+// is checked by strict decoding into k8s.io/api instead), Cilium's is read from the Cilium module this
+// module requires.
 var crdSource = map[schema.GroupVersionKind]func() (string, error){
 	sandboxTemplateGVK: func() (string, error) {
-		return filepath.Join("testdata", "crds", "extensions.agents.x-k8s.io_sandboxtemplates.yaml"), nil
+		return filepath.Join("testdata", "crds", "sandboxtemplates.yaml"), nil
 	},
 	ciliumGVK: func() (string, error) {
 		dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cilium/cilium").Output()
@@ -201,4 +204,53 @@ func deepCopy(m map[string]any) map[string]any {
 		panic(err)
 	}
 	return out
+}
+
+// TestSandboxTemplateSchemaBites: the hand-written CRD itself, without the Go checks after it, refuses a
+// template that breaks its enum, its required fields or its set of known fields, and accepts sbx's own.
+func TestSandboxTemplateSchemaBites(t *testing.T) {
+	out, _, err := export.Kubernetes(compile(t, "strict", nil), export.KubeOptions{AgentSandbox: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := split(t, out)[1]
+	if _, err := checkCustomResource(doc, sandboxTemplateGVK); err != nil {
+		t.Fatalf("sbx's template fails the schema: %v\n%s", err, doc)
+	}
+	for _, tt := range []struct {
+		name   string
+		mutate func(obj, spec, podTemplate map[string]any)
+	}{
+		{"enum", func(_, spec, _ map[string]any) { spec["networkPolicyManagement"] = "Unmanged" }},
+		{"type", func(_, spec, _ map[string]any) { spec["networkPolicyManagement"] = 1 }},
+		{"required spec", func(obj, _, _ map[string]any) { delete(obj, "spec") }},
+		{"required podTemplate", func(_, spec, _ map[string]any) { delete(spec, "podTemplate") }},
+		{"required pod spec", func(_, _, pt map[string]any) { delete(pt, "spec") }},
+		{"unknown spec field", func(_, spec, _ map[string]any) { spec["podTemplates"] = map[string]any{} }},
+		{"unknown top-level field", func(obj, _, _ map[string]any) { obj["specs"] = map[string]any{} }},
+		{"label type", func(_, _, pt map[string]any) {
+			pt["metadata"].(map[string]any)["labels"].(map[string]any)["n"] = 1
+		}},
+	} {
+		var obj map[string]any
+		if err := sigsyaml.Unmarshal(doc, &obj); err != nil {
+			t.Fatal(err)
+		}
+		spec := obj["spec"].(map[string]any)
+		tt.mutate(obj, spec, spec["podTemplate"].(map[string]any))
+		if _, err := checkCustomResource(mustYAML(t, obj), sandboxTemplateGVK); err == nil {
+			t.Errorf("%s: accepted", tt.name)
+		} else {
+			t.Logf("%s: %v", tt.name, err)
+		}
+	}
+}
+
+func mustYAML(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := sigsyaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -214,6 +214,8 @@ func TestChecksBite(t *testing.T) {
 		{"except outside the block", docs[2], "- fc00::/7", "- 10.0.0.0/8"},
 		{"template unknown field", stDocs[1], "networkPolicyManagement:", "networkPolicyManagment:"},
 		{"template pod field", stDocs[1], "restartPolicy: Never", "restartPolicy: Sometimes"},
+		{"template pod unknown field", stDocs[1], "enableServiceLinks:", "enableServiceLink:"},
+		{"template metadata unknown field", stDocs[1], "    metadata:\n      labels:", "    metadata:\n      label:"},
 		{"cilium port", docs[3], "port: \"443\"", "port: \"70000\""},
 		{"cilium unknown field", docs[3], "toFQDNs:", "toFQDN:"},
 	} {

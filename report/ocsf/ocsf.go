@@ -10,7 +10,7 @@
 // no I/O beyond WriteLines, no validation against the OCSF schema server. The sbx.report/v1 JSON stays
 // the primary format; these events lose the report's shape (one verdict, one run) on purpose. The tests
 // check every event against the required attributes and constraints of OCSF 1.3.0's classes and objects
-// (testdata/ocsf-1.3.0-required.json, extracted from the schema's own files).
+// (a table typed by hand in required_test.go).
 package ocsf
 
 import (
