@@ -223,6 +223,9 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if s.net != nil {
 		in.NetNS, in.ResolvConf = s.net.NetNSPath(), s.net.ResolvConf()
 	}
+	if in.Hosts, err = hostsFile(s.run.dir); err != nil {
+		return nil, err
+	}
 	return Spec(in), nil
 }
 
