@@ -65,6 +65,7 @@ type Options struct {
 func Run(ctx context.Context, o Options) (*report.Report, error) {
 	t0 := time.Now()
 	rep := report.New(o.Plan.Profile, o.Args)
+	rep.Notes = append(rep.Notes, o.Plan.Notes...)
 	// The event stream starts before the sandbox so that it sees the command's first exec.
 	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
 	if err != nil {
