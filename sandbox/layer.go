@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,12 +32,13 @@ import (
 var LayerDir = "/var/lib/sbx/layers"
 
 // layerTemplateVersion names the mkfs options below: a change of options makes new templates.
-const layerTemplateVersion = "v1"
+const layerTemplateVersion = "v2"
 
-// mkfsArgs make an ext4 without a journal (the layer is thrown away, never recovered), without reserved
+// mkfsArgs make an ext4 of 4 KiB blocks (the loop device's block size, whatever the size) without a
+// journal (the layer is thrown away, never recovered), without reserved
 // blocks (the command gets the whole size), with one inode per 8 KiB (many small files, as in
 // node_modules) of 256 bytes (room for the overlay's xattrs), and with lazily initialized inode tables.
-var mkfsArgs = []string{"-q", "-F", "-t", "ext4", "-O", "^has_journal", "-m", "0", "-i", "8192", "-I", "256",
+var mkfsArgs = []string{"-q", "-F", "-t", "ext4", "-b", "4096", "-O", "^has_journal", "-m", "0", "-i", "8192", "-I", "256",
 	"-E", "nodiscard,lazy_itable_init=1"}
 
 // ErrNoDiskLayer is matched by errors of a disk-backed layer that cannot be made here.
@@ -208,4 +210,35 @@ func attachLoop(img *os.File) (*os.File, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: no free loop device", ErrNoDiskLayer)
+}
+
+// loopMajor is the block major number of loop devices.
+const loopMajor = 7
+
+// ext4ShutdownNoLogFlush is EXT4_IOC_SHUTDOWN's flag for "stop now, write nothing more".
+const (
+	ext4IocShutdown        = 0x8004587d // _IOR('X', 125, __u32)
+	ext4ShutdownNoLogFlush = 2
+)
+
+// discardLayer shuts a disk-backed layer at dir down before it is unmounted: its contents are thrown
+// away, and without this the unmount writes its metadata back and flushes the host's disk (10-30 ms
+// here) for a file that is already deleted. It acts only on an ext4 on a loop device mounted at dir
+// (a different device from dir's parent): never on the host's own file system below an unmounted dir.
+func discardLayer(dir string) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	var st, parent unix.Stat_t
+	var fs unix.Statfs_t
+	if unix.Fstat(fd, &st) != nil || unix.Stat(filepath.Dir(dir), &parent) != nil || unix.Fstatfs(fd, &fs) != nil {
+		return
+	}
+	if unix.Major(st.Dev) != loopMajor || st.Dev == parent.Dev || fs.Type != unix.EXT4_SUPER_MAGIC {
+		return
+	}
+	flag := uint32(ext4ShutdownNoLogFlush)
+	unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ext4IocShutdown, uintptr(unsafe.Pointer(&flag)))
 }

@@ -145,6 +145,9 @@ func (r *rootfs) unmount() error {
 	var errs []error
 	mounts := []string{filepath.Join(r.runDir, "cwd"), filepath.Join(r.runDir, "lower-cwd"), r.root.merged, r.layer, r.root.Lower}
 	for _, m := range mounts {
+		if m == r.layer {
+			discardLayer(m)
+		}
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
 		}
