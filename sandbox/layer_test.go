@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ func needRoot(tb testing.TB) {
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root: loop devices and mounts")
 	}
+	old := LayerDir
+	tb.Cleanup(func() { LayerDir = old })
 }
 
 // TestDiskLayer: the layer is an ext4 of the asked size, full is ENOSPC, and unmounting it leaves no
@@ -128,5 +131,28 @@ func BenchmarkWritableLayer(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestLayerFallback: where no disk-backed layer can be made (here: LayerDir cannot exist), the layer is
+// a tmpfs of the same size, and the note says that files count as memory.
+func TestLayerFallback(t *testing.T) {
+	needRoot(t)
+	LayerDir = "/proc/sbx-no-such-dir"
+	dir := t.TempDir()
+	note, err := mountLayer(dir, 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type != unix.TMPFS_MAGIC || int64(st.Blocks)*st.Bsize != 8<<20 {
+		t.Errorf("fallback layer: type %#x, %d bytes, want a tmpfs of 8MiB", st.Type, int64(st.Blocks)*st.Bsize)
+	}
+	if !strings.Contains(note, "count against the memory limit") {
+		t.Errorf("note %q does not say that files count as memory", note)
 	}
 }
