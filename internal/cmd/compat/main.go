@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -45,7 +46,12 @@ func main() {
 	if *only != "" {
 		mods = strings.Split(*only, ",")
 	}
-	if err := run(*sbx, *known, *profile, mods); err != nil {
+	bin, err := filepath.Abs(*sbx) // the suites run in directories of their own
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compat:", err)
+		os.Exit(1)
+	}
+	if err := run(bin, *known, *profile, mods); err != nil {
 		fmt.Fprintln(os.Stderr, "compat:", err)
 		os.Exit(1)
 	}
@@ -153,7 +159,8 @@ func loadKnown(file string) ([]knownFailure, error) {
 }
 
 // compare prints the cases that pass (or are skipped) on the host and fail in the sandbox, and those
-// skipped only in the sandbox, and fails when a failure matches no documented restriction.
+// skipped only in the sandbox, each with its documented reason, and fails when a failure matches no
+// documented restriction (a skip is the test's own judgement of the environment, not a failure).
 func compare(host, boxed map[string]string, known []knownFailure, w io.Writer) error {
 	var failed, skipped []string
 	for id, outcome := range boxed {
@@ -181,7 +188,11 @@ func compare(host, boxed map[string]string, known []knownFailure, w io.Writer) e
 	}
 	fmt.Fprintf(w, "%d case(s) skipped only in sbx:\n", len(skipped))
 	for _, id := range skipped {
-		fmt.Fprintf(w, "  %s\n", id)
+		reason := "(no reason listed)"
+		if k := match(known, id); k != nil {
+			reason = k.Reason
+		}
+		fmt.Fprintf(w, "  %s: %s\n", id, reason)
 	}
 	if undocumented > 0 {
 		return fmt.Errorf("%d sbx-only failure(s) are not in the documented restrictions", undocumented)
