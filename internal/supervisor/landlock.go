@@ -39,6 +39,12 @@ var devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/
 // itself (BestEffort would apply nothing when seccomp answers ENOSYS) and applies the strict
 // configuration of the newest ABI it knows that the kernel has.
 func applyLandlock(cfg Config) error {
+	// pid 1's own /proc files are the one place procRule reaches that matters (a command running as
+	// root could otherwise write /proc/1/mem), and so is a run without Landlock: a process that is not
+	// dumpable has them owned by root with no access for a process lacking CAP_SYS_PTRACE.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("making the supervisor undumpable: %w", err)
+	}
 	abi, err := llsys.LandlockGetABIVersion()
 	if err != nil || abi < 1 {
 		have := "none"
@@ -64,12 +70,6 @@ func applyLandlock(cfg Config) error {
 		writeRule(abi, existing(cfg.Write)),
 		devs, devDirs,
 		procRule(abi),
-	}
-	// pid 1's own /proc files are the one place procRule reaches that matters (a command running as
-	// root could otherwise write /proc/1/mem): a process that is not dumpable has them owned by root
-	// with no access for a process lacking CAP_SYS_PTRACE, whatever its uid.
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("landlock: making the supervisor undumpable: %w", err)
 	}
 	if err := ll.RestrictPaths(rules...); err != nil {
 		return fmt.Errorf("landlock ABI %d: %w", abi, err)
