@@ -44,11 +44,17 @@ var mkfsArgs = []string{"-q", "-F", "-t", "ext4", "-b", "4096", "-O", "^has_jour
 // ErrNoDiskLayer is matched by errors of a disk-backed layer that cannot be made here.
 var ErrNoDiskLayer = errors.New("no disk-backed writable layer")
 
-// mountLayer mounts the writable layer at dir: on disk when it can, else a tmpfs. memoryNote is set when
-// it is a tmpfs.
-func mountLayer(dir string, size int64) (memoryNote string, err error) {
+// mountLayer mounts the writable layer at dir: on disk when it can, else a tmpfs. note, for the report,
+// says what the command should know: that files count as memory (a tmpfs), or that the host's disk
+// has less room than the layer's size (the layer's blocks are taken from it as the command writes, and
+// when it runs out first, writes fail with I/O errors instead of ENOSPC).
+func mountLayer(dir string, size int64) (note string, err error) {
 	derr := mountDiskLayer(dir, size)
 	if derr == nil {
+		var fs unix.Statfs_t
+		if unix.Statfs(LayerDir, &fs) == nil && int64(fs.Bavail)*fs.Bsize < size {
+			return fmt.Sprintf("the host's disk has %d MiB free for a writable layer of %d MiB", int64(fs.Bavail)*fs.Bsize>>20, size>>20), nil
+		}
 		return "", nil
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
