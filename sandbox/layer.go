@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -115,6 +116,7 @@ func layerTemplate(size int64) (*os.File, error) {
 	if err := os.MkdirAll(LayerDir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoDiskLayer, err)
 	}
+	removeOldTemplates()
 	f, err := openTmpfile(LayerDir)
 	if err != nil {
 		return nil, err
@@ -130,6 +132,16 @@ func layerTemplate(size int64) (*os.File, error) {
 		return nil, fmt.Errorf("%w: keeping the layer template: %w", ErrNoDiskLayer, err)
 	}
 	return f, nil
+}
+
+// removeOldTemplates removes the templates an older sbx made with other mkfs options.
+func removeOldTemplates() {
+	old, _ := filepath.Glob(filepath.Join(LayerDir, "ext4-*.img"))
+	for _, f := range old {
+		if !strings.HasPrefix(filepath.Base(f), "ext4-"+layerTemplateVersion+"-") {
+			os.Remove(f)
+		}
+	}
 }
 
 func openTmpfile(dir string) (*os.File, error) {

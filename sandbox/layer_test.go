@@ -26,6 +26,10 @@ func needRoot(tb testing.TB) {
 func TestDiskLayer(t *testing.T) {
 	needRoot(t)
 	LayerDir = t.TempDir()
+	stale := filepath.Join(LayerDir, "ext4-v0-1024.img") // a template of an older sbx
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	const size = 64 << 20
 	note, err := mountLayer(dir, size)
@@ -80,7 +84,7 @@ func TestDiskLayer(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(LayerDir)
 	if len(entries) != 1 {
-		t.Errorf("LayerDir holds %d entries, want only the template", len(entries))
+		t.Errorf("LayerDir holds %d entries, want only the template (the stale one removed)", len(entries))
 	}
 }
 
