@@ -10,7 +10,7 @@ export CGO_ENABLED := 1
 # benchmarks and the OCI bundle test (runc and crun); jq for the report-contract test.
 DEBS := libseccomp-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc
 
-.PHONY: all deps build test test-k8s lint man demo bench soak clean
+.PHONY: all deps build test test-k8s lint man demo bench soak compat compat-deps clean
 all: build
 
 deps:
@@ -69,11 +69,26 @@ bench: build
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'SetupClose' -benchtime 100x ./sandbox/netcontract
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'CompareFlood' -benchtime 3x ./policy
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'DNSFlood' -benchtime 1x -timeout 20m ./sandbox/netcontract
+	$(GO) test -tags $(TAGS) -run '^$$' -bench 'WritableLayer' -benchtime 100x ./sandbox
 
 # Long: 200 runs of bin/sbx in a row and 20 at once, then a check that no process, mount, cgroup,
 # namespace, link, nft table or state dir is left. Kept out of `make test`.
 soak: build
 	$(GO) run -tags $(TAGS) ./internal/cmd/soak -sbx $(BIN)
+
+# CPython's own regression suite (a slice of it) on the host and in `sbx exec`: prints the cases that
+# fail only in sbx with their reason (testdata/compat/known.txt) and fails on an undocumented one. Takes
+# several minutes; kept out of `make test`.
+COMPAT_DEBS := libpython3.11-testsuite python3.11
+compat-deps:
+	@missing=""; for p in $(COMPAT_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+compat: build compat-deps
+	$(GO) run ./internal/cmd/compat -sbx $(BIN) -known testdata/compat/known.txt
 
 clean:
 	rm -rf bin man

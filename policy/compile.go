@@ -48,11 +48,11 @@ func Compile(p *Profile, ctx CompileContext) (*Plan, error) {
 		Filesystem: compileFilesystem(q.Filesystem),
 		Seccomp:    sc,
 		Limits:     compileLimits(q.Limits),
-		Env:        compileEnv(q.Env, ctx.CallerEnv, ctx.Overrides.Env),
 		Network:    compileNetwork(q.Network),
 		Expect:     compileExpect(q.Expect),
 		Record:     compileRecord(q),
 	}
+	plan.Env, plan.Notes = compileEnv(q.Env, ctx.CallerEnv, ctx.Overrides.Env, plan.Filesystem, ctx.Cwd)
 	if t := q.Limits.Timeout; t != nil {
 		plan.Timeout = time.Duration(*t)
 	}
@@ -145,8 +145,9 @@ func compileLimits(l LimitsConfig) Limits {
 
 // compileEnv builds the command's environment: the caller's variables matching BaseEnvPass, env.pass
 // or a -e NAME flag; HOME=/tmp; then env.set and -e NAME=VALUE, later ones winning. Everything else in
-// the caller's environment is scrubbed. PATH falls back to DefaultPath. The result is sorted.
-func compileEnv(e EnvConfig, caller, flags []string) []string {
+// the caller's environment is scrubbed. PATH falls back to DefaultPath; PATH and SHELL then follow what
+// the sandbox shows (visibleEnv), which notes returns. The result is sorted.
+func compileEnv(e EnvConfig, caller, flags []string, fs Filesystem, cwd string) (out, notes []string) {
 	flagPass, flagSet, _ := splitEnvFlags(flags) // Apply has checked them
 	patterns := slices.Concat(BaseEnvPass, e.Pass, flagPass)
 	env := map[string]string{}
@@ -165,11 +166,13 @@ func compileEnv(e EnvConfig, caller, flags []string) []string {
 	if _, ok := env["PATH"]; !ok {
 		env["PATH"] = DefaultPath
 	}
-	out := make([]string, 0, len(env))
+	_, shellSet := env["SHELL"]
+	notes = visibleEnv(env, fs, cwd, lookupEnv(caller, "SHELL"), shellSet)
+	out = make([]string, 0, len(env))
 	for _, k := range sortedKeys(env) {
 		out = append(out, k+"="+env[k])
 	}
-	return out
+	return out, notes
 }
 
 func matchesAny(patterns []string, name string) bool {

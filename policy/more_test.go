@@ -188,7 +188,7 @@ func TestOverridesAndEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantEnv := []string{"FOO=bar", "GOFLAGS=-mod=mod", "HOME=/tmp", "LANG=C.UTF-8", "LC_ALL=C", "PATH=/usr/bin", "TERM=xterm"}
+	wantEnv := []string{"FOO=bar", "GOFLAGS=-mod=mod", "HOME=/tmp", "LANG=C.UTF-8", "LC_ALL=C", "PATH=/usr/bin", "SHELL=/bin/sh", "TERM=xterm"}
 	if diff := cmp.Diff(wantEnv, plan.Env); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
 	}

@@ -20,6 +20,7 @@ type Plan struct {
 	Record     Record
 	Timeout    time.Duration // 0: none
 	UID, GID   int           // user the command runs as inside the sandbox
+	Notes      []string      // what compiling changed that the report should say (a PATH entry left out)
 }
 
 // Filesystem is the file-system side of the sandbox.

@@ -76,6 +76,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	if changesDir != nil {
 		defer changesDir.Close()
 	}
+	rep.Notes = append(rep.Notes, o.Plan.Notes...)
 	// The event stream starts before the sandbox so that it sees the command's first exec.
 	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
 	switch {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -54,7 +55,9 @@ func (o *overlay) mount() error {
 	if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
 		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile,metacopy=on", o.Lower, o.Upper, o.work)
+	// xino=auto gives every file one inode number in both layers' ranges, so that a directory's inode from
+	// readdir (scandir, find -inum) is the one stat shows, as on the host.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile,metacopy=on,xino=auto", o.Lower, o.Upper, o.work)
 	if err := unix.Mount("overlay", o.merged, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting the overlay of %s: %w", o.At, err)
 	}
@@ -68,6 +71,7 @@ type rootfs struct {
 	layer  string // tmpfs holding every upper and work dir
 	root   overlay
 	cwd    *overlay // nil when the working directory is on the root file system
+	notes  []string // what the rootfs could only partly do, for the report
 }
 
 func newRootfs(runDir string) *rootfs {
@@ -88,33 +92,37 @@ func (r *rootfs) overlays() []*overlay {
 	return []*overlay{&r.root, r.cwd}
 }
 
-// mount builds the writable layer on a size-limited tmpfs (so that a command cannot fill the host's
-// disk), hides paths by writing overlay whiteouts and opaque directories into it, and mounts the
-// overlays. The host's / is the root's only lower layer: other host mounts appear as empty directories,
-// except the working directory's, which gets an overlay of its own (see mountCwd).
-func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool) error {
+// mount builds the writable layer (see layer.go), hides paths by writing overlay whiteouts and opaque
+// directories into it, and mounts the overlays. The host's / is the root's only lower layer: other host
+// mounts appear as empty directories, except the working directory's, which gets an overlay of its own
+// (see mountCwd), unless it is a hidden directory itself. keep are the paths shares are mounted at:
+// hiding leaves the way down to them (see hide).
+func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool, keep []string) error {
 	if diskBytes <= 0 {
 		diskBytes = DefaultDiskBytes
 	}
 	if err := os.MkdirAll(r.layer, 0o700); err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", r.layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("size=%d,mode=0700", diskBytes)); err != nil {
-		return fmt.Errorf("mounting the writable layer: %w", err)
+	note, err := mountLayer(r.layer, diskBytes)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		r.notes = append(r.notes, note)
 	}
 	if err := os.Mkdir(r.root.Upper, 0o755); err != nil {
 		return err
 	}
 	for _, h := range hidden {
-		if err := hide(r.root.Upper, h, cwd); err != nil {
+		if err := hide(r.root.Upper, h, cwd, keep); err != nil {
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
 	if err := r.root.mount(); err != nil {
 		return err
 	}
-	if overlayCwd {
+	if overlayCwd && !slices.ContainsFunc(hidden, func(h string) bool { return filepath.Clean(h) == cwd }) {
 		return r.mountCwd(cwd)
 	}
 	return nil
@@ -139,6 +147,9 @@ func (r *rootfs) unmount() error {
 	var errs []error
 	mounts := []string{filepath.Join(r.runDir, "cwd"), filepath.Join(r.runDir, "lower-cwd"), r.root.merged, r.layer, r.root.Lower}
 	for _, m := range mounts {
+		if m == r.layer {
+			discardLayer(m)
+		}
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
 		}
@@ -147,10 +158,13 @@ func (r *rootfs) unmount() error {
 }
 
 // hide makes path (as seen in the sandbox) invisible: a directory becomes an empty opaque directory, a
-// file a whiteout. When the working directory lies below a hidden directory, that directory stays, but
-// everything in it that is not on the way down to the working directory is whited out, so that the
-// command can still work where it was started.
-func hide(upper, path, cwd string) error {
+// file a whiteout. One rule serves the working directory and every share (keep): when one lies strictly
+// below a hidden directory, the way down to it stays (each directory on it keeps only the entry leading
+// on) and the working directory's own subtree stays whole, so that the command can work where it was
+// started and reach what was shared with it. A working directory that IS the hidden directory (cd /root,
+// cd /tmp) does not unhide it: the command starts in an empty directory, and seeing the contents takes
+// an explicit share (--ro/--rw).
+func hide(upper, path, cwd string, keep []string) error {
 	path = filepath.Clean(path)
 	st, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -166,39 +180,61 @@ func hide(upper, path, cwd string) error {
 	if !st.IsDir() {
 		return whiteout(target)
 	}
-	if !within(cwd, path) {
+	var below []string
+	for _, k := range append([]string{cwd}, keep...) {
+		if k = filepath.Clean(k); k != path && within(k, path) {
+			below = append(below, k)
+		}
+	}
+	if len(below) == 0 {
 		if err := mkdirLike(target, path); err != nil {
 			return err
 		}
 		return unix.Setxattr(target, "trusted.overlay.opaque", []byte("y"), 0)
 	}
-	return hideAround(upper, path, cwd)
+	return hideAround(upper, path, below)
 }
 
-// hideAround whites out every entry of dir except the one leading to cwd, down to cwd itself.
-func hideAround(upper, dir, cwd string) error {
-	if dir == cwd {
-		return nil
-	}
+// hideAround whites out every entry of dir except those leading to a path of keep (all strictly below
+// dir), and goes on down each of those ways; a kept path's own subtree stays whole.
+func hideAround(upper, dir string, keep []string) error {
 	if err := mkdirLike(filepath.Join(upper, dir), dir); err != nil {
 		return err
 	}
-	next := strings.SplitN(strings.TrimPrefix(cwd, dir+"/"), "/", 2)[0]
-	if dir == "/" {
-		next = strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
+	whole := map[string]bool{}    // entries of dir that are a kept path themselves
+	ways := map[string][]string{} // entries of dir on the way down to kept paths, with those paths
+	for _, k := range keep {
+		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(k, dir), "/"), "/")
+		if k == filepath.Join(dir, name) {
+			whole[name] = true
+		} else {
+			ways[name] = append(ways[name], k)
+		}
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		if e.Name() != next {
-			if err := whiteout(filepath.Join(upper, dir, e.Name())); err != nil {
+		if name := e.Name(); !whole[name] && ways[name] == nil {
+			if err := whiteout(filepath.Join(upper, dir, name)); err != nil {
 				return err
 			}
 		}
 	}
-	return hideAround(upper, filepath.Join(dir, next), cwd)
+	for name, below := range ways {
+		next := filepath.Join(dir, name)
+		if whole[name] {
+			continue
+		}
+		if st, err := os.Lstat(next); err != nil || !st.IsDir() {
+			continue // not there: a share's mount point that runc creates
+		}
+		if err := hideAround(upper, next, below); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // within reports whether path is dir or below it.

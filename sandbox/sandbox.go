@@ -135,6 +135,15 @@ func (cfg Config) check() error {
 	return nil
 }
 
+// shareTargets are where the shares are mounted in the sandbox.
+func shareTargets(shares []policy.Share) []string {
+	out := make([]string, len(shares))
+	for i, sh := range shares {
+		out[i] = sh.Sandbox
+	}
+	return out
+}
+
 // buildFiles resolves the working directory (once: every later step, the supervisor's included, uses
 // the result), mounts the overlays and hands the working directory to the command's user.
 func (s *Sandbox) buildFiles() error {
@@ -145,10 +154,22 @@ func (s *Sandbox) buildFiles() error {
 	// A working directory on another file system than / gets an overlay of its own, unless a share
 	// brings it in already.
 	overlayCwd := !sameFS("/", cwd) && !shared(plan.Filesystem.Shares, cwd)
-	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd); err != nil {
+	shares := shareTargets(plan.Filesystem.Shares)
+	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shares); err != nil {
 		return err
 	}
-	if plan.UID == 0 || !plan.Filesystem.WriteCwd {
+	s.Notes = append(s.Notes, s.rootfs.notes...)
+	if plan.UID == 0 {
+		return nil
+	}
+	// The way down to each share and to the working directory is open to the command's user, as hide
+	// leaves it visible: a share below /root (0700) is reachable.
+	for _, p := range append(shares, cwd) {
+		if err := s.rootfs.traversable(filepath.Dir(p)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if !plan.Filesystem.WriteCwd {
 		return nil
 	}
 	// The working directory stays writable for the unprivileged user the command runs as.
@@ -235,6 +256,9 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	}
 	if s.notify != nil {
 		in.NotifyPath = s.notify.path
+	}
+	if in.Hosts, err = hostsFile(s.run.dir); err != nil {
+		return nil, err
 	}
 	return Spec(in), nil
 }

@@ -2,10 +2,13 @@ package sandbox
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/policy"
 )
@@ -27,6 +30,7 @@ type SpecInput struct {
 	Binary     string // host path of the sbx binary, bind-mounted at shimPath; "" = none
 	NetNS      string // path of a network namespace to join; "" = a new one with loopback only
 	ResolvConf string // host path bind-mounted at /etc/resolv.conf; "" = none
+	Hosts      string // host path bind-mounted at /etc/hosts (see hostsFile); "" = none
 	Args       []string
 	Cwd        string
 	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
@@ -39,7 +43,7 @@ type SpecInput struct {
 func Spec(in SpecInput) *specs.Spec {
 	s := specconv.Example()
 	s.Root = &specs.Root{Path: in.Rootfs}
-	s.Hostname = "sbx"
+	s.Hostname = Hostname
 	s.Annotations = map[string]string{"org.sbx.profile": in.Plan.Profile, "org.sbx.profile.sha256": in.Plan.Hash}
 	s.Process = &specs.Process{
 		Args:            in.Args,
@@ -65,11 +69,13 @@ func Spec(in SpecInput) *specs.Spec {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: in.Cwd, Type: "bind", Source: in.CwdOverlay,
 			Options: []string{"bind", "nosuid", "nodev"}})
 	}
-	if in.ResolvConf != "" {
-		s.Mounts = append(s.Mounts, specs.Mount{
-			Destination: "/etc/resolv.conf", Type: "bind", Source: in.ResolvConf,
-			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
-		})
+	for _, f := range []struct{ src, dst string }{{in.ResolvConf, "/etc/resolv.conf"}, {in.Hosts, "/etc/hosts"}} {
+		if f.src != "" {
+			s.Mounts = append(s.Mounts, specs.Mount{
+				Destination: f.dst, Type: "bind", Source: f.src,
+				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+			})
+		}
 	}
 	for _, sh := range in.Plan.Filesystem.Shares {
 		opts := []string{"rbind", "nosuid", "nodev", "ro"}
@@ -85,6 +91,7 @@ func Spec(in SpecInput) *specs.Spec {
 		{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 		{Type: specs.NetworkNamespace, Path: in.NetNS},
 	}
+	s.Linux.Sysctl = sysctls()
 	s.Linux.CgroupsPath = "/" + CgroupName(in.ID)
 	s.Linux.Resources = resources(in.Plan.Limits)
 	s.Linux.Seccomp = in.Plan.Seccomp
@@ -101,12 +108,48 @@ func Spec(in SpecInput) *specs.Spec {
 	return s
 }
 
-func rlimits(l policy.Limits) []specs.POSIXRlimit {
-	nofile := l.NoFile
-	if nofile == 0 {
-		nofile = 1024
+// Hostname is the sandbox's host name (its UTS namespace's), which its /etc/hosts resolves.
+const Hostname = "sbx"
+
+// hostsContent is the sandbox's /etc/hosts: loopback names and its own host name, as Docker writes
+// one, so that gethostbyname(gethostname()), hostname -f and Java's InetAddress.getLocalHost work. The
+// host's own file is not shown: its names (the host's name, its LAN) say nothing of the sandbox's
+// network, and in contract mode every other name resolves through the DNS filter, which records it.
+const hostsContent = "127.0.0.1\tlocalhost\n127.0.1.1\t" + Hostname + "\n" +
+	"::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+
+// hostsFile writes the sandbox's /etc/hosts into dir and returns its path.
+func hostsFile(dir string) (string, error) {
+	p := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(p, []byte(hostsContent), 0o644); err != nil {
+		return "", fmt.Errorf("writing the sandbox's /etc/hosts: %w", err)
 	}
-	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}}
+	return p, nil
+}
+
+// sysctls are set in the sandbox's own network namespace. Binding ports below 1024 needs no privilege
+// there, as in Docker: the namespace's ports are its own, and the host's 1024 floor protects the host's.
+func sysctls() map[string]string {
+	return map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"}
+}
+
+// defaultSoftNoFile is the soft open-files limit when the host's is higher: what most distributions
+// start a login with, and what select()-based programs need. `ulimit -n` raises it to the hard limit.
+const defaultSoftNoFile = 1024
+
+// rlimits gives RLIMIT_NOFILE a hard limit of what the profile says, or of sbx's own hard limit (the
+// host's) when it says nothing, and a soft limit of at most defaultSoftNoFile, as on the host: a build
+// that needs more raises its soft limit (ulimit -n 4096) as it would outside.
+func rlimits(l policy.Limits) []specs.POSIXRlimit {
+	hard := l.NoFile
+	if hard == 0 {
+		var host unix.Rlimit
+		hard = defaultSoftNoFile
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &host); err == nil && host.Max > hard {
+			hard = host.Max
+		}
+	}
+	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: hard, Soft: min(hard, defaultSoftNoFile)}}
 }
 
 func resources(l policy.Limits) *specs.LinuxResources {

@@ -29,13 +29,14 @@ func wireTerminal(o *runner.Options) (restore func()) {
 	copied := make(chan struct{})
 	var master console.Console
 	winch := make(chan os.Signal, 1)
+	restoreMode := func() {}
 	o.OnConsole = func(f *os.File) {
 		master, err = console.ConsoleFromFile(f)
 		if err != nil {
 			close(copied)
 			return
 		}
-		cur.SetRaw()
+		restoreMode = setRaw(in)
 		resize(cur, master)
 		signal.Notify(winch, unix.SIGWINCH)
 		go func() {
@@ -60,7 +61,7 @@ func wireTerminal(o *runner.Options) (restore func()) {
 		case <-time.After(100 * time.Millisecond):
 		}
 		master.Close()
-		cur.Reset()
+		restoreMode()
 	}
 }
 
@@ -68,4 +69,27 @@ func resize(from, to console.Console) {
 	if size, err := from.Size(); err == nil {
 		to.Resize(size)
 	}
+}
+
+// setRaw puts the caller's terminal into raw mode, output processing included, and returns what
+// restores it. The command's own terminal already does its output processing (ONLCR turns \n into
+// \r\n): a second pass on the caller's side would make every line end \r\r\n. (console's SetRaw
+// keeps OPOST on.)
+func setRaw(f *os.File) (restore func()) {
+	fd := int(f.Fd())
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return func() {}
+	}
+	raw := *old
+	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	raw.Oflag &^= unix.OPOST
+	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	raw.Cflag &^= unix.CSIZE | unix.PARENB
+	raw.Cflag |= unix.CS8
+	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
+		return func() {}
+	}
+	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }
 }

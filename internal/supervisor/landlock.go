@@ -7,6 +7,7 @@ import (
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 )
 
 // ErrNotSupported is matched (errors.Is) by errors about a kernel or filter that cannot give what the
@@ -38,6 +39,12 @@ var devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/
 // itself (BestEffort would apply nothing when seccomp answers ENOSYS) and applies the strict
 // configuration of the newest ABI it knows that the kernel has.
 func applyLandlock(cfg Config) error {
+	// pid 1's own /proc files are the one place procRule reaches that matters (a command running as
+	// root could otherwise write /proc/1/mem), and so is a run without Landlock: a process that is not
+	// dumpable has them owned by root with no access for a process lacking CAP_SYS_PTRACE.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("making the supervisor undumpable: %w", err)
+	}
 	abi, err := llsys.LandlockGetABIVersion()
 	if err != nil || abi < 1 {
 		have := "none"
@@ -60,11 +67,9 @@ func applyLandlock(cfg Config) error {
 	}
 	rules := []landlock.Rule{
 		landlock.RODirs(existing(cfg.Read)...),
-		landlock.RWDirs(existing(cfg.Write)...),
+		writeRule(abi, existing(cfg.Write)),
 		devs, devDirs,
-		// The supervisor's own OOM score (see startCommand). The path resolves to pid 1's file: a
-		// command writing it can only make pid 1 a likelier OOM victim, which ends its own sandbox.
-		landlock.RWFiles(oomScoreAdj),
+		procRule(abi),
 	}
 	if err := ll.RestrictPaths(rules...); err != nil {
 		return fmt.Errorf("landlock ABI %d: %w", abi, err)
@@ -74,6 +79,34 @@ func applyLandlock(cfg Config) error {
 	// would be out of reach of the others. The pid and network namespaces already keep the command from
 	// the host's processes and sockets.
 	return nil
+}
+
+// writeRule grants full rights below the writable paths, with refer from ABI 2: without it every
+// rename or hard link from one directory to another fails with EXDEV (git mv, tar extracting hard
+// links, os.rename into a subdirectory, Maildir). Refer never reaches beyond the rule's own paths: a
+// file can only move between places where the command may write anyway.
+func writeRule(abi int, paths []string) landlock.Rule {
+	rw := landlock.RWDirs(paths...)
+	if abi >= 2 {
+		rw = rw.WithRefer()
+	}
+	return rw
+}
+
+// procRule lets the command write (and truncate) files in /proc, and nothing else there (no create, no remove: proc
+// has neither anyway). Programs write their own entries: /proc/self/comm and /proc/self/task/*/comm
+// (setproctitle, pthread_setname_np), /proc/self/oom_score_adj (the supervisor too, see startCommand).
+// A narrower rule cannot exist: Landlock binds a rule to an inode when the ruleset is built, before the
+// command has a pid, and each process it starts gets entries of its own. What else the rule opens is
+// kept shut by the kernel: runc mounts /proc/sys, /proc/irq, /proc/bus and /proc/fs read-only and masks
+// /proc/sysrq-trigger, other users' entries refuse writes, and pid 1 is undumpable.
+func procRule(abi int) landlock.Rule {
+	access := landlock.AccessFSSet(llsys.AccessFSWriteFile)
+	if abi >= 3 {
+		// open(O_TRUNC), which shells (>) and fopen("w") use, needs the truncate right from ABI 3.
+		access |= llsys.AccessFSTruncate
+	}
+	return landlock.PathAccess(access, "/proc")
 }
 
 // existing keeps the paths that exist: a profile lists paths such as /lib64 that some systems lack.

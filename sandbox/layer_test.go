@@ -1,0 +1,162 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func needRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: loop devices and mounts")
+	}
+	old := LayerDir
+	tb.Cleanup(func() { LayerDir = old })
+}
+
+// TestDiskLayer: the layer is an ext4 of the asked size, full is ENOSPC, and unmounting it leaves no
+// loop device attached (autoclear) and no file in LayerDir but the template.
+func TestDiskLayer(t *testing.T) {
+	needRoot(t)
+	LayerDir = t.TempDir()
+	stale := filepath.Join(LayerDir, "ext4-v0-1024.img") // a template of an older sbx
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	const size = 64 << 20
+	note, err := mountLayer(dir, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	if note != "" {
+		t.Fatalf("mountLayer: %s", note)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type != unix.EXT4_SUPER_MAGIC || int64(st.Blocks)*st.Bsize > size || int64(st.Blocks)*st.Bsize < size*9/10 {
+		t.Errorf("layer: type %#x, %d bytes, want ext4 of about %d", st.Type, int64(st.Blocks)*st.Bsize, size)
+	}
+	dev := loopOf(t, dir)
+	f, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for err == nil {
+		_, err = f.Write(buf)
+	}
+	f.Close()
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Errorf("filling the layer: %v, want ENOSPC", err)
+	}
+	discardLayer(filepath.Dir(dir)) // not a layer: must do nothing
+	if _, err := os.Stat(filepath.Join(dir, "fill")); err != nil {
+		t.Fatalf("the layer is gone after discarding its parent: %v", err)
+	}
+	discardLayer(dir)
+	if err := os.WriteFile(filepath.Join(dir, "after"), nil, 0o600); err == nil {
+		t.Error("the discarded layer still takes writes")
+	}
+	if err := unix.Unmount(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel detaches an autoclear device from a work queue, shortly after the last close.
+	for i := 0; ; i++ {
+		b, err := os.ReadFile("/sys/block/" + dev + "/loop/backing_file")
+		if err != nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("%s still attached to %s after the unmount", dev, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	entries, _ := os.ReadDir(LayerDir)
+	if len(entries) != 1 {
+		t.Errorf("LayerDir holds %d entries, want only the template (the stale one removed)", len(entries))
+	}
+}
+
+// loopOf is the loop device (loopN) mounted at dir.
+func loopOf(t *testing.T, dir string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	link, err := os.Readlink("/sys/dev/block/" + devName(st.Dev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Base(link)
+}
+
+func devName(dev uint64) string { return fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev)) }
+
+// BenchmarkWritableLayer is the setup and teardown cost of the writable layer: the disk-backed ext4
+// (copy of the template, loop device, mount) against the tmpfs it replaces.
+func BenchmarkWritableLayer(b *testing.B) {
+	needRoot(b)
+	LayerDir = b.TempDir()
+	const size = 1 << 30
+	for _, bc := range []struct {
+		name  string
+		mount func(dir string) error
+	}{
+		{"tmpfs", func(dir string) error {
+			return unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1073741824,mode=0700")
+		}},
+		{"ext4-loop", func(dir string) error { return mountDiskLayer(dir, size) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			dir := b.TempDir()
+			if err := bc.mount(dir); err != nil { // the template is made once, outside the timing
+				b.Fatal(err)
+			}
+			unix.Unmount(dir, 0)
+			b.ResetTimer()
+			for range b.N {
+				if err := bc.mount(dir); err != nil {
+					b.Fatal(err)
+				}
+				discardLayer(dir)
+				if err := unix.Unmount(dir, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestLayerFallback: where no disk-backed layer can be made (here: LayerDir cannot exist), the layer is
+// a tmpfs of the same size, and the note says that files count as memory.
+func TestLayerFallback(t *testing.T) {
+	needRoot(t)
+	LayerDir = "/proc/sbx-no-such-dir"
+	dir := t.TempDir()
+	note, err := mountLayer(dir, 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type != unix.TMPFS_MAGIC || int64(st.Blocks)*st.Bsize != 8<<20 {
+		t.Errorf("fallback layer: type %#x, %d bytes, want a tmpfs of 8MiB", st.Type, int64(st.Blocks)*st.Bsize)
+	}
+	if !strings.Contains(note, "count against the memory limit") {
+		t.Errorf("note %q does not say that files count as memory", note)
+	}
+}
