@@ -13,6 +13,8 @@ import (
 
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/sandbox"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 func init() { runtime.LockOSThread() }
@@ -53,7 +55,7 @@ func runCmd(t *testing.T, p *policy.Plan, timeout time.Duration, args ...string)
 	var out bytes.Buffer
 	rep, err := Run(context.Background(), Options{
 		Plan: p, Args: args, Cwd: t.TempDir(), Stdout: &out, Stderr: &out, Timeout: timeout,
-		StateRoot: t.TempDir(),
+		StateRoot: testutil.StateRoot(t),
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -100,7 +102,7 @@ func TestCancel(t *testing.T) {
 	needRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := Run(ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: t.TempDir()})
+	_, err := Run(ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: testutil.StateRoot(t)})
 	if err == nil {
 		t.Fatal("Run returned no error for a cancelled context")
 	}

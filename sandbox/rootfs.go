@@ -22,6 +22,7 @@ type overlay struct {
 	Upper  string
 	work   string
 	merged string
+	idmap  *idmapping // when set, the lower layer shows At's files as the command's (see bindIDMapped)
 }
 
 // mount binds At read-only as the lower layer and mounts the overlay.
@@ -38,11 +39,20 @@ func (o *overlay) mount() error {
 	}
 	// The bind is not recursive: the lower layer is At's own file system without the mounts on it,
 	// which is what overlayfs shows anyway; the bind gives observe the same view to compare with.
-	if err := unix.Mount(o.At, o.Lower, "", unix.MS_BIND, ""); err != nil {
+	if o.idmap != nil {
+		if err := bindIDMapped(o.At, o.Lower, *o.idmap); err != nil {
+			return err
+		}
+	} else if err := unix.Mount(o.At, o.Lower, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 	}
-	if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+	if o.idmap == nil {
+		if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+		}
+	} else if err := sameOwner(o.Upper, o.Lower); err != nil {
+		// The merged root directory is the upper one: it belongs to whom the idmapping shows.
+		return fmt.Errorf("preparing the writable layer of %s: %w", o.At, err)
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile,metacopy=on", o.Lower, o.Upper, o.work)
 	if err := unix.Mount("overlay", o.merged, "overlay", 0, opts); err != nil {
@@ -82,7 +92,7 @@ func (r *rootfs) overlays() []*overlay {
 // disk), hides paths by writing overlay whiteouts and opaque directories into it, and mounts the
 // overlays. The host's / is the root's only lower layer: other host mounts appear as empty directories,
 // except the working directory's, which gets an overlay of its own (see mountCwd).
-func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool) error {
+func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool, idmap *idmapping) error {
 	if diskBytes <= 0 {
 		diskBytes = defaultDiskBytes
 	}
@@ -105,18 +115,19 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		return err
 	}
 	if overlayCwd {
-		return r.mountCwd(cwd)
+		return r.mountCwd(cwd, idmap)
 	}
 	return nil
 }
 
 // mountCwd overlays the working directory when it lies on another file system than the root (a
-// separate /home, a tmpfs /tmp): only the directory itself, not the rest of its file system, so that
-// nothing beside it shows. The sandbox mounts it at cwd over the (empty) path the root overlay has there.
-func (r *rootfs) mountCwd(cwd string) error {
+// separate /home, a tmpfs /tmp), or when the command sees it as its own through an idmapping (its lower
+// layer is then an idmapped bind): only the directory itself, not the rest of its file system, so that
+// nothing beside it shows. The sandbox mounts it at cwd over the path the root overlay has there.
+func (r *rootfs) mountCwd(cwd string, idmap *idmapping) error {
 	r.cwd = &overlay{At: cwd, Lower: filepath.Join(r.runDir, "lower-cwd"),
 		Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd"),
-		merged: filepath.Join(r.runDir, "cwd")}
+		merged: filepath.Join(r.runDir, "cwd"), idmap: idmap}
 	if err := r.cwd.mount(); err != nil {
 		return err
 	}
@@ -237,6 +248,18 @@ func mkdirLike(dir, like string) error {
 		return err
 	}
 	return os.Chtimes(dir, st.ModTime(), st.ModTime())
+}
+
+// sameOwner gives dir (sbx's own, on the writable layer) the owner and mode of like.
+func sameOwner(dir, like string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(like, &st); err != nil {
+		return err
+	}
+	if err := unix.Lchown(dir, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	return unix.Chmod(dir, st.Mode&0o7777)
 }
 
 // whiteout creates an overlay whiteout: a character device 0:0.

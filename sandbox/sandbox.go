@@ -72,6 +72,7 @@ type Sandbox struct {
 	ctlIn     *bufio.Reader
 	console   *os.File
 	pidfd     int // the command's, once started; 0 = none
+	ids       IDMap
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
@@ -92,11 +93,12 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if err != nil {
 		return nil, err
 	}
-	run, err := claimRunDir(cfg.StateRoot, id)
+	ids := newIDMap(cfg.Plan.UID, cfg.Plan.GID)
+	run, err := claimRunDir(cfg.StateRoot, id, ids)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir)}
+	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids}
 	defer func() {
 		if err != nil {
 			sb.Destroy()
@@ -132,23 +134,55 @@ func (cfg Config) check() error {
 	return nil
 }
 
-// buildFiles mounts the overlays and hands the working directory to the command's user.
+// buildFiles mounts the overlays and lets the command's user write to the working directory.
 func (s *Sandbox) buildFiles() error {
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
+	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
+	idmap := s.cwdIDMap(give)
 	// A working directory on another file system than / gets an overlay of its own, unless a share
-	// brings it in already.
-	overlayCwd := !sameFS("/", cwd) && !shared(plan.Filesystem.Shares, cwd)
-	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd); err != nil {
-		return err
+	// brings it in already; so does one the command sees through an idmapping.
+	overlayCwd := (idmap != nil || !sameFS("/", cwd)) && !shared(plan.Filesystem.Shares, cwd)
+	err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, idmap)
+	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
+		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
+		s.rootfs.unmount()
+		s.rootfs = newRootfs(s.run.dir)
+		return s.giveCwd(plan, cwd, overlayCwd && !sameFS("/", cwd))
 	}
-	if plan.UID == 0 || !plan.Filesystem.WriteCwd {
-		return nil
-	}
-	// The working directory stays writable for the unprivileged user the command runs as.
-	whole, err := s.rootfs.giveTo(cwd, plan.UID, plan.GID)
 	if err != nil {
 		return err
 	}
+	if idmap == nil {
+		return nil
+	}
+	// The way down to the working directory stays open for the command's user.
+	return s.rootfs.traversable(filepath.Dir(cwd))
+}
+
+// cwdIDMap is the idmapping that shows the working directory as the command's own, nil when the
+// command's user owns it already or gets no write access to it.
+func (s *Sandbox) cwdIDMap(give bool) *idmapping {
+	var st unix.Stat_t
+	if !give || unix.Stat(s.cfg.Command.Cwd, &st) != nil {
+		return nil
+	}
+	if int(st.Uid) == s.ids.HostUID {
+		return nil
+	}
+	return &idmapping{FromUID: int(st.Uid), FromGID: int(st.Gid), ToUID: s.ids.HostUID, ToGID: s.ids.HostGID}
+}
+
+// giveCwd is the fallback without idmapped mounts: the working directory is handed to the command's user
+// by changing owners in the overlay, up to maxChown entries.
+func (s *Sandbox) giveCwd(plan *policy.Plan, cwd string, overlayCwd bool) error {
+	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, nil); err != nil {
+		return err
+	}
+	whole, err := s.rootfs.giveTo(cwd, s.ids.HostUID, s.ids.HostGID)
+	if err != nil {
+		return err
+	}
+	s.Notes = append(s.Notes, "this kernel has no idmapped mounts: the working directory was handed to the command's user by changing owners in the overlay")
 	if !whole {
 		s.Notes = append(s.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, plan.UID))
 	}
@@ -210,7 +244,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	}
 	cmd := s.cfg.Command
 	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.root.merged, Init: s.cfg.InitBinary,
-		Args: []string{initPath, roleSupervise}, Cwd: cmd.Cwd}
+		Args: []string{initPath, roleSupervise}, Cwd: cmd.Cwd, IDs: s.ids}
 	if in.Init == "" {
 		in.Init = initBinary(self)
 	}

@@ -30,6 +30,9 @@ type SpecInput struct {
 	Args       []string
 	Cwd        string
 	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
+	// IDs maps the sandbox's user namespace: which host uid and gid its root (sbx's supervisor) and the
+	// command's user are.
+	IDs IDMap
 }
 
 // Spec builds the OCI runtime spec of a sandbox from runc's example spec: namespaces, mounts, masked
@@ -52,6 +55,11 @@ func Spec(in SpecInput) *specs.Spec {
 	// Example mounts the cgroup hierarchies; the command has no use for them, and on a v1 host that is
 	// a dozen mounts per run.
 	s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Type == "cgroup" })
+	for i, m := range s.Mounts {
+		// Group tty (5) is not mapped in the sandbox's user namespace: its terminals belong to the
+		// command's group, as in runc's rootless spec.
+		s.Mounts[i].Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "gid=5" })
+	}
 	for _, b := range []struct{ src, dst string }{{in.Init, initPath}, {in.Binary, shimPath}} {
 		if b.src != "" {
 			s.Mounts = append(s.Mounts, specs.Mount{
@@ -82,8 +90,9 @@ func Spec(in SpecInput) *specs.Spec {
 	s.Linux.Namespaces = []specs.LinuxNamespace{
 		{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 		{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
-		{Type: specs.NetworkNamespace, Path: in.NetNS},
+		{Type: specs.NetworkNamespace, Path: in.NetNS}, {Type: specs.UserNamespace},
 	}
+	s.Linux.UIDMappings, s.Linux.GIDMappings = in.IDs.mappings()
 	s.Linux.CgroupsPath = "/" + CgroupName(in.ID)
 	s.Linux.Resources = resources(in.Plan.Limits)
 	s.Linux.Seccomp = in.Plan.Seccomp

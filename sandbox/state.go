@@ -30,14 +30,30 @@ func runsDir(root string) string { return filepath.Join(root, "runs") }
 // claimRunDir creates and locks the state directory of run id. The directory is built under a temporary
 // name and renamed once its lock is held and names its owner, so that a run dir never exists unlocked:
 // GC can tell a dead run from one being born.
-func claimRunDir(root, id string) (*runDir, error) {
+//
+// The run dir belongs to the sandbox's root (owner: the host ids of its user namespace's root), which
+// reaches the sandbox's root file system below it by path; the state root and its runs dir are
+// searchable for that, never listable.
+func claimRunDir(root, id string, owner IDMap) (*runDir, error) {
 	runs := runsDir(root)
 	tmp := filepath.Join(runs, newPrefix+id)
-	if err := os.MkdirAll(runs, 0o700); err != nil {
+	if err := os.MkdirAll(runs, 0o711); err != nil {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
+	}
+	for _, d := range []string{root, runs} {
+		if err := searchable(d); err != nil {
+			return nil, fmt.Errorf("opening the state dir to the sandbox's root: %w", err)
+		}
+	}
+	if err := reachable(filepath.Dir(root)); err != nil {
+		return nil, err
 	}
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
+	}
+	if err := os.Lchown(tmp, owner.RootUID, owner.RootGID); err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("handing the state dir to the sandbox's root: %w", err)
 	}
 	lock, err := os.OpenFile(filepath.Join(tmp, "lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -57,6 +73,38 @@ func claimRunDir(root, id string) (*runDir, error) {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
 	}
 	return &runDir{dir: dir, lock: lock}, nil
+}
+
+// searchable adds search permission for everyone to dir, a directory sbx owns.
+func searchable(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	if st.Mode&0o011 == 0o011 || int(st.Uid) != os.Geteuid() {
+		return nil
+	}
+	return unix.Chmod(dir, st.Mode&0o7777|0o011)
+}
+
+// ErrStateRoot is matched by the error about a state root that the sandbox's root cannot reach.
+var ErrStateRoot = errors.New("the state root is out of the sandbox's reach")
+
+// reachable checks that everyone may search dir and its ancestors: the sandbox's root is an unprivileged
+// host uid that reaches the run dir by path.
+func reachable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return fmt.Errorf("%w: %w", ErrStateRoot, err)
+		}
+		if st.Mode&0o001 == 0 {
+			return fmt.Errorf("%w: %s is not searchable by other users (mode %#o)", ErrStateRoot, d, st.Mode&0o7777)
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
 }
 
 // newPrefix marks a run dir being created.

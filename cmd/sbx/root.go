@@ -99,6 +99,10 @@ func hintFor(err error) string {
 		return "a path shared with --ro, --rw or filesystem.share must exist on the host"
 	case strings.HasPrefix(err.Error(), "unknown command"):
 		return "see 'sbx --help' for the commands"
+	case errors.Is(err, sandbox.ErrStateRoot):
+		return "put the state root (" + stateRootEnv + ") where every directory on the way down is searchable (mode 0711 or 0755), as /run/sbx is"
+	case errors.Is(err, sandbox.ErrNoIDMap):
+		return "the working tree is shown to the command through an idmapped mount (kernel 5.12+, overlayfs on idmapped layers 5.19+); without it only root can hand it over"
 	case errors.Is(err, sandbox.ErrNotSupported):
 		return "this kernel lacks a feature the profile requires; see 'Requirements' in README.md"
 	case errors.Is(err, os.ErrPermission), os.Geteuid() != 0 && errors.Is(err, sandbox.ErrSetup):
