@@ -290,13 +290,19 @@ func (r *run) fileChanges() error {
 		c, m, d := observe.DiffChanges(r.filesBefore[i], after)
 		if r.opts.Changes != "" {
 			dest := filepath.Join(r.opts.Changes, l.At)
-			if err := observe.CopyChanges(l.Upper, slices.Concat(c, m, d), dest); err != nil {
+			// Deletions of every layer go into one DELETED.txt at the top, with their sandbox paths.
+			if err := observe.CopyChanges(l.Upper, slices.Concat(c, m), dest); err != nil {
 				return fmt.Errorf("copying the changed files to %s: %w", r.opts.Changes, err)
 			}
 		}
 		created = append(created, under(l.At, c)...)
 		modified = append(modified, under(l.At, m)...)
 		deleted = append(deleted, under(l.At, d)...)
+	}
+	if r.opts.Changes != "" && len(deleted) > 0 {
+		if err := observe.CopyChanges(r.opts.Changes, deleted, r.opts.Changes); err != nil {
+			return fmt.Errorf("listing the deleted files in %s: %w", r.opts.Changes, err)
+		}
 	}
 	shm, err := r.tmpfsChanges("/dev/shm")
 	if err != nil {

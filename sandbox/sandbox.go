@@ -73,6 +73,7 @@ type Sandbox struct {
 	console   *os.File
 	pidfd     int // the command's, once started; 0 = none
 	ids       IDMap
+	relays    relays
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
@@ -210,7 +211,9 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	}
 	defer ctlChild.Close()
 	s.ctl, s.ctlIn = ctl, bufio.NewReader(ctl)
-	s.init = s.initProcess(spec, ctlChild)
+	if s.init, err = s.initProcess(spec, ctlChild); err != nil {
+		return err
+	}
 	var consoleParent *os.File
 	if s.cfg.Command.Terminal {
 		var consoleChild *os.File
@@ -221,7 +224,9 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		defer consoleChild.Close()
 		s.init.ConsoleSocket = consoleChild
 	}
-	if err := s.container.Run(s.init); err != nil {
+	err = s.container.Run(s.init)
+	s.relays.started()
+	if err != nil {
 		return fmt.Errorf("starting the sandbox init: %w", err)
 	}
 	tr.mark("lc.run")
@@ -262,16 +267,24 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 
 // initProcess is the supervisor as libcontainer's init process, with the command's stdio and the
 // control socket.
-func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) *libcontainer.Process {
+func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Process, error) {
 	cmd := s.cfg.Command
 	p := &libcontainer.Process{
 		// The command's argv and env travel in the supervisor's configuration, byte for byte.
 		Args: spec.Process.Args, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: cmd.Cwd, Init: true,
 		UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID,
 		// specconv leaves the spec's rlimits to its caller (runc's main package): set them here.
-		Rlimits: []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: spec.Process.Rlimits[0].Hard, Soft: spec.Process.Rlimits[0].Soft}},
-		Stdin:   cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
+		Rlimits:    []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: spec.Process.Rlimits[0].Hard, Soft: spec.Process.Rlimits[0].Soft}},
 		ExtraFiles: []*os.File{ctl},
+	}
+	if cmd.Terminal {
+		p.Stdin, p.Stdout, p.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
+	} else {
+		stdio, err := s.stdio()
+		if err != nil {
+			return nil, err
+		}
+		p.ExtraFiles = append(p.ExtraFiles, stdio...)
 	}
 	if s.cfg.Plan.UID != 0 {
 		// The supervisor stays root with only the capabilities to hand the command its user: the command
@@ -280,7 +293,7 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) *libcontainer.Proc
 		caps := []string{"CAP_SETUID", "CAP_SETGID"}
 		p.Capabilities = &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	}
-	return p
+	return p, nil
 }
 
 // supervisorConfig is what the supervisor needs to start the command, sent over the control socket (no
@@ -288,7 +301,8 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) *libcontainer.Proc
 func (s *Sandbox) supervisorConfig() ([]byte, error) {
 	fs := s.cfg.Plan.Filesystem
 	sc := supervisor.Config{Read: fs.Read, Write: fs.Write, Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal,
-		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID}
+		StdioFDs: !s.cfg.Command.Terminal,
+		Argv:     toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID}
 	if fs.WriteCwd {
 		sc.Write = append(slices.Clone(sc.Write), s.cfg.Command.Cwd)
 	}
@@ -475,6 +489,8 @@ func (s *Sandbox) Destroy() error {
 			errs = append(errs, fmt.Errorf("destroying the container: %w", err))
 		}
 	}
+	// Every writer inside is dead: the relays pass on what is left and end, before the report is shown.
+	s.relays.close()
 	if s.ctl != nil {
 		s.ctl.Close()
 	}

@@ -31,7 +31,7 @@ type SpecInput struct {
 	Cwd        string
 	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
 	// IDs maps the sandbox's user namespace: which host uid and gid its root (sbx's supervisor) and the
-	// command's user are.
+	// command's user are. Zero: no user namespace (an exported bundle, whose runtime decides).
 	IDs IDMap
 }
 
@@ -59,6 +59,13 @@ func Spec(in SpecInput) *specs.Spec {
 		// Group tty (5) is not mapped in the sandbox's user namespace: its terminals belong to the
 		// command's group, as in runc's rootless spec.
 		s.Mounts[i].Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "gid=5" })
+		if m.Type == "sysfs" && in.NetNS != "" && in.IDs != (IDMap{}) {
+			// sysfs mounts only in a network namespace of the sandbox's user namespace; a joined one
+			// (the contract's) belongs to the host's: bind the host's /sys read-only instead, as runc's
+			// rootless spec does.
+			s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "none", Source: "/sys",
+				Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+		}
 	}
 	for _, b := range []struct{ src, dst string }{{in.Init, initPath}, {in.Binary, shimPath}} {
 		if b.src != "" {
@@ -90,9 +97,12 @@ func Spec(in SpecInput) *specs.Spec {
 	s.Linux.Namespaces = []specs.LinuxNamespace{
 		{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 		{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
-		{Type: specs.NetworkNamespace, Path: in.NetNS}, {Type: specs.UserNamespace},
+		{Type: specs.NetworkNamespace, Path: in.NetNS},
 	}
-	s.Linux.UIDMappings, s.Linux.GIDMappings = in.IDs.mappings()
+	if in.IDs != (IDMap{}) {
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		s.Linux.UIDMappings, s.Linux.GIDMappings = in.IDs.mappings()
+	}
 	s.Linux.CgroupsPath = "/" + CgroupName(in.ID)
 	s.Linux.Resources = resources(in.Plan.Limits)
 	s.Linux.Seccomp = in.Plan.Seccomp

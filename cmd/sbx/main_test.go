@@ -49,7 +49,7 @@ func scriptParams(dir, prefix string) testscript.Params {
 		Cmds: scriptCmds(),
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SBX_TEST_SECRET", "hunter2")
-			root := filepath.Join(sandbox.DefaultStateRoot+"-test", prefix+filepath.Base(env.WorkDir))
+			root := filepath.Join(testStateParent(), prefix+filepath.Base(env.WorkDir))
 			env.Setenv(stateRootEnv, root)
 			env.Defer(func() {
 				// Only empty directories go: what a run left behind stays for the next look.
@@ -61,6 +61,15 @@ func scriptParams(dir, prefix string) testscript.Params {
 			return nil
 		},
 	}
+}
+
+// testStateParent is the directory of the tests' state roots, searchable by the sandboxes' roots
+// (unprivileged host uids that reach their run dirs by path).
+func testStateParent() string {
+	dir := sandbox.DefaultStateRoot + "-test"
+	os.MkdirAll(dir, 0o711)
+	os.Chmod(dir, 0o711)
+	return dir
 }
 
 // scriptCmds are the custom commands of the scripts; the crash, signal, limit and bad-input ones are in

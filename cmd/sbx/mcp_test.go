@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // mcpSession starts `sbx mcp` (this test binary, which testscript.Main put on PATH as sbx) and connects
@@ -73,7 +71,7 @@ func TestMCP(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: sbx creates namespaces, cgroups and mounts")
 	}
-	root := filepath.Join(sandbox.DefaultStateRoot+"-test", "mcp-"+filepath.Base(t.TempDir()))
+	root := filepath.Join(testStateParent(), "mcp-"+filepath.Base(t.TempDir()))
 	t.Cleanup(func() {
 		// Only empty directories go: never RemoveAll a state root, a leaked run's mounts may be below it.
 		for _, d := range []string{"runs", "lc", ""} {
