@@ -22,6 +22,7 @@ import (
 type contender struct {
 	name string
 	argv func(i int) []string
+	dir  string // working directory; "" = the bench's scratch directory
 	ms   []float64
 }
 
@@ -59,11 +60,22 @@ func benchmark(sbx string, n int) error {
 		return fmt.Errorf("fake upstream: %w", err)
 	}
 	defer up.Close()
+	// The working tree is the command's through an idmapped mount: setup must not grow with its size.
+	small, err := tree(dir, "tree-10", 10)
+	if err != nil {
+		return err
+	}
+	big, err := tree(dir, "tree-50000", 50000)
+	if err != nil {
+		return err
+	}
 	cs := []*contender{
 		{name: "sbx exec -- true", argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
 		{name: "sbx exec --allow (contract)", argv: func(int) []string {
 			return []string{sbx, "exec", "-q", "--uplink-netns", up.Name, "--allow", fakenet.Public + ":443", "--", "true"}
 		}},
+		{name: "sbx exec, tree of 10", dir: small, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
+		{name: "sbx exec, tree of 50,000", dir: big, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
 		{name: "runc run (busybox)", argv: func(i int) []string {
 			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
 		}},
@@ -81,7 +93,11 @@ func benchmark(sbx string, n int) error {
 	}
 	for i := -3; i < n; i++ { // three warm-up rounds, not counted
 		for _, c := range cs {
-			d, err := timeOne(c.argv(i+3), dir)
+			wd := dir
+			if c.dir != "" {
+				wd = c.dir
+			}
+			d, err := timeOne(c.argv(i+3), wd)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -127,6 +143,23 @@ func pct(v []float64, p int) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[(len(s)-1)*p/100]
+}
+
+// tree makes a working tree of n entries (directories of 100 files) below dir.
+func tree(dir, name string, n int) (string, error) {
+	root := filepath.Join(dir, name)
+	for i := 0; i < n; i++ {
+		sub := filepath.Join(root, fmt.Sprintf("d%03d", i/100))
+		if i%100 == 0 {
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				return "", err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d", i%100)), []byte("x\n"), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return root, nil
 }
 
 // busyboxBundle makes an OCI bundle whose rootfs holds only Debian's static busybox, for runc.
