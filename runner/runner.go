@@ -232,7 +232,11 @@ func (r *run) snapshot() (*observe.Snap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the sandbox's processes: %w", err)
 	}
-	snap, err := observe.Snapshot(observe.SnapshotOptions{HostPids: pids, InitHostPid: r.sb.InitPid(), NetNS: r.sb.NetNSPath()})
+	opts := observe.SnapshotOptions{HostPids: pids, InitHostPid: r.sb.InitPid(), NetNS: r.sb.NetNSPath()}
+	if sandbox.Rootless() {
+		opts.NetDiag = r.sb.NetDiag
+	}
+	snap, err := observe.Snapshot(opts)
 	if err != nil {
 		return nil, fmt.Errorf("taking a snapshot: %w", err)
 	}

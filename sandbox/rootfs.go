@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,6 +69,10 @@ type rootfs struct {
 	layer  string // tmpfs holding every upper and work dir
 	root   overlay
 	cwd    *overlay // nil when the working directory is on the root file system
+	// Rootless: the top level of / (see rootless.go) and hidden paths below read-only binds, which get
+	// an empty tmpfs (directories) or /dev/null (files) mounted over them.
+	top        []topLayer
+	hideMounts []specs.Mount
 }
 
 func newRootfs(runDir string) *rootfs {
@@ -82,6 +87,9 @@ func newRootfs(runDir string) *rootfs {
 
 // overlays lists the sandbox's overlays, the root first.
 func (r *rootfs) overlays() []*overlay {
+	if r.top != nil {
+		return r.rootlessOverlays()
+	}
 	if r.cwd == nil {
 		return []*overlay{&r.root}
 	}
@@ -145,6 +153,9 @@ func (r *rootfs) path(p string) string {
 
 // unmount undoes mount; it is safe on a partly built or already removed rootfs.
 func (r *rootfs) unmount() error {
+	if Rootless() {
+		return nil // its mounts are in the sandbox's mount namespace only, gone with it
+	}
 	var errs []error
 	mounts := []string{filepath.Join(r.runDir, "cwd"), filepath.Join(r.runDir, "lower-cwd"), r.root.merged, r.layer, r.root.Lower}
 	for _, m := range mounts {
@@ -179,7 +190,7 @@ func hide(upper, path, cwd string) error {
 		if err := mkdirLike(target, path); err != nil {
 			return err
 		}
-		return unix.Setxattr(target, "trusted.overlay.opaque", []byte("y"), 0)
+		return unix.Setxattr(target, opaqueXattr(), []byte("y"), 0)
 	}
 	return hideAround(upper, path, cwd)
 }
@@ -241,7 +252,7 @@ func mkdirLike(dir, like string) error {
 		return err
 	}
 	sys := st.Sys().(*syscall.Stat_t)
-	if err := os.Chown(dir, int(sys.Uid), int(sys.Gid)); err != nil {
+	if err := os.Chown(dir, int(sys.Uid), int(sys.Gid)); ignoreUnprivileged(err) != nil {
 		return err
 	}
 	if err := os.Chmod(dir, st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetgid|os.ModeSetuid)); err != nil {

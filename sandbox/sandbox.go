@@ -74,13 +74,14 @@ type Sandbox struct {
 	pidfd     int // the command's, once started; 0 = none
 	ids       IDMap
 	relays    relays
+	diagFD    int // the supervisor's sock_diag socket, in its process; -1 = none
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
 // command. On error, everything it built is gone again.
 func Create(cfg Config) (sb *Sandbox, err error) {
 	if cfg.StateRoot == "" {
-		cfg.StateRoot = DefaultStateRoot
+		cfg.StateRoot = DefaultStateRootFor()
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -95,11 +96,17 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, err
 	}
 	ids := newIDMap(cfg.Plan.UID, cfg.Plan.GID)
+	if Rootless() {
+		if err := cfg.checkRootless(); err != nil {
+			return nil, err
+		}
+		ids = rootlessIDMap()
+	}
 	run, err := claimRunDir(cfg.StateRoot, id, ids)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids}
+	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids, diagFD: -1}
 	defer func() {
 		if err != nil {
 			sb.Destroy()
@@ -138,6 +145,10 @@ func (cfg Config) check() error {
 // buildFiles mounts the overlays and lets the command's user write to the working directory.
 func (s *Sandbox) buildFiles() error {
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
+	if Rootless() {
+		s.Notes = append(s.Notes, s.rootlessNotes()...)
+		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd)
+	}
 	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
 	idmap := s.cwdIDMap(give)
 	// A working directory on another file system than / gets an overlay of its own, unless a share
@@ -195,7 +206,8 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	if err != nil {
 		return err
 	}
-	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: s.ID, Spec: spec})
+	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: s.ID, Spec: spec,
+		RootlessEUID: Rootless(), RootlessCgroups: Rootless()})
 	if err != nil {
 		return specError(err)
 	}
@@ -262,7 +274,12 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if s.net != nil {
 		in.NetNS, in.ResolvConf = s.net.NetNSPath(), s.net.ResolvConf()
 	}
-	return Spec(in), nil
+	spec := Spec(in)
+	if Rootless() {
+		rootlessSpec(spec, s.rootfs.rootlessMounts())
+		spec.Process.Rlimits = append(spec.Process.Rlimits, s.rootlessRlimits()...)
+	}
+	return spec, nil
 }
 
 // initProcess is the supervisor as libcontainer's init process, with the command's stdio and the
@@ -272,7 +289,7 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Pro
 	p := &libcontainer.Process{
 		// The command's argv and env travel in the supervisor's configuration, byte for byte.
 		Args: spec.Process.Args, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: cmd.Cwd, Init: true,
-		UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID,
+		UID: s.ids.UID, GID: s.ids.GID,
 		// specconv leaves the spec's rlimits to its caller (runc's main package): set them here.
 		Rlimits:    []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: spec.Process.Rlimits[0].Hard, Soft: spec.Process.Rlimits[0].Soft}},
 		ExtraFiles: []*os.File{ctl},
@@ -286,7 +303,7 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Pro
 		}
 		p.ExtraFiles = append(p.ExtraFiles, stdio...)
 	}
-	if s.cfg.Plan.UID != 0 {
+	if s.ids.UID != 0 {
 		// The supervisor stays root with only the capabilities to hand the command its user: the command
 		// then cannot signal it, read its memory or its /proc files. The command starts with none.
 		p.UID, p.GID = 0, 0
@@ -302,7 +319,7 @@ func (s *Sandbox) supervisorConfig() ([]byte, error) {
 	fs := s.cfg.Plan.Filesystem
 	sc := supervisor.Config{Read: fs.Read, Write: fs.Write, Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal,
 		StdioFDs: !s.cfg.Command.Terminal,
-		Argv:     toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID}
+		Argv:     toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.ids.UID, GID: s.ids.GID}
 	if fs.WriteCwd {
 		sc.Write = append(slices.Clone(sc.Write), s.cfg.Command.Cwd)
 	}
@@ -365,7 +382,12 @@ func initBinary(self string) string {
 }
 
 // Pids lists the host pids of every process in the sandbox, the init included.
-func (s *Sandbox) Pids() ([]int, error) { return s.container.Processes() }
+func (s *Sandbox) Pids() ([]int, error) {
+	if Rootless() {
+		return nsPids(s.initPid) // no cgroup: the processes of its pid namespace
+	}
+	return s.container.Processes()
+}
 
 // Running is the sandbox's command, started.
 type Running struct {
@@ -400,7 +422,7 @@ func (s *Sandbox) Start() (*Running, error) {
 	if _, err := fmt.Sscanf(line, "fail %d", &n); err == nil {
 		return &Running{sb: s, code: n, pidfd: -1}, nil
 	}
-	if _, err := fmt.Sscanf(line, "pid %d", &n); err != nil {
+	if _, err := fmt.Sscanf(line, "pid %d %d", &n, &s.diagFD); err != nil {
 		return nil, fmt.Errorf("starting the command: unexpected answer %q", line)
 	}
 	r := &Running{Pid: s.hostPid(n), sb: s, started: true, pidfd: -1}

@@ -100,6 +100,7 @@ func Spec(in SpecInput) *specs.Spec {
 		{Type: specs.NetworkNamespace, Path: in.NetNS},
 	}
 	if in.IDs != (IDMap{}) {
+		s.Process.User = specs.User{UID: uint32(in.IDs.UID), GID: uint32(in.IDs.GID)}
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		s.Linux.UIDMappings, s.Linux.GIDMappings = in.IDs.mappings()
 	}

@@ -45,8 +45,10 @@ func claimRunDir(root, id string, owner IDMap) (*runDir, error) {
 			return nil, fmt.Errorf("opening the state dir to the sandbox's root: %w", err)
 		}
 	}
-	if err := reachable(filepath.Dir(root)); err != nil {
-		return nil, err
+	if owner.RootUID != os.Geteuid() {
+		if err := reachable(filepath.Dir(root)); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
@@ -132,6 +134,9 @@ func removeRunDir(dir string) error {
 			return fmt.Errorf("not removing the state dir %s: %s is still mounted", dir, f[4])
 		}
 	}
+	if Rootless() {
+		openForRemoval(dir)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("removing the state dir: %w", err)
 	}
@@ -149,7 +154,7 @@ type GCResult struct {
 func GC(root string) (GCResult, error) {
 	var res GCResult
 	if root == "" {
-		root = DefaultStateRoot
+		root = DefaultStateRootFor()
 	}
 	entries, err := os.ReadDir(runsDir(root))
 	if errors.Is(err, os.ErrNotExist) {

@@ -99,6 +99,8 @@ func hintFor(err error) string {
 		return "a path shared with --ro, --rw or filesystem.share must exist on the host"
 	case strings.HasPrefix(err.Error(), "unknown command"):
 		return "see 'sbx --help' for the commands"
+	case errors.Is(err, sandbox.ErrRootless):
+		return "without root, sbx runs with network mode none only so far; run it as root (sudo sbx ...) for a network contract"
 	case errors.Is(err, sandbox.ErrStateRoot):
 		return "put the state root (" + stateRootEnv + ") where every directory on the way down is searchable (mode 0711 or 0755), as /run/sbx is"
 	case errors.Is(err, sandbox.ErrNoIDMap):

@@ -64,7 +64,8 @@ type Config struct {
 // Running the command as the init's child, rather than as a second process that joins the namespaces,
 // spares a whole libcontainer process start per run.
 //
-// Protocol, one line each: sbx sends "go" and the configuration as JSON; the supervisor answers "pid N" (or "fail CODE" after printing
+// Protocol, one line each: sbx sends "go" and the configuration as JSON; the supervisor answers "pid N D"
+// (D: the fd of its sock_diag socket, -1 for none) (or "fail CODE" after printing
 // the reason on the command's stderr) and later "exit WAITSTATUS". sbx signals the command itself, from
 // outside: inside, Landlock keeps the supervisor's threads from signalling a child forked by another
 // thread (each thread has a domain of its own without TSYNC).
@@ -91,11 +92,17 @@ func Main() int {
 	if err != nil {
 		return ExitSetup
 	}
+	// A sock_diag socket of the sandbox's network namespace, made before the command runs: sbx copies it
+	// (pidfd_getfd) to list the sandbox's sockets where it may not enter the namespace (without root).
+	diag, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		diag = -1
+	}
 	pid, code := startCommand(cfg)
 	if pid == 0 {
 		fmt.Fprintf(ctl, "fail %d\n", code)
 	} else {
-		fmt.Fprintf(ctl, "pid %d\n", pid)
+		fmt.Fprintf(ctl, "pid %d %d\n", pid, diag)
 	}
 	detachStdio()
 	reap(children, func(p int, ws unix.WaitStatus) {

@@ -1,0 +1,387 @@
+package sandbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// Without root, sbx builds the same sandbox from what the kernel gives an ordinary user: a user
+// namespace whose root is the caller (one id mapped: the command runs as root inside, the caller on the
+// host, with no capability), mounts made inside that namespace, no cgroup (limits by rlimits), and the
+// state below $XDG_RUNTIME_DIR/sbx.
+//
+// The root file system cannot be one overlay of the host's / there: the mounts below / are locked in
+// a user namespace, and the kernel refuses an overlay (or a non-recursive bind) whose lower layer has
+// locked mounts below it. So the sandbox's / is a directory of the run, holding the top level of the
+// host's / (its symlinks, and empty directories as mount points), and each top-level directory is an
+// overlay of its own (lower: the host's directory; upper and work dirs: in the run dir, with overlay's
+// user.* xattrs), or a read-only recursive bind when mounts lie below it. Hidden paths are whiteouts and
+// opaque directories in the uppers, written by sbx before the mounts, as with root.
+
+// Rootless says whether sbx runs without root, and builds sandboxes the rootless way.
+func Rootless() bool { return os.Geteuid() != 0 }
+
+// DefaultStateRootFor is where sbx keeps the state of its runs for the user it runs as: DefaultStateRoot
+// for root; else $XDG_RUNTIME_DIR/sbx (cleared at logout), or ~/.local/state/sbx.
+func DefaultStateRootFor() string {
+	if !Rootless() {
+		return DefaultStateRoot
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "sbx")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "sbx")
+	}
+	return filepath.Join(os.TempDir(), "sbx-"+strconv.Itoa(os.Geteuid()))
+}
+
+// rootlessIDMap maps the caller as the namespace's root, which is also the command's user.
+func rootlessIDMap() IDMap {
+	uid, gid := os.Geteuid(), os.Getegid()
+	return IDMap{RootUID: uid, RootGID: gid, HostUID: uid, HostGID: gid}
+}
+
+// topLayer is one top-level entry of the host's / in a rootless sandbox.
+type topLayer struct {
+	name    string // "usr"
+	overlay bool   // an overlay; else a read-only recursive bind
+	hidden  bool   // neither: an empty tmpfs (the root of an overlay cannot be made opaque)
+}
+
+// kernelDirs are mounted by libcontainer itself.
+var kernelDirs = []string{"proc", "sys", "dev"}
+
+// buildRootless lays out the sandbox's / in the run dir: the host's top-level symlinks and files as they
+// are, a mount point, an upper and a work dir for every top-level directory, hidden paths written into
+// the uppers.
+func (r *rootfs) buildRootless(hidden []string, cwd string) error {
+	for _, d := range []string{r.root.merged, r.root.Upper, r.root.work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	entries, err := os.ReadDir("/")
+	if err != nil {
+		return err
+	}
+	locked, err := mountsBelowTop()
+	if err != nil {
+		return err
+	}
+	r.top = []topLayer{}
+	for _, e := range entries {
+		if err := r.topEntry(e, locked); err != nil {
+			return fmt.Errorf("preparing /%s: %w", e.Name(), err)
+		}
+	}
+	for _, h := range hidden {
+		if err := r.hideRootless(h, cwd); err != nil {
+			return fmt.Errorf("hiding %s: %w", h, err)
+		}
+	}
+	return nil
+}
+
+// hideRootless hides path: in its overlay's upper, or, below a read-only bind, under a mount.
+func (r *rootfs) hideRootless(path, cwd string) error {
+	path = filepath.Clean(path)
+	name := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
+	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
+	if i >= 0 && r.top[i].overlay && (path != "/"+name || within(cwd, path)) {
+		return hide(r.root.Upper, path, cwd)
+	}
+	if i >= 0 && path == "/"+name {
+		r.top[i].hidden = true
+	}
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) || i < 0 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if within(cwd, path) {
+		return fmt.Errorf("the working directory %s is below a hidden path with mounts below it", cwd)
+	}
+	m := specs.Mount{Destination: path, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "size=4k", "mode=0755"}}
+	if !st.IsDir() {
+		m = specs.Mount{Destination: path, Type: "bind", Source: os.DevNull, Options: []string{"bind", "ro"}}
+	}
+	r.hideMounts = append(r.hideMounts, m)
+	return nil
+}
+
+// topEntry prepares one entry of the host's /.
+func (r *rootfs) topEntry(e os.DirEntry, locked map[string]bool) error {
+	name := e.Name()
+	dst := filepath.Join(r.root.merged, name)
+	switch {
+	case e.Type()&os.ModeSymlink != 0:
+		target, err := os.Readlink("/" + name)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	case !e.IsDir():
+		return nil // a file at the top level (rare): left out
+	case slices.Contains(kernelDirs, name):
+		return os.Mkdir(dst, 0o755)
+	}
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return err
+	}
+	layer := topLayer{name: name, overlay: !locked[name]}
+	if layer.overlay {
+		for _, d := range []string{filepath.Join(r.root.Upper, name), filepath.Join(r.root.work, name)} {
+			if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return err
+			}
+		}
+		if err := sameMode(filepath.Join(r.root.Upper, name), "/"+name); err != nil {
+			return err
+		}
+	}
+	r.top = append(r.top, layer)
+	return nil
+}
+
+// sameMode gives dir the mode of like (its owner stays: an ordinary user cannot give it away).
+func sameMode(dir, like string) error {
+	st, err := os.Stat(like)
+	if err != nil {
+		return err
+	}
+	return os.Chmod(dir, st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetgid))
+}
+
+// mountsBelowTop lists the top-level directories of / with a mount at or below them: their overlay
+// would be refused in a user namespace.
+func mountsBelowTop() (map[string]bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || fields[4] == "/" {
+			continue
+		}
+		top := strings.SplitN(strings.TrimPrefix(fields[4], "/"), "/", 2)
+		// A mount of the top-level directory itself has nothing below it unless another line says so.
+		if len(top) == 2 {
+			out[top[0]] = true
+		}
+	}
+	return out, sc.Err()
+}
+
+// rootlessMounts are the sandbox's top-level mounts, before libcontainer's own.
+func (r *rootfs) rootlessMounts() []specs.Mount {
+	var ms []specs.Mount
+	for _, l := range r.top {
+		dst, src := "/"+l.name, "/"+l.name
+		if l.hidden {
+			continue // its tmpfs is in hideMounts
+		}
+		if !l.overlay {
+			ms = append(ms, specs.Mount{Destination: dst, Type: "bind", Source: src,
+				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+			continue
+		}
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", src,
+			filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name))
+		ms = append(ms, specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
+			Options: []string{"nosuid", "nodev", opts}})
+	}
+	return append(ms, r.hideMounts...)
+}
+
+// rootlessOverlays are the rootless sandbox's writable layers: the top-level overlays, and its / itself
+// (a directory of the run, where a command may create top-level entries).
+func (r *rootfs) rootlessOverlays() []*overlay {
+	out := []*overlay{{At: "/", Upper: r.root.merged}}
+	for _, l := range r.top {
+		if l.overlay && !l.hidden {
+			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: "/" + l.name})
+		}
+	}
+	return out
+}
+
+// rootlessSpec turns a sandbox's spec into a rootless one: the top-level mounts first, no cgroup
+// limits (an ordinary user has no cgroup of its own here; limits.enforced says what holds instead).
+func rootlessSpec(s *specs.Spec, top []specs.Mount) {
+	s.Mounts = append(top, s.Mounts...)
+	s.Linux.Resources = nil
+	s.Linux.CgroupsPath = ""
+}
+
+// rlimitsWithoutCgroup are the rlimits that stand in for cgroup limits in a rootless sandbox.
+func rlimitsWithoutCgroup(memory, disk int64) []specs.POSIXRlimit {
+	var out []specs.POSIXRlimit
+	if memory > 0 {
+		m := uint64(memory)
+		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_AS", Hard: m, Soft: m})
+	}
+	if disk > 0 {
+		d := uint64(disk)
+		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_FSIZE", Hard: d, Soft: d})
+	}
+	return out
+}
+
+// nsPids lists the host pids of the processes in pid 1's pid namespace, for a sandbox without a cgroup:
+// every process whose pid namespace is init's.
+func nsPids(initPid int) ([]int, error) {
+	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", initPid))
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, e := range dir {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && ns == want {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// opaqueXattr marks an opaque directory in an upper layer: overlay mounted in a user namespace reads
+// user.overlay.* (its userxattr option), the host's overlay trusted.overlay.*.
+func opaqueXattr() string {
+	if Rootless() {
+		return "user.overlay.opaque"
+	}
+	return "trusted.overlay.opaque"
+}
+
+// ignoreUnprivileged drops what the kernel refuses an ordinary user (a chown to a host owner): the
+// sandbox's copy keeps the caller as its owner.
+func ignoreUnprivileged(err error) error {
+	if Rootless() && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL)) {
+		return nil
+	}
+	return err
+}
+
+// ErrRootless is matched by errors about what sbx cannot do without root.
+var ErrRootless = errors.New("not available without root")
+
+// checkRootless refuses what a rootless sandbox cannot give, before anything is built.
+func (cfg Config) checkRootless() error {
+	if cfg.Plan.Network.Mode == policy.NetContract {
+		return fmt.Errorf("%w: %w: the network contract (network mode %s)", ErrSetup, ErrRootless, cfg.Plan.Network.Mode)
+	}
+	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
+		return fmt.Errorf("%w: %w: user namespaces: %w", ErrSetup, ErrRootless, err)
+	}
+	return nil
+}
+
+// rootlessNotes say how a rootless sandbox differs from root's, for the report.
+func (s *Sandbox) rootlessNotes() []string {
+	l := s.cfg.Plan.Limits
+	notes := []string{fmt.Sprintf("rootless: the command runs as root inside its user namespace, uid %d on the host, without capabilities", s.ids.HostUID),
+		"rootless: no cgroup here; the exec list comes from the snapshots only (the process-events connector needs root)"}
+	var held []string
+	if l.MemoryBytes > 0 {
+		held = append(held, "memory as address space (RLIMIT_AS)")
+	}
+	held = append(held, "file size (RLIMIT_FSIZE) for disk")
+	if l.Pids > 0 {
+		held = append(held, "pids by RLIMIT_NPROC of the caller's uid")
+	}
+	held = append(held, "timeout by sbx")
+	notes = append(notes, "rootless limits: "+strings.Join(held, ", ")+"; cpu is not limited")
+	return notes
+}
+
+// rootlessRlimits stand in for the cgroup limits: address space for memory, file size for disk, and
+// processes of the caller's uid for pids (counted from the caller's processes now, since the limit is
+// per uid, host-wide).
+func (s *Sandbox) rootlessRlimits() []specs.POSIXRlimit {
+	l := s.cfg.Plan.Limits
+	disk := l.DiskBytes
+	if disk <= 0 {
+		disk = defaultDiskBytes
+	}
+	out := rlimitsWithoutCgroup(l.MemoryBytes, disk)
+	if l.Pids > 0 {
+		n := uint64(l.Pids) + uint64(processesOf(os.Getuid()))
+		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
+	}
+	return out
+}
+
+// processesOf counts the processes of uid.
+func processesOf(uid int) int {
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range dir {
+		var st unix.Stat_t
+		if _, err := strconv.Atoi(e.Name()); err == nil && unix.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+			n++
+		}
+	}
+	return n
+}
+
+// openForRemoval gives the caller back every directory below dir that overlay left without
+// permissions (its work dirs are mode 0), so that an ordinary user can remove the run dir.
+func openForRemoval(dir string) {
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if d != nil && d.IsDir() && d.Type()&os.ModeSymlink == 0 {
+			unix.Chmod(p, 0o700)
+			if err != nil {
+				// Unreadable until now: walk it again.
+				openForRemoval(p)
+			}
+		}
+		return nil
+	})
+}
+
+// NetDiag returns a sock_diag socket of the sandbox's network namespace, for an sbx that may not enter
+// it (without root): a copy of the one the supervisor made. The caller closes it.
+func (s *Sandbox) NetDiag() (int, error) {
+	if s.diagFD < 0 {
+		return -1, fmt.Errorf("the sandbox's init has no sock_diag socket")
+	}
+	pidfd, err := unix.PidfdOpen(s.initPid, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening the sandbox's init: %w", err)
+	}
+	defer unix.Close(pidfd)
+	fd, err := unix.PidfdGetfd(pidfd, s.diagFD, 0)
+	if err != nil {
+		return -1, fmt.Errorf("copying the sandbox's sock_diag socket: %w", err)
+	}
+	unix.CloseOnExec(fd)
+	return fd, nil
+}
