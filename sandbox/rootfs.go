@@ -208,7 +208,11 @@ func hideAround(upper, dir, cwd string) error {
 		next = strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
 	}
 	entries, err := os.ReadDir(dir)
-	if err != nil {
+	if errors.Is(err, os.ErrPermission) && Rootless() {
+		// A level the caller may not list: the sandbox may not list it either, so there is nothing
+		// beside the way down to hide.
+		entries = nil
+	} else if err != nil {
 		return err
 	}
 	for _, e := range entries {

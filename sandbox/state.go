@@ -37,18 +37,13 @@ func runsDir(root string) string { return filepath.Join(root, "runs") }
 func claimRunDir(root, id string, owner IDMap) (*runDir, error) {
 	runs := runsDir(root)
 	tmp := filepath.Join(runs, newPrefix+id)
-	if err := os.MkdirAll(runs, 0o711); err != nil {
-		return nil, fmt.Errorf("creating the state dir: %w", err)
-	}
-	for _, d := range []string{root, runs} {
-		if err := searchable(d); err != nil {
-			return nil, fmt.Errorf("opening the state dir to the sandbox's root: %w", err)
+	if owner.RootUID == os.Geteuid() {
+		// The sandbox's root is sbx's own user (rootless): nobody else needs in.
+		if err := os.MkdirAll(runs, 0o700); err != nil {
+			return nil, fmt.Errorf("creating the state dir: %w", err)
 		}
-	}
-	if owner.RootUID != os.Geteuid() {
-		if err := reachable(filepath.Dir(root)); err != nil {
-			return nil, err
-		}
+	} else if err := openStateRoot(root, runs); err != nil {
+		return nil, err
 	}
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
@@ -75,6 +70,20 @@ func claimRunDir(root, id string, owner IDMap) (*runDir, error) {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
 	}
 	return &runDir{dir: dir, lock: lock}, nil
+}
+
+// openStateRoot creates the state root and its runs dir searchable for the sandbox's root, and checks
+// that it can reach them.
+func openStateRoot(root, runs string) error {
+	if err := os.MkdirAll(runs, 0o711); err != nil {
+		return fmt.Errorf("creating the state dir: %w", err)
+	}
+	for _, d := range []string{root, runs} {
+		if err := searchable(d); err != nil {
+			return fmt.Errorf("opening the state dir to the sandbox's root: %w", err)
+		}
+	}
+	return reachable(filepath.Dir(root))
 }
 
 // searchable adds search permission for everyone to dir, a directory sbx owns.
