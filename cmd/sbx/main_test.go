@@ -155,7 +155,11 @@ func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	want, err := strconv.Atoi(args[0])
 	ts.Check(err)
-	err = ts.Exec(args[1], args[2:]...)
+	checkStatus(ts, neg, ts.Exec(args[1], args[2:]...), want)
+}
+
+// checkStatus checks the exit status of a command that ended with err.
+func checkStatus(ts *testscript.TestScript, neg bool, err error, want int) {
 	got := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		got = ee.ExitCode()

@@ -141,15 +141,7 @@ func (u *testUser) cmdUsbx(ts *testscript.TestScript, neg bool, args []string) {
 	err = cmd.Run()
 	io.Copy(ts.Stdout(), &out)
 	io.Copy(ts.Stderr(), &errb)
-	got := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		got = ee.ExitCode()
-	} else {
-		ts.Check(err)
-	}
-	if (got == want) == neg {
-		ts.Fatalf("exit status %d, want %d", got, want)
-	}
+	checkStatus(ts, neg, err, want)
 }
 
 // checkNoProcesses fails the test when the user has a process left, and kills them (by pid) so that
