@@ -152,6 +152,17 @@ func removeRunDir(dir string) error {
 	return nil
 }
 
+// waitStopped waits, up to a second, until a killed container's init is gone: Destroy refuses a running
+// one. Without a cgroup (rootless) nothing else waits for the kill to land.
+func waitStopped(c *libcontainer.Container) {
+	for range 100 {
+		if st, err := c.Status(); err != nil || st == libcontainer.Stopped {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // GCResult says what GC found and removed.
 type GCResult struct {
 	Runs    []string // ids of dead runs cleaned up
@@ -238,6 +249,7 @@ func gcRun(root, id string) error {
 	killCgroup(id)
 	if c, err := libcontainer.Load(filepath.Join(root, "lc"), id); err == nil {
 		c.Signal(unix.SIGKILL)
+		waitStopped(c)
 		if err := c.Destroy(); err != nil {
 			errs = append(errs, err)
 		}
