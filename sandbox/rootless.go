@@ -231,18 +231,12 @@ func rootlessSpec(s *specs.Spec, top []specs.Mount) {
 	s.Linux.CgroupsPath = ""
 }
 
-// rlimitsWithoutCgroup are the rlimits that stand in for cgroup limits in a rootless sandbox.
-func rlimitsWithoutCgroup(memory, disk int64) []specs.POSIXRlimit {
-	var out []specs.POSIXRlimit
-	if memory > 0 {
-		m := uint64(memory)
-		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_AS", Hard: m, Soft: m})
-	}
-	if disk > 0 {
-		d := uint64(disk)
-		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_FSIZE", Hard: d, Soft: d})
-	}
-	return out
+// rlimitsWithoutCgroup are the rlimits that stand in for cgroup limits in a rootless sandbox: file size
+// for disk. Memory has none: RLIMIT_AS counts address space, which Go and other runtimes reserve far
+// beyond what they use (libcontainer's own init fails under 1 GiB).
+func rlimitsWithoutCgroup(disk int64) []specs.POSIXRlimit {
+	d := uint64(disk)
+	return []specs.POSIXRlimit{{Type: "RLIMIT_FSIZE", Hard: d, Soft: d}}
 }
 
 // nsPids lists the host pids of the processes in pid 1's pid namespace, for a sandbox without a cgroup:
@@ -305,17 +299,13 @@ func (cfg Config) checkRootless() error {
 func (s *Sandbox) rootlessNotes() []string {
 	l := s.cfg.Plan.Limits
 	notes := []string{fmt.Sprintf("rootless: the command runs as root inside its user namespace, uid %d on the host, without capabilities", s.ids.HostUID),
-		"rootless: no cgroup here; the exec list comes from the snapshots only (the process-events connector needs root)"}
-	var held []string
-	if l.MemoryBytes > 0 {
-		held = append(held, "memory as address space (RLIMIT_AS)")
-	}
-	held = append(held, "file size (RLIMIT_FSIZE) for disk")
+		"rootless: no cgroup here; the sandbox's processes are those of its pid namespace"}
+	held := []string{"disk as the size of each file (RLIMIT_FSIZE)"}
 	if l.Pids > 0 {
 		held = append(held, "pids by RLIMIT_NPROC of the caller's uid")
 	}
 	held = append(held, "timeout by sbx")
-	notes = append(notes, "rootless limits: "+strings.Join(held, ", ")+"; cpu is not limited")
+	notes = append(notes, "rootless limits: "+strings.Join(held, ", ")+"; memory and cpu are not limited")
 	return notes
 }
 
@@ -328,7 +318,7 @@ func (s *Sandbox) rootlessRlimits() []specs.POSIXRlimit {
 	if disk <= 0 {
 		disk = defaultDiskBytes
 	}
-	out := rlimitsWithoutCgroup(l.MemoryBytes, disk)
+	out := rlimitsWithoutCgroup(disk)
 	if l.Pids > 0 {
 		n := uint64(l.Pids) + uint64(processesOf(os.Getuid()))
 		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})

@@ -291,7 +291,7 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Pro
 		Args: spec.Process.Args, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: cmd.Cwd, Init: true,
 		UID: s.ids.UID, GID: s.ids.GID,
 		// specconv leaves the spec's rlimits to its caller (runc's main package): set them here.
-		Rlimits:    []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: spec.Process.Rlimits[0].Hard, Soft: spec.Process.Rlimits[0].Soft}},
+		Rlimits:    processRlimits(spec.Process.Rlimits),
 		ExtraFiles: []*os.File{ctl},
 	}
 	if cmd.Terminal {
@@ -311,6 +311,21 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Pro
 		p.Capabilities = &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	}
 	return p, nil
+}
+
+// rlimitTypes are the rlimits sbx's specs set.
+var rlimitTypes = map[string]int{"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_AS": unix.RLIMIT_AS,
+	"RLIMIT_FSIZE": unix.RLIMIT_FSIZE, "RLIMIT_NPROC": unix.RLIMIT_NPROC}
+
+// processRlimits converts the spec's rlimits for libcontainer's process.
+func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
+	out := make([]configs.Rlimit, 0, len(rs))
+	for _, r := range rs {
+		if t, ok := rlimitTypes[r.Type]; ok {
+			out = append(out, configs.Rlimit{Type: t, Hard: r.Hard, Soft: r.Soft})
+		}
+	}
+	return out
 }
 
 // supervisorConfig is what the supervisor needs to start the command, sent over the control socket (no
@@ -419,7 +434,7 @@ func (s *Sandbox) Start() (*Running, error) {
 		return nil, fmt.Errorf("starting the command: the sandbox init is gone: %w", err)
 	}
 	var n int
-	if _, err := fmt.Sscanf(line, "fail %d", &n); err == nil {
+	if _, err := fmt.Sscanf(line, "fail %d %d", &n, &s.diagFD); err == nil {
 		return &Running{sb: s, code: n, pidfd: -1}, nil
 	}
 	if _, err := fmt.Sscanf(line, "pid %d %d", &n, &s.diagFD); err != nil {

@@ -44,6 +44,9 @@ func scriptParams(dir, prefix string) testscript.Params {
 			if cond == "root" {
 				return os.Geteuid() == 0, nil
 			}
+			if cond == "rootless" {
+				return false, nil // true in the suites that run sbx as an ordinary user
+			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: scriptCmds(),

@@ -19,7 +19,16 @@ import (
 // test with useradd and removed after it: stdio reopened by name, leftovers, a large working tree,
 // fresh namespaces and no network, nothing left behind. The scripts run sbx with usbx (as that user,
 // stdio being the test's pipes) or through $USBX in a shell (for redirections the root shell opens).
-func TestRootless(t *testing.T) {
+func TestRootless(t *testing.T) { runRootless(t, "testdata/rootless", "rootless-") }
+
+// TestBatteryRootless runs the escape battery with sbx started by an ordinary user: "sbx" in the
+// scripts is the user's (a wrapper first in PATH). Cases that need what sbx refuses without root (the
+// network contract) skip on [rootless].
+func TestBatteryRootless(t *testing.T) {
+	runRootless(t, filepath.Join("..", "..", "testdata", "battery"), "battery-rootless-")
+}
+
+func runRootless(t *testing.T, dir, prefix string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates the ordinary user the scripts run sbx as")
 	}
@@ -32,8 +41,15 @@ func TestRootless(t *testing.T) {
 	// After every script (they run in parallel, as the same user): nothing of the user may be left.
 	t.Cleanup(func() { u.checkNoProcesses(t) })
 	bin := installSbx(t)
-	params := scriptParams("testdata/rootless", "rootless-")
+	params := scriptParams(dir, prefix)
 	params.Cmds["usbx"] = u.cmdUsbx
+	cond := params.Condition
+	params.Condition = func(c string) (bool, error) {
+		if c == "rootless" {
+			return true, nil
+		}
+		return cond(c)
+	}
 	setup := params.Setup
 	params.Setup = func(env *testscript.Env) error {
 		if err := setup(env); err != nil {
@@ -56,6 +72,16 @@ func TestRootless(t *testing.T) {
 		env.Setenv("SBXUSER", u.name)
 		env.Setenv("SBXUID", strconv.Itoa(u.uid))
 		env.Setenv("USBX", strings.Join(u.argv(bin, env.WorkDir, state), " "))
+		// "sbx" in the scripts is the user's.
+		wrapper := filepath.Join(state, "bin")
+		if err := os.Mkdir(wrapper, 0o755); err != nil {
+			return err
+		}
+		script := "#!/bin/sh\nexec " + strings.Join(u.argv(bin, env.WorkDir, state), " ") + " \"$@\"\n"
+		if err := os.WriteFile(filepath.Join(wrapper, "sbx"), []byte(script), 0o755); err != nil {
+			return err
+		}
+		env.Setenv("PATH", wrapper+":"+env.Getenv("PATH"))
 		env.Defer(func() { u.checkGone(env, state) })
 		return nil
 	}
@@ -121,7 +147,7 @@ func installSbx(t *testing.T) string {
 // argv runs bin as the user, in a clean environment, with its state root.
 func (u *testUser) argv(bin, work, state string) []string {
 	return []string{"setpriv", "--reuid=" + strconv.Itoa(u.uid), "--regid=" + strconv.Itoa(u.gid), "--clear-groups",
-		"env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + work, stateRootEnv + "=" + state, bin}
+		"env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + work, stateRootEnv + "=" + state, bin}
 }
 
 // usbx N ARG...: run sbx ARG... as the user, in the script's directory, and expect exit status N. Its
@@ -162,6 +188,7 @@ func (u *testUser) checkNoProcesses(t *testing.T) {
 // checkGone fails the script when the user's state root holds a run.
 func (u *testUser) checkGone(env *testscript.Env, state string) {
 	runs, _ := os.ReadDir(filepath.Join(state, "runs"))
+	os.RemoveAll(filepath.Join(state, "bin"))
 	if len(runs) > 0 {
 		env.T().Fatal(fmt.Sprintf("%d run dirs left in %s", len(runs), state))
 	}

@@ -65,7 +65,7 @@ type Config struct {
 // spares a whole libcontainer process start per run.
 //
 // Protocol, one line each: sbx sends "go" and the configuration as JSON; the supervisor answers "pid N D"
-// (D: the fd of its sock_diag socket, -1 for none) (or "fail CODE" after printing
+// (D: the fd of its sock_diag socket, -1 for none) (or "fail CODE D" after printing
 // the reason on the command's stderr) and later "exit WAITSTATUS". sbx signals the command itself, from
 // outside: inside, Landlock keeps the supervisor's threads from signalling a child forked by another
 // thread (each thread has a domain of its own without TSYNC).
@@ -100,7 +100,7 @@ func Main() int {
 	}
 	pid, code := startCommand(cfg)
 	if pid == 0 {
-		fmt.Fprintf(ctl, "fail %d\n", code)
+		fmt.Fprintf(ctl, "fail %d %d\n", code, diag)
 	} else {
 		fmt.Fprintf(ctl, "pid %d %d\n", pid, diag)
 	}
