@@ -91,7 +91,45 @@ func (r *rootfs) buildRootless(hidden []string, cwd string) error {
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
-	return nil
+	return r.cwdRootless(cwd, locked)
+}
+
+// cwdRootless gives the working directory an overlay of its own when its top-level directory has none
+// (a read-only bind, or hidden): the command works in it as in the caller's, its writes stay in the
+// sandbox.
+func (r *rootfs) cwdRootless(cwd string, locked map[string]bool) error {
+	name := strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
+	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
+	if cwd == "/" || i < 0 || (r.top[i].overlay && !r.top[i].hidden) {
+		return nil
+	}
+	if below, err := mountsBelow(cwd); err != nil || below {
+		return fmt.Errorf("%w: the working directory %s has mounts below it, which a user namespace locks (%v)", ErrRootless, cwd, err)
+	}
+	r.cwd = &overlay{At: cwd, Lower: cwd, Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd")}
+	for _, d := range []string{r.cwd.Upper, r.cwd.work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", cwd, r.cwd.Upper, r.cwd.work)
+	r.hideMounts = append(r.hideMounts, specs.Mount{Destination: cwd, Type: "overlay", Source: "overlay",
+		Options: []string{"nosuid", "nodev", opts}})
+	return sameMode(r.cwd.Upper, cwd)
+}
+
+// mountsBelow tells whether anything is mounted at or below dir.
+func mountsBelow(dir string) (bool, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] != "/" && within(f[4], dir) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // hideRootless hides path: in its overlay's upper, or, below a read-only bind, under a mount.
@@ -111,9 +149,6 @@ func (r *rootfs) hideRootless(path, cwd string) error {
 	}
 	if err != nil {
 		return err
-	}
-	if within(cwd, path) {
-		return fmt.Errorf("the working directory %s is below a hidden path with mounts below it", cwd)
 	}
 	m := specs.Mount{Destination: path, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "size=4k", "mode=0755"}}
 	if !st.IsDir() {
@@ -219,6 +254,9 @@ func (r *rootfs) rootlessOverlays() []*overlay {
 		if l.overlay && !l.hidden {
 			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: "/" + l.name})
 		}
+	}
+	if r.cwd != nil {
+		out = append(out, r.cwd)
 	}
 	return out
 }

@@ -86,6 +86,20 @@ func benchmark(sbx string, n int) error {
 			return []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"}
 		}},
 	}
+	// The same, started by an ordinary user (made for the bench, removed after it).
+	u, err := newUser(dir)
+	if err != nil {
+		return err
+	}
+	defer u.remove()
+	cs = append(cs,
+		&contender{name: "sbx exec -- true (user)", dir: u.work, argv: func(int) []string {
+			return u.argv(sbx, "exec", "-q", "--", "true")
+		}},
+		&contender{name: "bwrap --unshare-all (user)", dir: u.work, argv: func(int) []string {
+			return u.argv("bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true")
+		}},
+	)
 	for _, c := range cs {
 		if _, err := exec.LookPath(c.argv(0)[0]); err != nil {
 			return fmt.Errorf("%s: %w (make deps installs it)", c.name, err)
@@ -144,6 +158,50 @@ func pct(v []float64, p int) float64 {
 	slices.Sort(s)
 	return s[(len(s)-1)*p/100]
 }
+
+// user is an ordinary user the bench runs sbx and bwrap as.
+type user struct {
+	name, uid, gid string
+	work, state    string
+}
+
+// newUser adds a user with a group of its own, a working directory and a state root below dir.
+func newUser(dir string) (*user, error) {
+	u := &user{name: fmt.Sprintf("sbxbench%d", os.Getpid()%100000), work: filepath.Join(dir, "user"), state: filepath.Join(dir, "user-state")}
+	if out, err := exec.Command("useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", u.name).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("useradd: %v: %s", err, out)
+	}
+	for _, id := range []struct {
+		flag string
+		to   *string
+	}{{"-u", &u.uid}, {"-g", &u.gid}} {
+		out, err := exec.Command("id", id.flag, u.name).Output()
+		if err != nil {
+			u.remove()
+			return nil, err
+		}
+		*id.to = strings.TrimSpace(string(out))
+	}
+	for _, d := range []string{u.work, u.state} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			u.remove()
+			return nil, err
+		}
+		if out, err := exec.Command("chown", u.uid+":"+u.gid, d).CombinedOutput(); err != nil {
+			u.remove()
+			return nil, fmt.Errorf("chown: %v: %s", err, out)
+		}
+	}
+	return u, os.Chmod(dir, 0o711)
+}
+
+// argv runs prog as the user.
+func (u *user) argv(prog string, args ...string) []string {
+	return append([]string{"setpriv", "--reuid=" + u.uid, "--regid=" + u.gid, "--clear-groups",
+		"env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + u.work, "SBX_STATE_ROOT=" + u.state, prog}, args...)
+}
+
+func (u *user) remove() { exec.Command("userdel", u.name).Run() }
 
 // tree makes a working tree of n entries (directories of 100 files) below dir.
 func tree(dir, name string, n int) (string, error) {
