@@ -322,8 +322,14 @@ func ignoreUnprivileged(err error) error {
 // ErrRootless is matched by errors about what sbx cannot do without root.
 var ErrRootless = errors.New("not available without root")
 
+// ErrNoCgroup is matched by the refusal of a profile that requires cgroup limits where sbx has none.
+var ErrNoCgroup = errors.New("the profile requires cgroup limits (limits.require: cgroup), and sbx has no cgroup without root here")
+
 // checkRootless refuses what a rootless sandbox cannot give, before anything is built.
 func (cfg Config) checkRootless() error {
+	if cfg.Plan.Limits.RequireCgroup {
+		return fmt.Errorf("%w: %w", ErrSetup, ErrNoCgroup)
+	}
 	if cfg.Plan.Network.Mode == policy.NetContract {
 		return fmt.Errorf("%w: %w: the network contract (network mode %s)", ErrSetup, ErrRootless, cfg.Plan.Network.Mode)
 	}

@@ -99,6 +99,8 @@ func hintFor(err error) string {
 		return "a path shared with --ro, --rw or filesystem.share must exist on the host"
 	case strings.HasPrefix(err.Error(), "unknown command"):
 		return "see 'sbx --help' for the commands"
+	case errors.Is(err, sandbox.ErrNoCgroup):
+		return "run sbx as root, or drop limits.require from the profile to run with rlimits instead (the report's notes say which limit holds)"
 	case errors.Is(err, sandbox.ErrRootless):
 		return "without root, sbx runs with network mode none only so far; run it as root (sudo sbx ...) for a network contract"
 	case errors.Is(err, sandbox.ErrStateRoot):
