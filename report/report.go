@@ -35,6 +35,7 @@ type Report struct {
 	TimedOut     bool        `json:"timed_out"`
 	OOMKilled    bool        `json:"oom_killed"`     // the memory limit was hit and the OOM killer killed a process
 	PidsLimitHit bool        `json:"pids_limit_hit"` // the pids limit refused a fork
+	Limits       Limits      `json:"limits"`
 	Verdict      string      `json:"verdict"`
 	Violations   []Violation `json:"violations"`
 	Processes    Processes   `json:"processes"`
@@ -47,6 +48,18 @@ type Report struct {
 	// Notes say what sbx could not observe in this run ("exec events unavailable: ..."), so that an
 	// empty list is never mistaken for "nothing happened".
 	Notes []string `json:"notes"`
+}
+
+// Limits says how each limit of the profile was enforced in this run.
+type Limits struct {
+	Enforced []Enforced `json:"enforced"`
+}
+
+// Enforced is one limit and what held it: "cgroup", "tmpfs size", "RLIMIT_FSIZE per file",
+// "RLIMIT_NPROC per uid", "sbx timer", or "none" where nothing could.
+type Enforced struct {
+	Limit string `json:"limit"` // memory, pids, cpu, disk, nofile, timeout
+	By    string `json:"by"`
 }
 
 // Violation is one broken expectation.
@@ -125,6 +138,7 @@ func New(profile string, command []string) *Report {
 		Sockets:    Sockets{Listening: []observe.Socket{}, Established: []observe.Socket{}},
 		Network:    Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
 		Files:      Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []observe.FileChange{}},
+		Limits:     Limits{Enforced: []Enforced{}},
 		Notes:      []string{},
 		Denials: observe.Denials{Reason: "not collected", Seccomp: []observe.SeccompDenial{},
 			Landlock: []observe.LandlockDenial{}},

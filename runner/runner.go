@@ -80,6 +80,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		return nil, err
 	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
+	rep.Limits.Enforced = enforced(sb, o)
 	r := &run{opts: o, sb: sb, rep: rep, events: events}
 	denials := observe.StartDenials() // kernel-reported denials: observe/denials.go
 	err = r.execute(ctx, t0)
@@ -94,6 +95,18 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// enforced says how each limit of the run is held: the sandbox's limits, and the timeout by sbx.
+func enforced(sb *sandbox.Sandbox, o Options) []report.Enforced {
+	var out []report.Enforced
+	for _, e := range sb.Enforced() {
+		out = append(out, report.Enforced{Limit: e.Limit, By: e.By})
+	}
+	if o.Timeout > 0 || o.Plan.Timeout > 0 {
+		out = append(out, report.Enforced{Limit: "timeout", By: "sbx timer"})
+	}
+	return out
 }
 
 type run struct {

@@ -269,6 +269,29 @@ func rootlessSpec(s *specs.Spec, top []specs.Mount) {
 	s.Linux.CgroupsPath = ""
 }
 
+// Enforcement is one limit of the plan and what holds it in this sandbox.
+type Enforcement struct{ Limit, By string }
+
+// Enforced says how each limit the plan sets is held: by the cgroup and the layer's tmpfs as root, by
+// rlimits (or nothing) without root.
+func (s *Sandbox) Enforced() []Enforcement {
+	l := s.cfg.Plan.Limits
+	by := map[string]string{"memory": "cgroup", "pids": "cgroup", "cpu": "cgroup", "disk": "tmpfs size"}
+	if Rootless() {
+		by = map[string]string{"memory": "none", "pids": "RLIMIT_NPROC per uid", "cpu": "none", "disk": "RLIMIT_FSIZE per file"}
+	}
+	out := []Enforcement{{"disk", by["disk"]}, {"nofile", "RLIMIT_NOFILE"}}
+	for _, x := range []struct {
+		limit string
+		set   bool
+	}{{"memory", l.MemoryBytes > 0}, {"pids", l.Pids > 0}, {"cpu", l.CPUs > 0}} {
+		if x.set {
+			out = append(out, Enforcement{x.limit, by[x.limit]})
+		}
+	}
+	return out
+}
+
 // rlimitsWithoutCgroup are the rlimits that stand in for cgroup limits in a rootless sandbox: file size
 // for disk. Memory has none: RLIMIT_AS counts address space, which Go and other runtimes reserve far
 // beyond what they use (libcontainer's own init fails under 1 GiB).
