@@ -57,7 +57,7 @@ func rootlessIDMap() IDMap {
 type topLayer struct {
 	name    string // "usr"
 	overlay bool   // an overlay; else a read-only recursive bind
-	hidden  bool   // neither: an empty tmpfs (the root of an overlay cannot be made opaque)
+	hidden  bool   // an overlay of an empty directory instead (the root of an overlay cannot be opaque)
 }
 
 // kernelDirs are mounted by libcontainer itself.
@@ -67,7 +67,7 @@ var kernelDirs = []string{"proc", "sys", "dev"}
 // are, a mount point, an upper and a work dir for every top-level directory, hidden paths written into
 // the uppers.
 func (r *rootfs) buildRootless(hidden []string, cwd string) error {
-	for _, d := range []string{r.root.merged, r.root.Upper, r.root.work} {
+	for _, d := range []string{r.root.merged, r.root.Upper, r.root.work, r.empty()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -142,6 +142,7 @@ func (r *rootfs) hideRootless(path, cwd string) error {
 	}
 	if i >= 0 && path == "/"+name {
 		r.top[i].hidden = true
+		return r.layerDirs(name)
 	}
 	st, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) || i < 0 {
@@ -150,7 +151,7 @@ func (r *rootfs) hideRootless(path, cwd string) error {
 	if err != nil {
 		return err
 	}
-	m := specs.Mount{Destination: path, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "size=4k", "mode=0755"}}
+	m := specs.Mount{Destination: path, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "size=1m", "mode=0755"}}
 	if !st.IsDir() {
 		m = specs.Mount{Destination: path, Type: "bind", Source: os.DevNull, Options: []string{"bind", "ro"}}
 	}
@@ -179,18 +180,26 @@ func (r *rootfs) topEntry(e os.DirEntry, locked map[string]bool) error {
 	}
 	layer := topLayer{name: name, overlay: !locked[name]}
 	if layer.overlay {
-		for _, d := range []string{filepath.Join(r.root.Upper, name), filepath.Join(r.root.work, name)} {
-			if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return err
-			}
-		}
-		if err := sameMode(filepath.Join(r.root.Upper, name), "/"+name); err != nil {
+		if err := r.layerDirs(name); err != nil {
 			return err
 		}
 	}
 	r.top = append(r.top, layer)
 	return nil
 }
+
+// layerDirs makes the upper and work dirs of the top-level directory name, the upper with its mode.
+func (r *rootfs) layerDirs(name string) error {
+	for _, d := range []string{filepath.Join(r.root.Upper, name), filepath.Join(r.root.work, name)} {
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	return sameMode(filepath.Join(r.root.Upper, name), "/"+name)
+}
+
+// empty is the empty lower layer of hidden top-level directories.
+func (r *rootfs) empty() string { return filepath.Join(r.runDir, "empty") }
 
 // sameMode gives dir the mode of like (its owner stays: an ordinary user cannot give it away).
 func sameMode(dir, like string) error {
@@ -231,9 +240,8 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 	for _, l := range r.top {
 		dst, src := "/"+l.name, "/"+l.name
 		if l.hidden {
-			continue // its tmpfs is in hideMounts
-		}
-		if !l.overlay {
+			src = r.empty()
+		} else if !l.overlay {
 			ms = append(ms, specs.Mount{Destination: dst, Type: "bind", Source: src,
 				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 			continue
@@ -251,7 +259,10 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 func (r *rootfs) rootlessOverlays() []*overlay {
 	out := []*overlay{{At: "/", Upper: r.root.merged}}
 	for _, l := range r.top {
-		if l.overlay && !l.hidden {
+		switch {
+		case l.hidden:
+			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: r.empty()})
+		case l.overlay:
 			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: "/" + l.name})
 		}
 	}
