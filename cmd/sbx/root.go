@@ -144,10 +144,27 @@ Example:
 func newVersionCmd(io stdio) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print sbx's version",
+		Short: "Print sbx's version and what this host gives it (user namespaces, idmapped mounts, cgroups)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			fmt.Fprintf(io.out, "sbx %s\n", version)
+			mode := "root"
+			if sandbox.Rootless() {
+				mode = fmt.Sprintf("without root (uid %d)", os.Geteuid())
+			}
+			fmt.Fprintf(io.out, "%-17s %s\n", "mode", mode)
+			root := stateRoot()
+			if root == "" {
+				root = sandbox.DefaultStateRootFor()
+			}
+			fmt.Fprintf(io.out, "%-17s %s\n", "state root", root)
+			for _, f := range sandbox.Features() {
+				state := "yes"
+				if !f.OK {
+					state = "no"
+				}
+				fmt.Fprintf(io.out, "%-17s %s: %s\n", f.Name, state, f.Detail)
+			}
 			return nil
 		},
 	}
