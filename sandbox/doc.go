@@ -31,13 +31,13 @@
 //	/run/sbx/runs/ID/cwd     when the working directory is on another file system, or shown to the
 //	                         command through an idmapping: its own overlay (lower = lower-cwd, a bind
 //	                         of the directory, idmapped then; upper = layer/upper-cwd)
+//	/run/sbx/lc/ID           libcontainer's own state
+//	cgroup /sbx-ID           in every hierarchy
 //
 // The run dir belongs to the sandbox's root (host uid), which reaches rootfs by path. Without root the
 // state root is $XDG_RUNTIME_DIR/sbx or ~/.local/state/sbx; a run dir holds rootfs (the top level of
 // the host's /), layer/upper/NAME and layer/work/NAME (one overlay per top-level directory, mounted
 // inside the sandbox) and empty (the lower layer of hidden top-level directories).
-//	/run/sbx/lc/ID           libcontainer's own state
-//	cgroup /sbx-ID           in every hierarchy
 //
 // A run whose sbx died leaves these behind; [GC] removes them, and [Create] calls it cheaply first.
 package sandbox
