@@ -109,7 +109,9 @@ func hintFor(err error) string {
 		return "the working tree is shown to the command through an idmapped mount (kernel 5.12+, overlayfs on idmapped layers 5.19+); without it only root can hand it over"
 	case errors.Is(err, sandbox.ErrNotSupported):
 		return "this kernel lacks a feature the profile requires; see 'Requirements' in README.md"
-	case errors.Is(err, os.ErrPermission), os.Geteuid() != 0 && errors.Is(err, sandbox.ErrSetup):
+	case os.Geteuid() != 0 && (errors.Is(err, os.ErrPermission) || errors.Is(err, sandbox.ErrSetup)):
+		return "'sbx version' shows what this host gives sbx without root; run 'sbx gc' to remove what earlier runs left behind"
+	case errors.Is(err, os.ErrPermission):
 		return "sbx creates namespaces, cgroups and mounts: run it as root (sudo sbx ...)"
 	case errors.Is(err, sandbox.ErrSetup):
 		return "run 'sbx gc' to remove what earlier runs left behind, then try again"
