@@ -21,26 +21,27 @@ type idmapping struct {
 	ToUID, ToGID     int
 }
 
-// bindIDMapped mounts a read-only, non-recursive bind of src at dst through the idmapping, in O(1):
-// no file is chowned, the disk keeps its owners.
-func bindIDMapped(src, dst string, m idmapping) error {
+// bindIDMapped mounts a read-only, non-recursive bind of the directory src (an O_PATH handle, opened
+// without following links) at dst through the idmapping, in O(1): no file is chowned, the disk keeps
+// its owners.
+func bindIDMapped(src *os.File, dst string, m idmapping) error {
 	ns, err := idmapUserns(m)
 	if err != nil {
 		return err
 	}
 	defer ns.Close()
-	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	fd, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
-		return noIDMap("open_tree", src, err)
+		return noIDMap("open_tree", src.Name(), err)
 	}
 	defer unix.Close(fd)
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
 		Userns_fd: uint64(ns.Fd())}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-		return noIDMap("mount_setattr", src, err)
+		return noIDMap("mount_setattr", src.Name(), err)
 	}
 	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("mounting the idmapped %s: %w", src, err)
+		return fmt.Errorf("mounting the idmapped %s: %w", src.Name(), err)
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func (o *overlay) mount() error {
 	// The bind is not recursive: the lower layer is At's own file system without the mounts on it,
 	// which is what overlayfs shows anyway; the bind gives observe the same view to compare with.
 	if o.idmap != nil {
-		if err := bindIDMapped(o.At, o.Lower, *o.idmap); err != nil {
+		if err := o.bindIDMapped(); err != nil {
 			return err
 		}
 	} else if err := unix.Mount(o.At, o.Lower, "", unix.MS_BIND, ""); err != nil {
@@ -60,6 +60,18 @@ func (o *overlay) mount() error {
 		return fmt.Errorf("mounting the overlay of %s: %w", o.At, err)
 	}
 	return nil
+}
+
+// bindIDMapped binds At as the lower layer through the idmapping, opened without following a link in
+// its last component.
+func (o *overlay) bindIDMapped() error {
+	fd, err := unix.Open(o.At, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+	}
+	src := os.NewFile(uintptr(fd), o.At)
+	defer src.Close()
+	return bindIDMapped(src, o.Lower, *o.idmap)
 }
 
 // rootfs is what the sandbox sees as its files: the overlay of the host's root file system, and, when

@@ -420,8 +420,18 @@ func processesOf(uid int) int {
 	return n
 }
 
-// openForRemoval gives the caller back every directory below dir that overlay left without
-// permissions (its work dirs are mode 0), so that an ordinary user can remove the run dir.
+// openWorkDirs gives the caller back the work dirs overlay leaves with mode 0 in a rootless run dir.
+func openWorkDirs(dir string) {
+	for _, pattern := range []string{"layer/work/*/work", "layer/work-cwd/work"} {
+		matches, _ := filepath.Glob(filepath.Join(dir, pattern))
+		for _, m := range matches {
+			unix.Chmod(m, 0o700)
+		}
+	}
+}
+
+// openForRemoval gives the caller back every directory below dir, so that an ordinary user can remove
+// the run dir whatever modes the command left on the directories it made.
 func openForRemoval(dir string) {
 	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if d != nil && d.IsDir() && d.Type()&os.ModeSymlink == 0 {

@@ -144,9 +144,15 @@ func removeRunDir(dir string) error {
 		}
 	}
 	if Rootless() {
-		openForRemoval(dir)
+		openWorkDirs(dir)
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	err = os.RemoveAll(dir)
+	if err != nil && Rootless() {
+		// A directory the command left without permissions for its owner: open them all, then again.
+		openForRemoval(dir)
+		err = os.RemoveAll(dir)
+	}
+	if err != nil {
 		return fmt.Errorf("removing the state dir: %w", err)
 	}
 	return nil
