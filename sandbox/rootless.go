@@ -463,3 +463,61 @@ func (s *Sandbox) NetDiag() (int, error) {
 	unix.CloseOnExec(fd)
 	return fd, nil
 }
+
+// maxOpenDirs bounds how many directories openUnreadable looks at.
+const maxOpenDirs = 1 << 17
+
+// openUnreadable adds read and search permission for their owner (the caller, without root) to the
+// directories below upper that lack it, so that observation can walk what the command wrote. The
+// command may still run and swap names for links: every directory is opened below upper's handle
+// without following any link, and changed through its handle. Modes are not in the report.
+func openUnreadable(upper string) {
+	root, err := unix.Open(upper, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(root)
+	budget := maxOpenDirs
+	openDirsBelow(root, ".", &budget)
+}
+
+func openDirsBelow(root int, rel string, budget *int) {
+	if *budget <= 0 {
+		return
+	}
+	*budget--
+	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
+	fd, err := unix.Openat2(root, rel, how)
+	if errors.Is(err, unix.EACCES) && openUp(root, rel) {
+		fd, err = unix.Openat2(root, rel, how)
+	}
+	if err != nil {
+		return
+	}
+	dir := os.NewFile(uintptr(fd), rel)
+	entries, _ := dir.ReadDir(-1)
+	dir.Close()
+	for _, e := range entries {
+		if e.IsDir() {
+			openDirsBelow(root, filepath.Join(rel, e.Name()), budget)
+		}
+	}
+}
+
+// openUp adds u+rx to the directory rel below root, reached without following links.
+func openUp(root int, rel string) bool {
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
+	fd, err := unix.Openat2(root, rel, how)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || int(st.Uid) != os.Geteuid() {
+		return false
+	}
+	// An O_PATH handle cannot be fchmod'ed; its /proc/self/fd link names exactly that directory.
+	return unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), st.Mode&0o7777|0o500) == nil
+}

@@ -375,6 +375,10 @@ type Layer struct {
 func (s *Sandbox) Layers() []Layer {
 	var ls []Layer
 	for _, o := range s.rootfs.overlays() {
+		if Rootless() {
+			// Without root, sbx reads only what its uid may: open what the command closed to its owner.
+			openUnreadable(o.Upper)
+		}
 		ls = append(ls, Layer{At: o.At, Upper: o.Upper, Lower: o.Lower})
 	}
 	return ls
