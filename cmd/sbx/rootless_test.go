@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -193,4 +197,52 @@ func (u *testUser) checkGone(env *testscript.Env, state string) {
 		env.T().Fatal(fmt.Sprintf("%d run dirs left in %s", len(runs), state))
 	}
 	os.RemoveAll(state)
+}
+
+// TestRootlessMCP drives `sbx mcp`, started by an ordinary user, with the SDK's client: a run reopens
+// its stdout, leaves a process behind (a violation), says it ran without root, and leaves no run.
+func TestRootlessMCP(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates the ordinary user sbx runs as")
+	}
+	u := newTestUser(t)
+	t.Cleanup(func() { u.checkNoProcesses(t) })
+	bin := installSbx(t)
+	base := t.TempDir()
+	work, state := filepath.Join(base, "work"), filepath.Join(base, "state")
+	for _, d := range []string{work, state} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, u.uid, u.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	argv := append(u.argv(bin, work, state), "mcp", "-w", work)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "sbx-test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connecting to sbx mcp: %v", err)
+	}
+	defer sess.Close()
+	_, out := callRun(ctx, t, sess, map[string]any{"command": "echo hi > /dev/stdout; nohup sleep 300 >/dev/null 2>&1 & exit 0"})
+	if out["stdout"] != "hi\n" || out["verdict"] != "violation" {
+		t.Errorf("stdout %q, verdict %v; want hi and a violation (sleep left running)", out["stdout"], out["verdict"])
+	}
+	if notes, _ := json.Marshal(out["notes"]); !strings.Contains(string(notes), "rootless") {
+		t.Errorf("notes %s do not say the run had no root", notes)
+	}
+	sess.Close()
+	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) > 0 {
+		t.Errorf("%d runs left in the state root", len(runs))
+	}
 }
