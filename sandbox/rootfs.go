@@ -362,6 +362,30 @@ func (r *rootfs) traversable(dir string) error {
 	}
 }
 
+// mountPointLike creates path below root as a mount point for the host's path of the same name: a
+// directory (and its parents) like the host's, or an empty file. A path the host lacks is left to
+// libcontainer.
+func mountPointLike(root, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	if st.IsDir() {
+		return mkdirAllLike(root, path)
+	}
+	if err := mkdirAllLike(root, filepath.Dir(path)); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(root, path), os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // mkdirAllLike creates dir below root, each missing level with the owner and mode of the host's.
 func mkdirAllLike(root, dir string) error {
 	if dir == "/" {

@@ -164,10 +164,24 @@ func (s *Sandbox) buildFiles() error {
 	if err != nil {
 		return err
 	}
-	if idmap == nil {
-		return nil
+	return s.openWays(plan, cwd)
+}
+
+// openWays lets the sandbox's root (an unprivileged uid on the host, which libcontainer runs as inside)
+// and the command's user reach the working directory and mount the shares: the directories on the way
+// become searchable in the overlay, and the shares' mount points exist there already (libcontainer
+// could not create them in a directory it may not write, such as a hidden /root).
+func (s *Sandbox) openWays(plan *policy.Plan, cwd string) error {
+	for _, sh := range plan.Filesystem.Shares {
+		if s.rootfs.cwd == nil || !within(sh.Sandbox, s.rootfs.cwd.At) {
+			if err := mountPointLike(s.rootfs.root.merged, sh.Sandbox); err != nil {
+				return fmt.Errorf("preparing the mount point of %s: %w", sh.Sandbox, err)
+			}
+		}
+		if err := s.rootfs.traversable(filepath.Dir(sh.Sandbox)); err != nil {
+			return err
+		}
 	}
-	// The way down to the working directory stays open for the command's user.
 	return s.rootfs.traversable(filepath.Dir(cwd))
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/policy"
 )
 
 // TestUserNamespace: on the host, the sandbox's pid 1 runs as the namespace root's unprivileged uid,
@@ -75,4 +76,32 @@ func hostUID(t *testing.T, pid int) int {
 	}
 	t.Fatalf("no Uid line for pid %d", pid)
 	return -1
+}
+
+// TestShareBelowHidden: a share whose mount point lies in a hidden directory only root may enter (/root)
+// is mounted: libcontainer runs as the sandbox's root, an unprivileged uid, so sbx prepares the mount
+// point and opens the way in the overlay.
+func TestShareBelowHidden(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates namespaces, cgroups and mounts")
+	}
+	dir, err := os.MkdirTemp("/root", ".sbx-share-test-")
+	if err != nil {
+		t.Skipf("cannot make a directory in /root: %v", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("shared\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan := testPlan(t)
+	plan.UID, plan.GID = 65534, 65534
+	plan.Filesystem.Shares = []policy.Share{{Host: dir, Sandbox: dir}}
+	plan.Filesystem.Read = append(plan.Filesystem.Read, dir)
+	code, out, stderr := runPlan(t, plan, t.TempDir(), "cat", filepath.Join(dir, "f"))
+	if code != 0 || out != "shared\n" {
+		t.Errorf("status %d, stdout %q, stderr %q; want the shared file", code, out, stderr)
+	}
 }
