@@ -106,7 +106,11 @@ func Spec(in SpecInput) *specs.Spec {
 		{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 		{Type: specs.NetworkNamespace, Path: in.NetNS},
 	}
-	s.Linux.Sysctl = sysctls()
+	if in.NetNS == "" {
+		// A namespace sbx made (in.NetNS) is not the sandbox user namespace's to change: netcontract
+		// sets the same value when it creates one.
+		s.Linux.Sysctl = sysctls()
+	}
 	if in.IDs != (IDMap{}) {
 		s.Process.User = specs.User{UID: uint32(in.IDs.UID), GID: uint32(in.IDs.GID)}
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})

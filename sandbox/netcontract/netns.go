@@ -56,6 +56,9 @@ func newNetNS(path string, f func() error) (int, error) {
 	return r.fd, r.err
 }
 
+// unprivilegedPortStart is the lowest port an unprivileged process may bind in the namespace.
+const unprivilegedPortStart = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
+
 // unshareNetNS moves the calling (locked) thread into a new network namespace and pins it at path.
 func unshareNetNS(path string) (int, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
@@ -66,6 +69,12 @@ func unshareNetNS(path string) (int, error) {
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		os.Remove(path)
 		return -1, fmt.Errorf("creating network namespace: %w", err)
+	}
+	// Binding ports below 1024 needs no privilege in the sandbox's own namespace, as in Docker: its ports
+	// are its own, and the host's floor protects the host's. /proc/sys/net is the calling thread's.
+	if err := os.WriteFile(unprivilegedPortStart, []byte("0"), 0o644); err != nil {
+		os.Remove(path)
+		return -1, fmt.Errorf("opening low ports in the sandbox's namespace: %w", err)
 	}
 	if err := unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, ""); err != nil {
 		os.Remove(path)
