@@ -60,7 +60,11 @@ func startHelper(initPid int) (*helper, error) {
 // receive reads the three sockets the helper sends first.
 func (h *helper) receive() error {
 	oob := make([]byte, unix.CmsgSpace(3*4))
-	_, oobn, _, _, err := unix.Recvmsg(h.conn, make([]byte, 1), oob, 0)
+	var oobn int
+	err := retryEINTR(func() (err error) {
+		_, oobn, _, _, err = unix.Recvmsg(h.conn, make([]byte, 1), oob, 0)
+		return err
+	})
 	if err == nil && oobn == 0 {
 		err = errors.New("no sockets in the message")
 	}
@@ -87,20 +91,43 @@ func (h *helper) receive() error {
 
 // stderr is what the helper said, for an error message.
 func (h *helper) stderr() string {
-	if b, ok := h.cmd.Stderr.(*boundedBuffer); ok && b.Len() > 0 {
+	if b, ok := h.cmd.Stderr.(*boundedBuffer); ok && b.String() != "" {
 		return ": " + b.String()
 	}
 	return ""
 }
 
-// waitUplink waits for the helper's word that pasta's interface is up in the sandbox.
-func (h *helper) waitUplink() error {
-	buf := make([]byte, 64)
-	n, err := unix.Read(h.conn, buf)
-	if err != nil || n < 2 || string(buf[:2]) != "ok" {
-		return fmt.Errorf("the sandbox's uplink did not come up (%v %q)%s", err, buf[:max(n, 0)], h.stderr())
+// waitUplink waits for the helper's word that pasta's interface is up in the sandbox, or for pasta's
+// end, whichever comes first.
+func (h *helper) waitUplink(pastaDone <-chan struct{}) error {
+	word := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		var n int
+		err := retryEINTR(func() (err error) { n, err = unix.Read(h.conn, buf); return err })
+		if err == nil && (n < 2 || string(buf[:2]) != "ok") {
+			err = fmt.Errorf("the network helper said %q", buf[:n])
+		}
+		word <- err
+	}()
+	select {
+	case err := <-word:
+		if err != nil {
+			return fmt.Errorf("the sandbox's uplink did not come up: %w%s", err, h.stderr())
+		}
+		return nil
+	case <-pastaDone:
+		return errors.New("pasta ended before the sandbox's uplink came up")
 	}
-	return nil
+}
+
+// retryEINTR calls f again while it is interrupted by a signal (the Go runtime's own, among others).
+func retryEINTR(f func() error) error {
+	for {
+		if err := f(); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }
 
 // dnsConns are the DNS filter's sockets.
@@ -123,13 +150,13 @@ func (h *helper) dnsConns() (net.PacketConn, net.Listener, error) {
 
 // close ends the helper and releases what was not handed on.
 func (h *helper) close() {
+	h.cmd.Process.Kill() // gone already when all went well; else its end of the pair closes
+	h.cmd.Wait()
 	for _, fd := range []int{h.nft, h.udp, h.tcp, h.conn} {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
 	}
-	h.cmd.Process.Kill() // gone already when all went well
-	h.cmd.Wait()
 }
 
 // HelperMain is the helper, inside the sandbox's user and network namespaces with the capabilities of
@@ -157,7 +184,11 @@ func HelperMain(args []string) int {
 	if err := unix.Sendmsg(conn, []byte{0}, unix.UnixRights(fds...), nil, 0); err != nil {
 		return fail(fmt.Errorf("sending the sockets: %w", err))
 	}
-	if err := waitTap(h, helperTimeout); err != nil {
+	tap, err := waitTap(h, helperTimeout)
+	if err != nil {
+		return fail(err)
+	}
+	if err := route6(h, tap); err != nil {
 		return fail(err)
 	}
 	if _, err := unix.Write(conn, []byte("ok")); err != nil {
@@ -196,11 +227,11 @@ func helperSockets() ([]int, error) {
 }
 
 // waitTap waits until a link other than lo is up with a default route: pasta has configured its tap.
-func waitTap(h *netlink.Handle, limit time.Duration) error {
+func waitTap(h *netlink.Handle, limit time.Duration) (netlink.Link, error) {
 	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
 		links, err := h.LinkList()
 		if err != nil {
-			return fmt.Errorf("listing links: %w", err)
+			return nil, fmt.Errorf("listing links: %w", err)
 		}
 		for _, l := range links {
 			if l.Attrs().Name == "lo" || l.Attrs().Flags&net.FlagUp == 0 {
@@ -208,14 +239,35 @@ func waitTap(h *netlink.Handle, limit time.Duration) error {
 			}
 			routes, err := h.RouteList(l, netlink.FAMILY_V4)
 			if err != nil {
-				return fmt.Errorf("listing routes: %w", err)
+				return nil, fmt.Errorf("listing routes: %w", err)
 			}
 			for _, r := range routes {
 				if r.Dst == nil || r.Dst.IP.IsUnspecified() && r.Gw != nil {
-					return nil // the default route: pasta is done
+					return l, nil // the default route: pasta is done
 				}
 			}
 		}
 	}
-	return errors.New("no interface of pasta's came up")
+	return nil, errors.New("no interface of pasta's came up")
+}
+
+// route6 gives IPv6 a default route through the tap when pasta gave none (the host has no IPv6 uplink):
+// without a route a connect fails before the contract sees the packet, which then neither refuses nor
+// records it. With it every IPv6 packet meets the contract; what the contract lets through finds no
+// IPv6 on pasta's side and goes nowhere.
+func route6(h *netlink.Handle, tap netlink.Link) error {
+	routes, err := h.RouteList(nil, netlink.FAMILY_V6)
+	if err != nil {
+		return fmt.Errorf("listing IPv6 routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil || r.Dst.IP.IsUnspecified() {
+			return nil
+		}
+	}
+	_, all, _ := net.ParseCIDR("::/0")
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: tap.Attrs().Index, Dst: all, Priority: 4096}); err != nil {
+		return fmt.Errorf("adding an IPv6 default route: %w", err)
+	}
+	return nil
 }

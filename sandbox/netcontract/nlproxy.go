@@ -33,7 +33,7 @@ func nlSend(fd int, req []netlink.Message) error {
 		}
 		b = append(b, mb...)
 	}
-	if err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := retryEINTR(func() error { return unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}) }); err != nil {
 		return fmt.Errorf("sending to nftables: %w", err)
 	}
 	return nil
@@ -42,12 +42,13 @@ func nlSend(fd int, req []netlink.Message) error {
 // nlReceive reads one datagram (its size peeked first: a set's dump can be large) and splits it into
 // messages.
 func nlReceive(fd int) ([]netlink.Message, error) {
-	n, _, err := unix.Recvfrom(fd, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+	var n int
+	err := retryEINTR(func() (err error) { n, _, err = unix.Recvfrom(fd, nil, unix.MSG_PEEK|unix.MSG_TRUNC); return err })
 	if err != nil {
 		return nil, fmt.Errorf("receiving from nftables: %w", err)
 	}
 	buf := make([]byte, n)
-	if n, _, err = unix.Recvfrom(fd, buf, 0); err != nil {
+	if err = retryEINTR(func() (err error) { n, _, err = unix.Recvfrom(fd, buf, 0); return err }); err != nil {
 		return nil, fmt.Errorf("receiving from nftables: %w", err)
 	}
 	raw, err := syscall.ParseNetlinkMessage(buf[:n])

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/nftables"
@@ -124,7 +125,7 @@ func (n *Net) attach(initPid int) error {
 	if err := n.startPasta(initPid); err != nil {
 		return err
 	}
-	if err := h.waitUplink(); err != nil {
+	if err := h.waitUplink(n.pastaDone); err != nil {
 		return fmt.Errorf("%w: %w%s", ErrNoPasta, err, n.pastaOut())
 	}
 	if err := n.loadContract(n.own); err != nil {
@@ -206,7 +207,13 @@ func (n *Net) pastaOut() string {
 	if n.pastaLog == nil || n.pastaLog.String() == "" {
 		return ""
 	}
-	return ": pasta: " + strings.Join(strings.Fields(n.pastaLog.String()), " ")
+	var said []string
+	for _, l := range strings.Split(n.pastaLog.String(), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.Contains(l, "to syslog") {
+			said = append(said, l)
+		}
+	}
+	return ": pasta: " + strings.Join(said, "; ")
 }
 
 // stopPasta kills pasta and waits for it: it never outlives the run.
@@ -251,17 +258,26 @@ func cmdline(pid int) string {
 	return string(bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
 }
 
-// boundedBuffer keeps the first max bytes written to it.
+// boundedBuffer keeps the first max bytes written to it; safe for a writer and a reader at once.
 type boundedBuffer struct {
-	bytes.Buffer
+	mu  sync.Mutex
+	buf bytes.Buffer
 	max int
 }
 
 func (b *boundedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); room > 0 {
-		b.Buffer.Write(p[:min(room, len(p))])
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(room, len(p))])
 	}
 	return len(p), nil
+}
+
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // newNftConn is the contract's nftables connection: in the sandbox's namespace through its fd, or, without
