@@ -194,7 +194,9 @@ func (u *testUser) runUsbx(ts *testscript.TestScript, neg bool, args, wrap []str
 // checkNoProcesses fails the test when the user has a process left, and kills them (by pid) so that
 // userdel can remove the user.
 func (u *testUser) checkNoProcesses(t *testing.T) {
-	out, err := exec.Command("pgrep", "-u", strconv.Itoa(u.uid)).Output()
+	// Zombies are dead: a killed sbx's children are reparented to pid 1, which reaps them when it
+	// pleases (this machine's init does so late), and hold nothing but a pid.
+	out, err := exec.Command("pgrep", "--runstates", "RSDTt", "-u", strconv.Itoa(u.uid)).Output()
 	if err != nil || len(out) == 0 {
 		return
 	}
