@@ -115,6 +115,10 @@ func (n *Net) attach(initPid int) error {
 		return err
 	}
 	n.own = own
+	// pasta and the helper start together: the helper waits for pasta's tap anyway.
+	if err := n.startPasta(initPid); err != nil {
+		return err
+	}
 	h, err := startHelper(initPid)
 	if err != nil {
 		return err
@@ -122,9 +126,6 @@ func (n *Net) attach(initPid int) error {
 	defer h.close()
 	n.nftSock = h.nft
 	h.nft = -1
-	if err := n.startPasta(initPid); err != nil {
-		return err
-	}
 	if err := h.waitUplink(n.pastaDone); err != nil {
 		return fmt.Errorf("%w: %w%s", ErrNoPasta, err, n.pastaOut())
 	}
