@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -80,7 +81,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	// The event stream starts before the sandbox so that it sees the command's first exec.
 	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
 	switch {
-	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || err != nil && sandbox.Rootless():
 		// Not root: the kernel gives the exec stream to root only, as it is for this kind of run.
 		rep.Notes = append(rep.Notes, "exec events unavailable: "+err.Error())
 	case err != nil:
@@ -310,8 +311,15 @@ func (r *run) observe(cmdPid int) {
 	}
 	after := r.snapshot()
 	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after, cmdPid))
-	r.rep.Sockets.Listening = nonNil(after.Listening)
-	r.rep.Sockets.Established = nonNil(after.Established)
+	r.rep.Sockets.Listening = nonNil(r.notFilter(after.Listening))
+	r.rep.Sockets.Established = nonNil(r.notFilter(after.Established))
+}
+
+// notFilter drops the sockets of sbx's DNS filter, which sbx keeps in the sandbox's namespace without
+// root: they are not the command's.
+func (r *run) notFilter(socks []observe.Socket) []observe.Socket {
+	n := r.sb.Network()
+	return slices.DeleteFunc(socks, func(s observe.Socket) bool { return n.FilterSocket(s.Address, s.Port, s.Pid != 0) })
 }
 
 // freeze freezes the sandbox unless nothing but its init is left, which can start nothing.

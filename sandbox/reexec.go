@@ -8,6 +8,7 @@ import (
 
 	_ "github.com/opencontainers/runc/libcontainer/nsenter" // runs the namespace setup of "init" before the Go runtime
 	"github.com/sbx-dev/sbx/internal/supervisor"
+	"github.com/sbx-dev/sbx/sandbox/netcontract"
 )
 
 // Role arguments of the re-executed binary.
@@ -27,6 +28,8 @@ func Reexec() bool {
 		libcontainer.Init() // never returns
 	case roleSupervise:
 		os.Exit(supervisor.Main())
+	case netcontract.HelperRole:
+		os.Exit(netcontract.HelperMain(os.Args[2:]))
 	}
 	if main, ok := roles[os.Args[1]]; ok {
 		os.Exit(main(os.Args[2:]))

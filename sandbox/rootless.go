@@ -375,8 +375,8 @@ func (cfg Config) checkRootless() error {
 	if cfg.Plan.Limits.RequireCgroup {
 		return fmt.Errorf("%w: %w", ErrSetup, ErrNoCgroup)
 	}
-	if cfg.Plan.Network.Mode == policy.NetContract {
-		return fmt.Errorf("%w: %w: the network contract (network mode %s)", ErrSetup, ErrRootless, cfg.Plan.Network.Mode)
+	if cfg.Plan.Network.Mode == policy.NetContract && cfg.Plan.Network.UplinkNetNS != "" {
+		return fmt.Errorf("%w: %w: an uplink namespace (network.uplink_netns %s); pasta is the uplink without root", ErrSetup, ErrRootless, cfg.Plan.Network.UplinkNetNS)
 	}
 	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
 		return fmt.Errorf("%w: %w: user namespaces: %w", ErrSetup, ErrRootless, err)

@@ -123,13 +123,20 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	tr.mark("files")
 	if cfg.Plan.Network.Mode == policy.NetContract {
 		// The contract loads while the container starts; Start waits for it before the command runs.
-		sb.net, err = netcontract.SetupAsync(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})
+		setup := netcontract.SetupAsync
+		if Rootless() {
+			// Without root the container makes the namespace; the contract attaches once it exists.
+			setup = netcontract.SetupRootless
+		}
+		sb.net, err = setup(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})
 		if err != nil {
 			return sb, fmt.Errorf("setting up the network contract: %w", err)
 		}
 	}
 	tr.mark("network")
-	err = sb.startContainer(tr)
+	if err = sb.startContainer(tr); err == nil && sb.net != nil && Rootless() {
+		sb.net.Attach(sb.initPid)
+	}
 	return sb, err
 }
 

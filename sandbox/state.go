@@ -278,6 +278,7 @@ func gcRun(root, id string) error {
 		errs = append(errs, err)
 	}
 	removeCgroups(id)
+	netcontract.KillPasta(run) // without root: the uplink of a run that died
 	if err := netcontract.Cleanup("sbx" + id); err != nil {
 		errs = append(errs, err)
 	}

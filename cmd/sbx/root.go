@@ -12,6 +12,7 @@ import (
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/runner"
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/netcontract"
 )
 
 // Exit statuses of sbx itself (the command's own status passes through otherwise).
@@ -104,7 +105,9 @@ func hintFor(err error) string {
 	case errors.Is(err, sandbox.ErrNoCgroup):
 		return "run sbx as root, or drop limits.require from the profile to run with rlimits instead (the report's notes say which limit holds)"
 	case errors.Is(err, sandbox.ErrRootless):
-		return "without root, sbx runs with network mode none only so far; run it as root (sudo sbx ...) for a network contract"
+		return "without root, pasta is the sandbox's uplink: drop --uplink-netns (network.uplink_netns), or run sbx as root"
+	case errors.Is(err, netcontract.ErrNoPasta):
+		return "without root the network contract needs pasta (apt-get install passt) and /dev/net/tun open to the caller (mode 0666); 'sbx version' shows both"
 	case errors.Is(err, sandbox.ErrStateRoot):
 		return "put the state root (" + stateRootEnv + ") where every directory on the way down is searchable (mode 0711 or 0755), as /run/sbx is"
 	case errors.Is(err, sandbox.ErrNoIDMap):

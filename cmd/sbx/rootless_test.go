@@ -47,6 +47,8 @@ func runRootless(t *testing.T, dir, prefix string) {
 	bin := installSbx(t)
 	params := scriptParams(dir, prefix)
 	params.Cmds["usbx"] = u.cmdUsbx
+	params.Cmds["upstream"] = cmdUpstream
+	params.Cmds["usbxnet"] = u.cmdUsbxNet
 	cond := params.Condition
 	params.Condition = func(c string) (bool, error) {
 		if c == "rootless" {
@@ -157,12 +159,27 @@ func (u *testUser) argv(bin, work, state string) []string {
 // usbx N ARG...: run sbx ARG... as the user, in the script's directory, and expect exit status N. Its
 // stdio are the test's pipes (root's, mode 0600).
 func (u *testUser) cmdUsbx(ts *testscript.TestScript, neg bool, args []string) {
+	u.runUsbx(ts, neg, args, nil)
+}
+
+// usbxnet N ARG...: usbx inside the script's upstream namespace (see upstream): sbx, its pasta and its
+// DNS filter see only the addresses made there.
+func (u *testUser) cmdUsbxNet(ts *testscript.TestScript, neg bool, args []string) {
+	up := ts.Getenv("UPSTREAM")
+	if up == "" {
+		ts.Fatalf("no upstream in this script")
+	}
+	u.runUsbx(ts, neg, args, []string{"nsenter", "--net=" + up, "--"})
+}
+
+// runUsbx runs sbx as the user, prefixed by wrap.
+func (u *testUser) runUsbx(ts *testscript.TestScript, neg bool, args, wrap []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: usbx N ARG...")
 	}
 	want, err := strconv.Atoi(args[0])
 	ts.Check(err)
-	argv := append(u.argv(u.bin, ts.Getenv("WORK"), ts.Getenv(stateRootEnv)), args[1:]...)
+	argv := append(append(wrap, u.argv(u.bin, ts.Getenv("WORK"), ts.Getenv(stateRootEnv))...), args[1:]...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = ts.Getenv("WORK")
 	var out, errb bytes.Buffer
@@ -177,7 +194,9 @@ func (u *testUser) cmdUsbx(ts *testscript.TestScript, neg bool, args []string) {
 // checkNoProcesses fails the test when the user has a process left, and kills them (by pid) so that
 // userdel can remove the user.
 func (u *testUser) checkNoProcesses(t *testing.T) {
-	out, err := exec.Command("pgrep", "-u", strconv.Itoa(u.uid)).Output()
+	// Zombies are dead: a killed sbx's children are reparented to pid 1, which reaps them when it
+	// pleases (this machine's init does so late), and hold nothing but a pid.
+	out, err := exec.Command("pgrep", "--runstates", "RSDTt", "-u", strconv.Itoa(u.uid)).Output()
 	if err != nil || len(out) == 0 {
 		return
 	}
@@ -244,5 +263,37 @@ func TestRootlessMCP(t *testing.T) {
 	sess.Close()
 	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) > 0 {
 		t.Errorf("%d runs left in the state root", len(runs))
+	}
+}
+
+// upstream: build the fake upstream (fakenet, $FAKENET) and an upstream namespace for a rootless sbx
+// ($UPSTREAM, a path): a veth pair from it into the fake upstream, with a default route through it, as
+// pasta needs an external routable interface. sbx started there (usbxnet) gives pasta only these
+// addresses to see. /dev/net/tun is opened to everyone (stock distributions do) until the script ends.
+func cmdUpstream(ts *testscript.TestScript, neg bool, args []string) {
+	cmdFakenet(ts, false, nil)
+	fake := ts.Getenv("FAKENET")
+	name := fmt.Sprintf("sbx-test-up-rootless-%d-%s", os.Getpid(), filepath.Base(ts.Getenv("WORK")))
+	name = name[:min(len(name), 60)]
+	ip := func(a ...string) {
+		if out, err := exec.Command("ip", a...).CombinedOutput(); err != nil {
+			ts.Fatalf("ip %s: %v: %s", strings.Join(a, " "), err, out)
+		}
+	}
+	ip("netns", "add", name)
+	ts.Defer(func() { exec.Command("ip", "netns", "del", name).Run() })
+	ip("-n", name, "link", "set", "lo", "up")
+	ip("-n", name, "link", "add", "up0", "type", "veth", "peer", "name", "world0", "netns", fake)
+	ip("-n", name, "addr", "add", "192.0.2.2/24", "dev", "up0")
+	ip("-n", name, "link", "set", "up0", "up")
+	ip("-n", fake, "addr", "add", "192.0.2.1/24", "dev", "world0")
+	ip("-n", fake, "link", "set", "world0", "up")
+	ip("-n", name, "route", "add", "default", "via", "192.0.2.1", "dev", "up0")
+	ts.Setenv("UPSTREAM", filepath.Join("/run/netns", name))
+	st, err := os.Stat("/dev/net/tun")
+	ts.Check(err)
+	if st.Mode().Perm() != 0o666 {
+		ts.Check(os.Chmod("/dev/net/tun", 0o666))
+		ts.Defer(func() { os.Chmod("/dev/net/tun", st.Mode().Perm()) })
 	}
 }

@@ -136,5 +136,13 @@ func pasta() (bool, string) {
 	if err != nil {
 		return false, "not on PATH (Debian package passt)"
 	}
+	if os.Geteuid() != 0 {
+		// pasta needs a tap; opening the device makes none.
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false, fmt.Sprintf("%s, but /dev/net/tun cannot be opened (%v): make it mode 0666, as stock distributions do", path, err)
+		}
+		unix.Close(fd)
+	}
 	return true, path
 }

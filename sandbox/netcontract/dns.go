@@ -48,6 +48,10 @@ type dnsFilterConfig struct {
 	client   netip.Addr // the sandbox's address: the only one whose queries are answered
 	uplinkFd int        // sockets are created in this namespace
 	learn    func(addrs []netip.Addr, rules []policy.NetRule, ttl time.Duration)
+	// pc and ln, when set, are the sockets to serve on (made inside a rootless sandbox); uplinkFd is
+	// then -1 and the upstream is asked from sbx's own namespace.
+	pc net.PacketConn
+	ln net.Listener
 }
 
 // dnsFilter answers the sandbox's queries. It never forwards the client's message: for an allowed name
@@ -69,9 +73,12 @@ func startDNSFilter(cfg dnsFilterConfig) (*dnsFilter, error) {
 		return nil, err
 	}
 	d := &dnsFilter{cfg: cfg, upstream: up, inFlight: make(chan struct{}, maxInFlight)}
-	var pc net.PacketConn
-	var ln net.Listener
+	pc, ln := cfg.pc, cfg.ln
 	addr := net.JoinHostPort(cfg.listen.String(), "53")
+	if pc != nil {
+		d.serve(d.server(&dns.Server{PacketConn: pc}), d.server(&dns.Server{Listener: netutil.LimitListener(ln, maxTCPConns)}))
+		return d, nil
+	}
 	err = inNetNS(cfg.uplinkFd, func() (err error) {
 		if pc, err = net.ListenPacket("udp", addr); err != nil {
 			return err
@@ -451,10 +458,16 @@ func (d *dnsFilter) forward(req *dns.Msg) (*dns.Msg, error) {
 // ordinary goroutine would belong to sbx's namespace, not the uplink's.
 func (d *dnsFilter) exchange(req *dns.Msg, network string) (*dns.Msg, error) {
 	var conn net.Conn
-	err := inNetNS(d.cfg.uplinkFd, func() (err error) {
+	dial := func() (err error) {
 		conn, err = net.DialTimeout(network, d.upstream, forwardTimeout)
 		return err
-	})
+	}
+	var err error
+	if d.cfg.uplinkFd < 0 {
+		err = dial() // rootless: sbx never leaves its own namespace, which is the uplink's
+	} else {
+		err = inNetNS(d.cfg.uplinkFd, dial)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dialing DNS upstream %s: %w", d.upstream, err)
 	}

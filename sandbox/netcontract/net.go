@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/sbx-dev/sbx/policy"
@@ -40,6 +42,14 @@ type Net struct {
 	sets        map[byte]*contractSets
 	pieces      []piece  // the always-deny set's elements, with their labels
 	deniedNotes []string // what Denied found incomplete
+
+	// Without root (rootless.go): the contract attaches to a namespace the container made.
+	rootless   bool
+	attachOnce atomic.Bool    // Attach has been called, or the setup abandoned
+	nftSock    int            // the netlink socket made in the sandbox by the helper; -1 = none
+	pasta      *exec.Cmd      // the uplink; nil when not running
+	pastaDone  chan struct{}  // closed once pasta has been waited for
+	pastaLog   *boundedBuffer // what pasta said
 }
 
 // Setup builds the network of one run: in mode none a namespace with lo up, in mode contract everything
@@ -66,7 +76,7 @@ func SetupAsync(cfg Config) (n *Net, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n = &Net{cfg: cfg, fd: -1, uplinkFd: -1, ready: make(chan struct{})}
+	n = &Net{cfg: cfg, fd: -1, uplinkFd: -1, nftSock: -1, ready: make(chan struct{})}
 	if cfg.Net.Mode != policy.NetContract {
 		defer close(n.ready)
 		if err := n.setupNone(); err != nil {
@@ -184,6 +194,11 @@ func hostAddrs(isHost bool, uplinkFd int) ([]netip.Prefix, error) {
 		return nil, fmt.Errorf("netlink in sbx's network namespace: %w", err)
 	}
 	defer h.Close()
+	return addrPrefixes(h)
+}
+
+// addrPrefixes are the addresses of h's namespace, each alone and with its subnet.
+func addrPrefixes(h *netlink.Handle) ([]netip.Prefix, error) {
 	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("listing host addresses: %w", err)
@@ -206,7 +221,7 @@ func hostAddrs(isHost bool, uplinkFd int) ([]netip.Prefix, error) {
 // loadContract loads the nftables contract into the sandbox's namespace through a lasting connection that
 // Denied and the DNS filter reuse.
 func (n *Net) loadContract(own []netip.Prefix) error {
-	c, err := nftables.New(nftables.WithNetNSFd(n.fd), nftables.AsLasting())
+	c, err := n.newNftConn()
 	if err != nil {
 		return fmt.Errorf("nftables in sandbox namespace: %w", err)
 	}
@@ -257,7 +272,12 @@ func (n *Net) writeResolvConf() error {
 
 // NetNSPath is the bind-mounted namespace file the container joins (the path of the OCI network
 // namespace). It stays valid until Close.
-func (n *Net) NetNSPath() string { return n.cfg.nsPath() }
+func (n *Net) NetNSPath() string {
+	if n.rootless {
+		return "" // the container makes it; Attach joins it
+	}
+	return n.cfg.nsPath()
+}
 
 // ResolvConf is the host path of the resolv.conf to bind-mount at /etc/resolv.conf in the sandbox; "" in
 // mode none.
@@ -289,6 +309,7 @@ func (n *Net) Notes() []string {
 // its network at once: call it only once the command's network records are read or no longer matter.
 // Calling it again, or not at all, is fine.
 func (n *Net) StartClose() {
+	n.abandonAttach()
 	if n.ready != nil {
 		<-n.ready
 	}
@@ -305,6 +326,7 @@ func (n *Net) StartClose() {
 // gone when Close returns; left to the kernel's cleanup of the namespace, its uplink end would outlive
 // sbx by up to a few hundred milliseconds. Close is safe to call on a partial setup.
 func (n *Net) Close() error {
+	n.abandonAttach()
 	if n.ready != nil {
 		<-n.ready // the background setup owns n until it is done
 	}
@@ -320,6 +342,7 @@ func (n *Net) Close() error {
 		n.nft, n.sets = nil, nil
 		n.nftMu.Unlock()
 	}
+	n.closeRootless()
 	if n.nat {
 		errs = append(errs, natRelease(n.hostSide, n.cfg.name()))
 		n.nat = false
