@@ -107,7 +107,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		return err
 	}
 	for _, h := range hidden {
-		if err := hide(r.root.Upper, h, cwd); err != nil {
+		if err := hide(r.root.Upper, h, cwd, overlayCwd); err != nil {
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
@@ -149,8 +149,10 @@ func (r *rootfs) unmount() error {
 // hide makes path (as seen in the sandbox) invisible: a directory becomes an empty opaque directory, a
 // file a whiteout. When the working directory lies below a hidden directory, that directory stays, but
 // everything in it that is not on the way down to the working directory is whited out, so that the
-// command can still work where it was started.
-func hide(upper, path, cwd string) error {
+// command can still work where it was started. When the working directory gets an overlay of its own
+// (ownCwd), the hidden directory is made opaque all the same: the way down and the working directory's
+// mount point are created in it (mountCwd), and nothing beside them shows.
+func hide(upper, path, cwd string, ownCwd bool) error {
 	path = filepath.Clean(path)
 	st, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -166,7 +168,7 @@ func hide(upper, path, cwd string) error {
 	if !st.IsDir() {
 		return whiteout(target)
 	}
-	if !within(cwd, path) {
+	if ownCwd || !within(cwd, path) {
 		if err := mkdirLike(target, path); err != nil {
 			return err
 		}
@@ -199,6 +201,16 @@ func hideAround(upper, dir, cwd string) error {
 		}
 	}
 	return hideAround(upper, filepath.Join(dir, next), cwd)
+}
+
+// belowHidden reports whether path is one of the hidden directories or below one.
+func belowHidden(hidden []string, path string) bool {
+	for _, h := range hidden {
+		if within(path, filepath.Clean(h)) {
+			return true
+		}
+	}
+	return false
 }
 
 // within reports whether path is dir or below it.

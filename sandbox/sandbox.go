@@ -143,8 +143,9 @@ func (s *Sandbox) buildFiles() error {
 	}
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
 	// A working directory on another file system than / gets an overlay of its own, unless a share
-	// brings it in already.
-	overlayCwd := !sameFS("/", cwd) && !shared(plan.Filesystem.Shares, cwd)
+	// brings it in already; so does one below a hidden directory, which then becomes an opaque empty
+	// directory in O(1) instead of a whiteout for every entry beside the way down (see hide).
+	overlayCwd := (!sameFS("/", cwd) || belowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
 	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd); err != nil {
 		return err
 	}
