@@ -43,6 +43,10 @@ type Config struct {
 	StateRoot string // "" = DefaultStateRoot
 	// InitBinary is the supervisor binary; "" = sbx-init next to sbx's binary, else sbx's binary itself.
 	InitBinary string
+	// Deferred builds the sandbox ahead of its command (a warm pool): Command holds only the working
+	// directory, and Use gives the rest before Start (deferred.go).
+	Deferred bool
+	late     *lateStdio
 }
 
 // Command is the process the sandbox runs.
@@ -86,6 +90,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	cfg.deferStdio()
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
 	tr := newTracer()
 	defer tr.done()
@@ -124,7 +129,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 
 // check refuses a config that cannot be built, before anything is.
 func (cfg Config) check() error {
-	if cfg.Plan == nil || len(cfg.Command.Args) == 0 {
+	if cfg.Plan == nil || (len(cfg.Command.Args) == 0) != cfg.Deferred {
 		return fmt.Errorf("%w: no plan or no command", ErrSetup)
 	}
 	for _, sh := range cfg.Plan.Filesystem.Shares {
@@ -228,7 +233,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if s.rootfs.cwd != nil {
 		in.CwdOverlay = s.rootfs.cwd.merged
 	}
-	if cmd.Args[0] == shimPath {
+	if len(cmd.Args) > 0 && cmd.Args[0] == shimPath {
 		in.Binary = self // the command is sbx itself in another role (SelfCommand)
 	}
 	if s.net != nil {
@@ -457,6 +462,7 @@ func (r *Running) Signal(sig syscall.Signal) error {
 // run's state. It is safe on a partly built sandbox and reports every step that failed.
 func (s *Sandbox) Destroy() error {
 	var errs []error
+	s.cfg.late.bind(nil, nil, nil) // an unused sandbox's stdio ends: nothing waits on it
 	if s.net != nil {
 		s.net.StartClose() // deleting the veth waits on the kernel: let it overlap the steps below
 	}
