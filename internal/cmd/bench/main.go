@@ -22,6 +22,7 @@ import (
 type contender struct {
 	name string
 	argv func(i int) []string
+	time func(i int) (float64, error) // instead of argv: the contender times itself (an MCP call)
 	off  *contender // the same command with sbx recording nothing, for the listener's cost
 	ms   []float64
 }
@@ -30,6 +31,7 @@ func main() {
 	sbx := flag.String("sbx", "bin/sbx", "path of the sbx binary")
 	n := flag.Int("n", 40, "iterations per contender")
 	rssOnly := flag.Bool("rss", false, "only the peak-memory floods")
+	rounds := flag.Int("rounds", 8, "rounds of runs started at once")
 	flag.Parse()
 	if *rssOnly {
 		sbxAbs, _ := filepath.Abs(*sbx)
@@ -39,13 +41,13 @@ func main() {
 		}
 		return
 	}
-	if err := benchmark(*sbx, *n); err != nil {
+	if err := benchmark(*sbx, *n, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func benchmark(sbx string, n int) error {
+func benchmark(sbx string, n, rounds int) error {
 	sbx, _ = filepath.Abs(sbx)
 	dir, err := os.MkdirTemp("", "sbx-bench-")
 	if err != nil {
@@ -89,14 +91,29 @@ func benchmark(sbx string, n int) error {
 		return err
 	}
 	cs = append(cs, notify...)
+	// sbx_run through `sbx mcp` with its warm pool (2 sandboxes), timed by the bench as the MCP client.
+	srv, err := startMCP(sbx, dir, "--warm", "2", "--concurrency", "1")
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	cs = append(cs, &contender{name: "sbx_run true, warm pool (MCP)", time: func(int) (float64, error) { return srv.call("true") }})
 	for _, c := range cs {
+		if c.argv == nil {
+			continue
+		}
 		if _, err := exec.LookPath(c.argv(0)[0]); err != nil {
 			return fmt.Errorf("%s: %w (make deps installs it)", c.name, err)
 		}
 	}
 	for i := -3; i < n; i++ { // three warm-up rounds, not counted
 		for _, c := range cs {
-			d, err := timeOne(c.argv(i+3), dir)
+			var d float64
+			if c.time != nil {
+				d, err = c.time(i + 3)
+			} else {
+				d, err = timeOne(c.argv(i+3), dir)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -106,6 +123,12 @@ func benchmark(sbx string, n int) error {
 		}
 	}
 	report(cs, n)
+	targets(cs)
+	fmt.Printf("peak RSS of the sbx mcp server (pool of 2): %.1f MB\n", float64(srv.peakRSS())/(1<<20))
+	runc := cs[slices.IndexFunc(cs, func(c *contender) bool { return c.name == "runc run (busybox)" })].argv
+	if err := benchBursts(sbx, dir, runc, rounds); err != nil {
+		return err
+	}
 	return reportRSS(sbx, dir)
 }
 
@@ -138,6 +161,20 @@ func report(cs []*contender, n int) {
 		if c.off != nil {
 			fmt.Printf("recording refused syscalls and writes (seccomp notify) adds %.1f ms to %s\n", median(c.ms)-median(c.off.ms), c.name)
 		}
+	}
+}
+
+// targets prints the ratios issue 15 sets: warm ≤ 1.0× bwrap, cold ≤ 1.0× runc.
+func targets(cs []*contender) {
+	byName := map[string][]float64{}
+	for _, c := range cs {
+		byName[c.name] = c.ms
+	}
+	for _, t := range []struct{ a, b string }{
+		{"sbx_run true, warm pool (MCP)", "bwrap --unshare-all"},
+		{"sbx exec -- true", "runc run (busybox)"},
+	} {
+		fmt.Printf("%s / %s: %.2fx (target <= 1.00x)\n", t.a, t.b, median(byName[t.a])/median(byName[t.b]))
 	}
 }
 
