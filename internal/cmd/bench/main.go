@@ -23,7 +23,7 @@ type contender struct {
 	name string
 	argv func(i int) []string
 	time func(i int) (float64, error) // instead of argv: the contender times itself (an MCP call)
-	off  *contender // the same command with sbx recording nothing, for the listener's cost
+	off  *contender                   // the same command with sbx recording nothing, for the listener's cost
 	ms   []float64
 }
 
