@@ -72,8 +72,13 @@ func (r *run) fileChanges() {
 	for i, l := range r.sb.Layers() {
 		fc, err := observe.ChangesSince(r.filesBefore[i], l.Upper, l.Lower, lim)
 		r.fileNotes(l.At, fc, err)
-		r.copyLayer(cp, l.Upper, nil, l.At, slices.Concat(fc.Created, fc.Modified, fc.Deleted))
+		r.copyLayer(cp, l.Upper, nil, l.At, slices.Concat(fc.Created, fc.Modified))
 		collect(fc, l.At)
+	}
+	// Deletions of every layer in one DELETED.txt at the top, as sandbox paths: a working directory with
+	// an overlay of its own is still one tree to review.
+	if r.changesDir != nil {
+		cp.WriteDeleted(r.changesDir, paths(deleted))
 	}
 	if fc := r.tmpfsChanges(cp, "/dev/shm", lim); fc != nil {
 		collect(fc, "/dev/shm")
