@@ -5,11 +5,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sbx-dev/sbx/internal/fakenet"
+	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 )
@@ -80,6 +82,9 @@ except OSError as e: print("refused", e)`
 	}
 	if want := "from stdin\n" + fakenet.Public2 + "\nconnected\nrefused"; !strings.HasPrefix(out, want) {
 		t.Fatalf("run N printed %q, want it to start with %q", out, want)
+	}
+	if !slices.ContainsFunc(rep.Processes.Execs, func(e observe.Exec) bool { return strings.HasSuffix(e.Exe, "/cat") }) {
+		t.Errorf("the exec stream of a pooled run missed the command's cat: %+v", rep.Processes.Execs)
 	}
 	if len(rep.Network.DNS) == 0 || len(rep.Network.Denied) == 0 || len(rep.Processes.LeftRunning) == 0 || len(rep.Sockets.Listening) == 0 {
 		t.Fatalf("run N left no trace to look for: dns %v, denied %v, left running %v, listening %v",

@@ -103,6 +103,11 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 		}
 		return nil, err
 	}
+	if events != nil {
+		// A sandbox from a warm pool was forked before the stream started: name its init, whose
+		// descendants are the command's processes.
+		events.Track(sb.InitPid())
+	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
 	// Kernel-reported denials: observe/denials.go.
 	r := &run{ctx: ctx, opts: o, sb: sb, rep: rep, events: events, changesDir: changesDir, denials: observe.StartDenials()}
