@@ -7,8 +7,10 @@ export CGO_ENABLED := 1
 
 # Debian packages: libseccomp-dev to build; iproute2 and nftables to inspect state in tests; strace,
 # curl, gcc and python3 for the regression battery; bubblewrap, runc and busybox-static for the
-# benchmarks and the OCI bundle test (runc and crun); jq for the report-contract test.
-DEBS := libseccomp-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc
+# benchmarks and the OCI bundle test (runc and crun); jq for the report-contract test; uidmap and
+# passt for sbx without root (newuidmap for maps of more than one id, pasta for the network uplink;
+# neither is used yet: one id is mapped, no contract).
+DEBS := libseccomp-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc uidmap passt
 
 .PHONY: all deps build test test-k8s lint man demo bench soak clean
 all: build

@@ -66,15 +66,6 @@ func (cp *Copier) Copy(src, dst *os.File, changes []FileChange) error {
 	return cp.writeList(dst, "DELETED.txt", deleted)
 }
 
-// WriteDeleted lists deleted paths one a line in DELETED.txt at dst's top, when there is anything to
-// list.
-func (cp *Copier) WriteDeleted(dst *os.File, paths []string) error {
-	if len(paths) == 0 {
-		return nil
-	}
-	return cp.writeList(dst, "DELETED.txt", paths)
-}
-
 // WriteSkipped lists Skipped in NOT-COPIED.txt at dst's top, when there is anything to list.
 func (cp *Copier) WriteSkipped(dst *os.File) error {
 	if len(cp.Skipped) == 0 {

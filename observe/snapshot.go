@@ -26,6 +26,9 @@ type SnapshotOptions struct {
 	// HostTasks are the sandbox's threads (host thread ids, from its cgroup). Each names its process,
 	// which is read too when HostPids lacks it: a task list is the ground truth of what still runs.
 	HostTasks []int
+	// NetDiag, when set, gives a sock_diag socket of the sandbox's network namespace (the caller may not
+	// enter it: sbx without root); NetNS is then not entered. The snapshot closes the socket.
+	NetDiag func() (int, error)
 }
 
 // Snap is what one snapshot saw.
@@ -60,7 +63,16 @@ func Snapshot(opts SnapshotOptions) (*Snap, error) {
 			ch <- dumped{}
 			return
 		}
-		d, err := openSockDump(opts.NetNS)
+		var d *sockDump
+		var err error
+		if opts.NetDiag != nil {
+			var fd int
+			if fd, err = opts.NetDiag(); err == nil {
+				d = &sockDump{fd: fd}
+			}
+		} else {
+			d, err = openSockDump(opts.NetNS)
+		}
 		if err == nil {
 			if err = d.waiting(); err != nil {
 				d.close()
@@ -258,6 +270,12 @@ func (r *procReader) readProc(pid int) (rawProc, error) {
 	// exe is unreadable for kernel threads and zombies (ENOENT): keep the process with no exe.
 	if exe, err := r.readlink(view + "/exe"); err == nil {
 		p.Exe, p.Deleted = splitDeleted(exe)
+	}
+	if st.state == 'Z' && view == dir {
+		// Every thread exited: the process holds no file any more (they close at exit), and without
+		// root its fd directory cannot even be opened (EACCES).
+		p.FDs = []FD{}
+		return p, nil
 	}
 	if err = r.readFDs(view+"/fd", &p.Process); err != nil {
 		return p, wrapProc(pid, err)

@@ -140,6 +140,7 @@ func compileLimits(l LimitsConfig) Limits {
 	if l.NoFile != nil {
 		out.NoFile = uint64(*l.NoFile)
 	}
+	out.RequireCgroup = l.Require == RequireCgroup
 	return out
 }
 

@@ -26,6 +26,9 @@ type Permission string
 // Reaction is expect.network_denied and expect.dns_refused.
 type Reaction string
 
+// LimitsRequirement is limits.require.
+type LimitsRequirement string
+
 // Enum values. The empty string of each type means "not set": Compile applies the default.
 const (
 	ModeNone     NetworkMode = NetNone
@@ -45,6 +48,8 @@ const (
 
 	ReactViolation Reaction = "violation"
 	ReactIgnore    Reaction = "ignore"
+
+	RequireCgroup LimitsRequirement = "cgroup"
 )
 
 // Values lists the accepted values.
@@ -65,6 +70,9 @@ func (Permission) Values() []string { return []string{"allow", "deny"} }
 // Values lists the accepted values.
 func (Reaction) Values() []string { return []string{"violation", "ignore"} }
 
+// Values lists the accepted values.
+func (LimitsRequirement) Values() []string { return []string{"cgroup"} }
+
 func (m *NetworkMode) unmarshalNode(n *yaml.Node) error {
 	return decodeEnum(n, (*string)(m), m.Values())
 }
@@ -79,6 +87,9 @@ func (m *Permission) unmarshalNode(n *yaml.Node) error {
 	return decodeEnum(n, (*string)(m), m.Values())
 }
 func (m *Reaction) unmarshalNode(n *yaml.Node) error { return decodeEnum(n, (*string)(m), m.Values()) }
+func (m *LimitsRequirement) unmarshalNode(n *yaml.Node) error {
+	return decodeEnum(n, (*string)(m), m.Values())
+}
 
 func decodeEnum(n *yaml.Node, dst *string, values []string) error {
 	s, err := scalarString(n)

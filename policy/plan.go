@@ -51,6 +51,8 @@ type Limits struct {
 	CPUs        float64 // 0: none; 1.5 = one and a half cores
 	NoFile      uint64  // RLIMIT_NOFILE; 0: inherit
 	DiskBytes   int64   // size of the overlay's writable layer; 0: sbx's default
+	// RequireCgroup refuses a sandbox whose limits cannot be cgroup limits (limits.require: cgroup).
+	RequireCgroup bool
 }
 
 // Network modes.

@@ -51,6 +51,7 @@ type Report struct {
 	TimedOut     bool        `json:"timed_out"`
 	OOMKilled    bool        `json:"oom_killed"`     // the memory limit was hit and the OOM killer killed a process
 	PidsLimitHit bool        `json:"pids_limit_hit"` // the pids limit refused a fork
+	Limits       Limits      `json:"limits"`
 	Verdict      string      `json:"verdict"`
 	Violations   []Violation `json:"violations"`
 	// ViolationsTotal counts every violation; Violations keeps the first MaxViolations.
@@ -79,6 +80,18 @@ func (r *Report) MarkIncomplete(part string, err error) {
 	if !slices.Contains(r.Incomplete, part) {
 		r.Incomplete = append(r.Incomplete, part)
 	}
+}
+
+// Limits says how each limit of the profile was enforced in this run.
+type Limits struct {
+	Enforced []Enforced `json:"enforced"`
+}
+
+// Enforced is one limit and what held it: "cgroup", "tmpfs size", "RLIMIT_FSIZE per file",
+// "RLIMIT_NPROC per uid", "sbx timer", or "none" where nothing could.
+type Enforced struct {
+	Limit string `json:"limit"` // memory, pids, cpu, disk, nofile, timeout
+	By    string `json:"by"`
 }
 
 // Violation is one broken expectation.
@@ -201,6 +214,7 @@ func New(profile string, command []string) *Report {
 		Notes:       []string{},
 		Incomplete:  []string{},
 		Persistence: []Persistence{},
+		Limits:      Limits{Enforced: []Enforced{}},
 		Denials: observe.Denials{Reason: "not collected", Seccomp: []observe.SeccompDenial{},
 			Landlock: []observe.LandlockDenial{}, Writes: []observe.WriteDenial{}, Sources: []observe.DenialSource{}},
 	}

@@ -72,13 +72,9 @@ func (r *run) fileChanges() {
 	for i, l := range r.sb.Layers() {
 		fc, err := observe.ChangesSince(r.filesBefore[i], l.Upper, l.Lower, lim)
 		r.fileNotes(l.At, fc, err)
+		// Deletions of every layer go into one DELETED.txt at the top, with their sandbox paths (below).
 		r.copyLayer(cp, l.Upper, nil, l.At, slices.Concat(fc.Created, fc.Modified))
 		collect(fc, l.At)
-	}
-	// Deletions of every layer in one DELETED.txt at the top, as sandbox paths: a working directory with
-	// an overlay of its own is still one tree to review.
-	if r.changesDir != nil {
-		cp.WriteDeleted(r.changesDir, paths(deleted))
 	}
 	if fc := r.tmpfsChanges(cp, "/dev/shm", lim); fc != nil {
 		collect(fc, "/dev/shm")
@@ -89,6 +85,9 @@ func (r *run) fileChanges() {
 		if len(*l) > observe.DefaultMaxEntries {
 			*l, truncated = (*l)[:observe.DefaultMaxEntries], true
 		}
+	}
+	if r.changesDir != nil && len(deleted) > 0 {
+		cp.Copy(r.changesDir, r.changesDir, deleted) // only deletions: writes DELETED.txt, copies nothing
 	}
 	f := &r.rep.Files
 	f.Details, f.Total, f.Truncated = nonNil(slices.Concat(created, modified, deleted)), total, truncated

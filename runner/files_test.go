@@ -18,6 +18,8 @@ import (
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // runIn runs args in cwd with o's Changes; it fails the test when sbx itself fails.
@@ -25,7 +27,7 @@ func runIn(t *testing.T, p *policy.Plan, cwd, changes string, args ...string) (*
 	t.Helper()
 	var out bytes.Buffer
 	rep, err := Run(context.Background(), Options{
-		Plan: p, Args: args, Cwd: cwd, Stdout: &out, Stderr: &out, StateRoot: t.TempDir(), Changes: changes,
+		Plan: p, Args: args, Cwd: cwd, Stdout: &out, Stderr: &out, StateRoot: testutil.StateRoot(t), Changes: changes,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v (output %q)", err, out.String())
@@ -67,8 +69,17 @@ func TestChangesDirNoEscape(t *testing.T) {
 	cwd := filepath.Join(base, "dir", "proj")
 	mkdirs(t, host, cwd)
 	out := filepath.Join(t.TempDir(), "changes")
+	// The command's user owns the directories it renames and plants in: with the sandbox's user
+	// namespace, not even its root may change what host root owns.
+	p := plan(t)
+	p.UID, p.GID = 65534, 65534
+	for _, d := range []string{base, filepath.Join(base, "dir")} {
+		if err := os.Chown(d, p.UID, p.GID); err != nil {
+			t.Fatal(err)
+		}
+	}
 	script := fmt.Sprintf(`mv %[1]s/dir %[1]s/dir.old && mkdir %[1]s/x && ln -s x %[1]s/dir && ln -s %[2]s %[1]s/x/proj && echo pwned > f`, base, host)
-	rep, output := runIn(t, plan(t), cwd, out, "sh", "-c", script)
+	rep, output := runIn(t, p, cwd, out, "sh", "-c", script)
 	if rep.ExitCode != 0 {
 		t.Fatalf("the attack did not run: exit %d, %s", rep.ExitCode, output)
 	}
@@ -87,7 +98,7 @@ func TestChangesDirInWritableShare(t *testing.T) {
 	share := t.TempDir()
 	p := plan(t)
 	p.Filesystem.Shares = []policy.Share{{Host: share, Sandbox: share, Writable: true}}
-	_, err := Run(context.Background(), Options{Plan: p, Args: []string{"true"}, Cwd: "/", StateRoot: t.TempDir(),
+	_, err := Run(context.Background(), Options{Plan: p, Args: []string{"true"}, Cwd: "/", StateRoot: testutil.StateRoot(t),
 		Changes: filepath.Join(share, "review")})
 	if !errors.Is(err, ErrChangesDir) {
 		t.Fatalf("err = %v, want ErrChangesDir", err)
@@ -237,7 +248,7 @@ func TestChangesCopyStopsOnSignal(t *testing.T) {
 	var output bytes.Buffer
 	rep, err := Run(context.Background(), Options{
 		Plan: p, Args: []string{"sh", "-c", "head -c 400M /dev/zero | tr '\\0' x > /tmp/big"}, Cwd: t.TempDir(),
-		Stdout: &output, Stderr: &output, StateRoot: t.TempDir(), Changes: out, Signals: sigs,
+		Stdout: &output, Stderr: &output, StateRoot: testutil.StateRoot(t), Changes: out, Signals: sigs,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v (%s)", err, output.String())

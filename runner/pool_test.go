@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/internal/fakenet"
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
@@ -55,7 +56,7 @@ func TestPoolFreshSandbox(t *testing.T) {
 	pl.Network = policy.Network{Mode: policy.NetContract, UplinkNetNS: up.Name,
 		Allow: []policy.NetRule{{Host: "other.test", Proto: "tcp", Port: 443}},
 		DNS:   policy.DNS{Upstream: fakenet.DNS + ":53"}}
-	cwd, state := t.TempDir(), t.TempDir()
+	cwd, state := t.TempDir(), testutil.StateRoot(t)
 	p := NewPool(1, state, func(err error) { t.Error(err) })
 	defer func() {
 		if err := p.Close(); err != nil {
@@ -83,8 +84,8 @@ except OSError as e: print("refused", e)`
 	if want := "from stdin\n" + fakenet.Public2 + "\nconnected\nrefused"; !strings.HasPrefix(out, want) {
 		t.Fatalf("run N printed %q, want it to start with %q", out, want)
 	}
-	if !slices.ContainsFunc(rep.Processes.Execs, func(e observe.Exec) bool { return strings.HasSuffix(e.Exe, "/cat") }) {
-		t.Errorf("the exec stream of a pooled run missed the command's cat: %+v", rep.Processes.Execs)
+	if !slices.ContainsFunc(rep.Processes.Execs, func(e observe.Exec) bool { return strings.HasSuffix(e.Exe, "/sleep") }) {
+		t.Errorf("the exec stream of a pooled run missed the command's sleep: %+v", rep.Processes.Execs)
 	}
 	if len(rep.Network.DNS) == 0 || len(rep.Network.Denied) == 0 || len(rep.Processes.LeftRunning) == 0 || len(rep.Sockets.Listening) == 0 {
 		t.Fatalf("run N left no trace to look for: dns %v, denied %v, left running %v, listening %v",
@@ -92,13 +93,13 @@ except OSError as e: print("refused", e)`
 	}
 	waitIdle(t, p, 1)
 	o.Stdin = nil
-	rep, out, pooled = poolRun(t, p, o, "sh", "-c", `ls -A; ls -A /tmp | grep -v -x `+strings.Split(strings.TrimPrefix(cwd, "/tmp/"), "/")[0]+`; ps -e -o comm= | grep -v -e '^ps$' -e '^sh$' -e '^grep$';
+	rep, out, pooled = poolRun(t, p, o, "sh", "-c", `echo reopened > /dev/stdout; ls -A; ls -A /tmp | grep -v -x `+strings.Split(strings.TrimPrefix(cwd, "/tmp/"), "/")[0]+`; ps -e -o comm= | grep -v -e '^ps$' -e '^sh$' -e '^grep$';
 		cat /proc/net/tcp /proc/net/tcp6 | grep -c ':223D ' ; python3 -c '`+connect+`' `+fakenet.Public2)
 	if !pooled {
 		t.Fatal("run N+1 started cold, want a pooled sandbox")
 	}
-	if want := ".sbx-init\n0\nrefused"; !strings.HasPrefix(out, want) {
-		t.Errorf("run N+1 saw %q, want only its own init, no listener on 8765 (223D), no file and the learned address refused (%q)", out, want)
+	if want := "reopened\n.sbx-init\n0\nrefused"; !strings.HasPrefix(out, want) {
+		t.Errorf("run N+1 saw %q, want its stdout reopenable, only its own init, no listener on 8765 (223D), no file and the learned address refused (%q)", out, want)
 	}
 	if len(rep.Network.DNS) != 0 || len(rep.Network.Denied) != 1 || len(rep.Processes.LeftRunning) != 0 {
 		t.Errorf("run N+1's report carries run N's: dns %v, denied %v (want only its own), left running %v",

@@ -109,6 +109,7 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 		events.Track(sb.InitPid())
 	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
+	rep.Limits.Enforced = enforced(sb, o)
 	// Kernel-reported denials: observe/denials.go.
 	r := &run{ctx: ctx, opts: o, sb: sb, rep: rep, events: events, changesDir: changesDir, denials: observe.StartDenials()}
 	err = r.execute(ctx, t0)
@@ -133,6 +134,18 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 	}
 	rep.FillLists() // lists are never null (report contract)
 	return rep, nil
+}
+
+// enforced says how each limit of the run is held: the sandbox's limits, and the timeout by sbx.
+func enforced(sb *sandbox.Sandbox, o Options) []report.Enforced {
+	var out []report.Enforced
+	for _, e := range sb.Enforced() {
+		out = append(out, report.Enforced{Limit: e.Limit, By: e.By})
+	}
+	if o.Timeout > 0 || o.Plan.Timeout > 0 {
+		out = append(out, report.Enforced{Limit: "timeout", By: "sbx timer"})
+	}
+	return out
 }
 
 type run struct {
@@ -286,7 +299,11 @@ func (r *run) snapshot() *observe.Snap {
 	if err != nil && !errors.Is(err, sandbox.ErrNoFreezer) {
 		r.rep.MarkIncomplete("the sandbox's threads", err)
 	}
-	snap, err := observe.Snapshot(observe.SnapshotOptions{HostPids: pids, HostTasks: tasks, InitHostPid: r.sb.InitPid(), NetNS: r.sb.NetNSPath()})
+	opts := observe.SnapshotOptions{HostPids: pids, HostTasks: tasks, InitHostPid: r.sb.InitPid(), NetNS: r.sb.NetNSPath()}
+	if sandbox.Rootless() {
+		opts.NetDiag = r.sb.NetDiag
+	}
+	snap, err := observe.Snapshot(opts)
 	if err != nil {
 		r.rep.MarkIncomplete("process and socket snapshot", err)
 	}

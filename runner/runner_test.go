@@ -17,6 +17,8 @@ import (
 
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/sandbox"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 func init() { runtime.LockOSThread() }
@@ -57,7 +59,7 @@ func runCmd(t *testing.T, p *policy.Plan, timeout time.Duration, args ...string)
 	var out bytes.Buffer
 	rep, err := Run(context.Background(), Options{
 		Plan: p, Args: args, Cwd: t.TempDir(), Stdout: &out, Stderr: &out, Timeout: timeout,
-		StateRoot: t.TempDir(),
+		StateRoot: testutil.StateRoot(t),
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -104,7 +106,7 @@ func TestCancel(t *testing.T) {
 	needRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := Run(ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: t.TempDir()})
+	_, err := Run(ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: testutil.StateRoot(t)})
 	if err == nil {
 		t.Fatal("Run returned no error for a cancelled context")
 	}
@@ -117,7 +119,7 @@ func TestInitGone(t *testing.T) {
 	var out bytes.Buffer
 	rep, err := Run(context.Background(), Options{
 		Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: t.TempDir(), Stdout: &out, Stderr: &out,
-		StateRoot: t.TempDir(),
+		StateRoot: testutil.StateRoot(t),
 		OnStart: func(pid int) {
 			// The command's parent is the sandbox's init (sbx's supervisor).
 			stat, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")

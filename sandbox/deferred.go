@@ -14,8 +14,9 @@ import (
 // (argv, environment, stdio) arrives with Use. It serves exactly one command, like every sandbox.
 //
 // Its stdio are relays that exist from Create on and are bound to the caller's streams by Use: the
-// sandbox's side is the same as a cold run's (the command sees pipes, as it does for any stdio that is
-// not a file), and nothing inside runs before Start, so nothing is written before they are bound.
+// command sees pipes of its own user, as it does in a cold run for stdio it may not reopen (stdio.go),
+// so that it can still reopen /dev/stdout; nothing inside runs before Start, so nothing is written
+// before they are bound. Its stdout and stderr are two pipes even when the caller's are one writer.
 
 // ErrNotDeferred is returned by Use on a sandbox that was built with its command, or was used already.
 var ErrNotDeferred = errors.New("sandbox: not a deferred sandbox, or used already")
@@ -104,5 +105,6 @@ func (s *Sandbox) Stop() {
 		return
 	}
 	s.Kill()
-	s.init.Wait() // libcontainer's stdio copies end with it; Destroy's own Wait then returns at once
+	s.init.Wait()    // Destroy's own Wait then returns at once
+	s.relays.close() // every writer inside is dead: the relays pass on what is left and end
 }

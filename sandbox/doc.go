@@ -18,17 +18,31 @@
 // the main OS thread in an init function (see FIELD-NOTES: a libcontainer goroutine can otherwise leave
 // the main thread in the container's mount namespace).
 //
+// # User namespace
+//
+// Every sandbox has a user namespace of its own (see userns.go): its root is the supervisor, an
+// unprivileged uid on the host; the command keeps its uid. As root, the working tree is shown to the
+// command as its own through an idmapped lower layer of an overlay of its own (idmap.go), and stdio the
+// command could not reopen is relayed through pipes of its user (stdio.go). Without root (rootless.go)
+// the caller is the namespace's root, the mounts are made inside it, and there is no cgroup.
+//
 // # Layout on the host
 //
 //	/run/sbx/runs/ID/        state of one run: owner file (pid of sbx), lock
 //	/run/sbx/runs/ID/layer   a size-limited tmpfs holding the overlay's upper and work dirs
 //	/run/sbx/runs/ID/lower   a read-only, non-recursive bind of the host's /: the root's lower layer
 //	/run/sbx/runs/ID/rootfs  the overlay: lower = lower, upper = layer/upper
-//	/run/sbx/runs/ID/cwd     when the working directory is on another file system: its own overlay
-//	                         (lower = lower-cwd, a bind of the directory; upper = layer/upper-cwd)
+//	/run/sbx/runs/ID/cwd     when the working directory is on another file system, or shown to the
+//	                         command through an idmapping: its own overlay (lower = lower-cwd, a bind
+//	                         of the directory, idmapped then; upper = layer/upper-cwd)
 //	/run/sbx/runs/ID/seccomp.sock  where runc sends the seccomp notification fd to sbx
 //	/run/sbx/lc/ID           libcontainer's own state
 //	cgroup /sbx-ID           in every hierarchy
+//
+// The run dir belongs to the sandbox's root (host uid), which reaches rootfs by path. Without root the
+// state root is $XDG_RUNTIME_DIR/sbx or ~/.local/state/sbx; a run dir holds rootfs (the top level of
+// the host's /), layer/upper/NAME and layer/work/NAME (one overlay per top-level directory, mounted
+// inside the sandbox) and empty (the lower layer of hidden top-level directories).
 //
 // A run whose sbx died leaves these behind; [GC] removes them, and [Create] calls it cheaply first.
 package sandbox

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrNoFreezer is returned by Freeze when the sandbox has no cgroup with a freezer (a rootless run on a
@@ -21,7 +23,13 @@ var ErrNoFreezer = errors.New("the sandbox has no cgroup freezer")
 //
 // A frozen sandbox is torn down as any other: Destroy's SIGKILL thaws it (a v1 freezer holds a signal
 // until the thaw), and gc thaws what a killed sbx left frozen.
+//
+// Without root there is no cgroup here: Freeze stops the sandbox's processes with SIGSTOP instead (see
+// stopAll).
 func (s *Sandbox) Freeze() error {
+	if Rootless() && s.initPid > 0 {
+		return s.stopAll()
+	}
 	if dir, _ := s.tasksDir(); s.container == nil || dir == "" {
 		return ErrNoFreezer
 	}
@@ -118,4 +126,58 @@ func thawCgroup(id string) {
 			_ = os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0)
 		}
 	}
+}
+
+// maxStopRounds bounds how many listings stopAll makes before it gives up.
+const maxStopRounds = 200
+
+// stopAll stops every process of the sandbox's pid namespace but its init (which starts nothing after
+// the command) with SIGSTOP, listing them again until two listings in a row find none it has not
+// stopped and none that vanished while listed (any process of the host counts: the scan cannot tell). A process with SIGSTOP pending cannot fork (the kernel restarts a fork that a signal
+// interrupts), so a chain of forks ends at the process the last round stopped. Each process is signalled
+// through a pidfd checked to be in the sandbox's pid namespace, so that a reused pid is never hit.
+// Destroy's SIGKILL ends stopped processes as any other.
+func (s *Sandbox) stopAll() error {
+	stopped := map[int]bool{}
+	calm := 0
+	for range maxStopRounds {
+		pids, vanished, err := nsScan(s.initPid)
+		if err != nil {
+			return fmt.Errorf("stopping the sandbox's processes: %w", err)
+		}
+		fresh := vanished // what vanished may have left a successor this scan could not see
+		for _, pid := range pids {
+			if pid == s.initPid || stopped[pid] {
+				continue
+			}
+			fresh = true
+			if s.stopOne(pid) {
+				stopped[pid] = true
+			}
+		}
+		calm++
+		if fresh {
+			calm = 0
+		}
+		if calm == 2 {
+			return nil
+		}
+	}
+	return fmt.Errorf("stopping the sandbox's processes: new ones still appeared after %d rounds of SIGSTOP", maxStopRounds)
+}
+
+// stopOne sends SIGSTOP to pid if it is still a process of the sandbox's pid namespace; false when it
+// is gone (or no longer the sandbox's).
+func (s *Sandbox) stopOne(pid int) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	want, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", s.initPid))
+	got, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	if err1 != nil || err2 != nil || want != got {
+		return false
+	}
+	return unix.PidfdSendSignal(fd, unix.SIGSTOP, nil, 0) == nil
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // TestFreeze freezes a sandbox with a leftover process, checks that its cgroup is frozen and that the
@@ -18,7 +20,7 @@ func TestFreeze(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates namespaces, cgroups and mounts")
 	}
-	sb, err := Create(Config{Plan: testPlan(t), StateRoot: t.TempDir(), Command: Command{
+	sb, err := Create(Config{Plan: testPlan(t), StateRoot: testutil.StateRoot(t), Command: Command{
 		// A leftover with two threads: python's main thread and one sleeping in a thread of its own.
 		Args: []string{"sh", "-c", `python3 -c 'import threading, time; threading.Thread(target=time.sleep, args=(300,)).start(); time.sleep(300)' & sleep 1`},
 		Cwd:  t.TempDir(),

@@ -11,6 +11,8 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sbx-dev/sbx/policy"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // runPlan runs args in cwd in a sandbox built from plan and returns the status, stdout and stderr.
@@ -26,7 +28,7 @@ func runPlanWith(t *testing.T, plan *policy.Plan, init, cwd string, args ...stri
 		t.Skip("needs root: creates namespaces, cgroups and mounts")
 	}
 	var out, errb bytes.Buffer
-	sb, err := Create(Config{Plan: plan, StateRoot: t.TempDir(), InitBinary: init, Command: Command{
+	sb, err := Create(Config{Plan: plan, StateRoot: testutil.StateRoot(t), InitBinary: init, Command: Command{
 		Args: args, Cwd: cwd, Stdout: &out, Stderr: &errb,
 	}})
 	if err != nil {

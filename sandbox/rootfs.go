@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/safefs"
@@ -25,6 +26,7 @@ type overlay struct {
 	Upper  string
 	work   string
 	merged string
+	idmap  *idmapping // when set, the lower layer shows At's files as the command's (see bindIDMapped)
 }
 
 // mount binds At read-only as the lower layer and mounts the overlay.
@@ -43,16 +45,26 @@ func (o *overlay) mount() error {
 	// which is what overlayfs shows anyway; the bind gives observe the same view to compare with.
 	// The source is opened without following any link (At was resolved before, so it has none): a
 	// component swapped for a link since then fails the bind instead of binding what the link names.
+	// The idmapped bind is cloned from the same handle.
 	src, err := safefs.OpenNoLinks(o.At)
 	if err != nil {
 		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 	}
 	defer src.Close()
-	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", src.Fd()), o.Lower, "", unix.MS_BIND, ""); err != nil {
+	if o.idmap != nil {
+		if err := bindIDMapped(src, o.Lower, *o.idmap); err != nil {
+			return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+		}
+	} else if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", src.Fd()), o.Lower, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 	}
-	if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+	if o.idmap == nil {
+		if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+		}
+	} else if err := sameOwner(o.Upper, o.Lower); err != nil {
+		// The merged root directory is the upper one: it belongs to whom the idmapping shows.
+		return fmt.Errorf("preparing the writable layer of %s: %w", o.At, err)
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile,metacopy=on", o.Lower, o.Upper, o.work)
 	if err := unix.Mount("overlay", o.merged, "overlay", 0, opts); err != nil {
@@ -68,6 +80,10 @@ type rootfs struct {
 	layer  string // tmpfs holding every upper and work dir
 	root   overlay
 	cwd    *overlay // nil when the working directory is on the root file system
+	// Rootless: the top level of / (see rootless.go) and hidden paths below read-only binds, which get
+	// an empty tmpfs (directories) or /dev/null (files) mounted over them.
+	top        []topLayer
+	hideMounts []specs.Mount
 }
 
 func newRootfs(runDir string) *rootfs {
@@ -82,6 +98,9 @@ func newRootfs(runDir string) *rootfs {
 
 // overlays lists the sandbox's overlays, the root first.
 func (r *rootfs) overlays() []*overlay {
+	if r.top != nil {
+		return r.rootlessOverlays()
+	}
 	if r.cwd == nil {
 		return []*overlay{&r.root}
 	}
@@ -92,7 +111,7 @@ func (r *rootfs) overlays() []*overlay {
 // disk), hides paths by writing overlay whiteouts and opaque directories into it, and mounts the
 // overlays. The host's / is the root's only lower layer: other host mounts appear as empty directories,
 // except the working directory's, which gets an overlay of its own (see mountCwd).
-func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool) error {
+func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool, idmap *idmapping) error {
 	if diskBytes <= 0 {
 		diskBytes = DefaultDiskBytes
 	}
@@ -115,18 +134,19 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		return err
 	}
 	if overlayCwd {
-		return r.mountCwd(cwd)
+		return r.mountCwd(cwd, idmap)
 	}
 	return nil
 }
 
 // mountCwd overlays the working directory when it lies on another file system than the root (a
-// separate /home, a tmpfs /tmp): only the directory itself, not the rest of its file system, so that
-// nothing beside it shows. The sandbox mounts it at cwd over the (empty) path the root overlay has there.
-func (r *rootfs) mountCwd(cwd string) error {
+// separate /home, a tmpfs /tmp), or when the command sees it as its own through an idmapping (its lower
+// layer is then an idmapped bind): only the directory itself, not the rest of its file system, so that
+// nothing beside it shows. The sandbox mounts it at cwd over the path the root overlay has there.
+func (r *rootfs) mountCwd(cwd string, idmap *idmapping) error {
 	r.cwd = &overlay{At: cwd, Lower: filepath.Join(r.runDir, "lower-cwd"),
 		Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd"),
-		merged: filepath.Join(r.runDir, "cwd")}
+		merged: filepath.Join(r.runDir, "cwd"), idmap: idmap}
 	if err := r.cwd.mount(); err != nil {
 		return err
 	}
@@ -136,6 +156,9 @@ func (r *rootfs) mountCwd(cwd string) error {
 
 // unmount undoes mount; it is safe on a partly built or already removed rootfs.
 func (r *rootfs) unmount() error {
+	if Rootless() {
+		return nil // its mounts are in the sandbox's mount namespace only, gone with it
+	}
 	var errs []error
 	mounts := []string{filepath.Join(r.runDir, "cwd"), filepath.Join(r.runDir, "lower-cwd"), r.root.merged, r.layer, r.root.Lower}
 	for _, m := range mounts {
@@ -172,7 +195,7 @@ func hide(upper, path, cwd string, ownCwd bool) error {
 		if err := mkdirLike(target, path); err != nil {
 			return err
 		}
-		return unix.Setxattr(target, "trusted.overlay.opaque", []byte("y"), 0)
+		return unix.Setxattr(target, opaqueXattr(), []byte("y"), 0)
 	}
 	return hideAround(upper, path, cwd)
 }
@@ -190,7 +213,11 @@ func hideAround(upper, dir, cwd string) error {
 		next = strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
 	}
 	entries, err := os.ReadDir(dir)
-	if err != nil {
+	if errors.Is(err, os.ErrPermission) && Rootless() {
+		// A level the caller may not list: the sandbox may not list it either, so there is nothing
+		// beside the way down to hide.
+		entries = nil
+	} else if err != nil {
 		return err
 	}
 	for _, e := range entries {
@@ -244,13 +271,25 @@ func mkdirLike(dir, like string) error {
 		return err
 	}
 	sys := st.Sys().(*syscall.Stat_t)
-	if err := os.Chown(dir, int(sys.Uid), int(sys.Gid)); err != nil {
+	if err := os.Chown(dir, int(sys.Uid), int(sys.Gid)); ignoreUnprivileged(err) != nil {
 		return err
 	}
 	if err := os.Chmod(dir, st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetgid|os.ModeSetuid)); err != nil {
 		return err
 	}
 	return os.Chtimes(dir, st.ModTime(), st.ModTime())
+}
+
+// sameOwner gives dir (sbx's own, on the writable layer) the owner and mode of like.
+func sameOwner(dir, like string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(like, &st); err != nil {
+		return err
+	}
+	if err := unix.Lchown(dir, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	return unix.Chmod(dir, st.Mode&0o7777)
 }
 
 // whiteout creates an overlay whiteout: a character device 0:0.
@@ -403,6 +442,40 @@ func (r *rootfs) openDir(p string) (*os.File, error) {
 	}
 	defer rf.Close()
 	return safefs.OpenDir(rf, rel)
+}
+
+// mountPointLike creates path below the merged tree root as a mount point for the host's path of the
+// same name: a directory (and its parents) like the host's, or an empty file. A path the host lacks is
+// left to libcontainer. Every step goes through a handle of root that no link can leave.
+func mountPointLike(root, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	if st.IsDir() {
+		return mkdirAllLike(root, path)
+	}
+	rf, err := safefs.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer rf.Close()
+	dir, name := safefs.Split(path)
+	parent, err := safefs.MkdirAll(rf, dir, 0o700, func(made *os.File, rel string) error {
+		return copyAttrs(made, "/"+rel)
+	})
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	f, err := safefs.Open(parent, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // mkdirAllLike creates dir below the merged tree root, each missing level with the owner, mode and

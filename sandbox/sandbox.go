@@ -25,6 +25,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
@@ -79,13 +80,16 @@ type Sandbox struct {
 	tasks     [2]string       // cgroup dir and file name of the task list, once found (freeze.go)
 	notify    *notifyListener // seccomp notifications (seccompnotify.go); nil when nothing is recorded
 	notifyOff string          // why the plan's recording could not be set up, for the report
+	ids       IDMap
+	relays    relays
+	diagFD    int // the supervisor's sock_diag socket, in its process; -1 = none
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
 // command. On error, everything it built is gone again.
 func Create(cfg Config) (sb *Sandbox, err error) {
 	if cfg.StateRoot == "" {
-		cfg.StateRoot = DefaultStateRoot
+		cfg.StateRoot = DefaultStateRootFor()
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -100,11 +104,18 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if err != nil {
 		return nil, err
 	}
-	run, err := claimRunDir(cfg.StateRoot, id)
+	ids := newIDMap(cfg.Plan.UID, cfg.Plan.GID)
+	if Rootless() {
+		if err := cfg.checkRootless(); err != nil {
+			return nil, err
+		}
+		ids = rootlessIDMap()
+	}
+	run, err := claimRunDir(cfg.StateRoot, id, ids)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir)}
+	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids, diagFD: -1}
 	defer func() {
 		if err != nil {
 			sb.Destroy()
@@ -141,27 +152,88 @@ func (cfg Config) check() error {
 }
 
 // buildFiles resolves the working directory (once: every later step, the supervisor's included, uses
-// the result), mounts the overlays and hands the working directory to the command's user.
+// the result), mounts the overlays and lets the command's user write to the working directory.
 func (s *Sandbox) buildFiles() error {
 	if !sharedElsewhere(s.cfg.Plan.Filesystem.Shares, s.cfg.Command.Cwd) {
 		s.cfg.Command.Cwd = resolveCwd(s.cfg.Command.Cwd)
 	}
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
+	if Rootless() {
+		s.Notes = append(s.Notes, s.rootlessNotes()...)
+		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd)
+	}
+	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
+	idmap := s.cwdIDMap(give)
 	// A working directory on another file system than / gets an overlay of its own, unless a share
-	// brings it in already; so does one below a hidden directory, which then becomes an opaque empty
-	// directory in O(1) instead of a whiteout for every entry beside the way down (see hide).
-	overlayCwd := (!sameFS("/", cwd) || belowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
-	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd); err != nil {
-		return err
+	// brings it in already; so does one the command sees through an idmapping, and one below a hidden
+	// directory, which then becomes an opaque empty directory in O(1) instead of a whiteout for every
+	// entry beside the way down (see hide).
+	ownFS := (!sameFS("/", cwd) || belowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
+	overlayCwd := ownFS || idmap != nil && !shared(plan.Filesystem.Shares, cwd)
+	err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, idmap)
+	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
+		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
+		s.rootfs.unmount()
+		s.rootfs = newRootfs(s.run.dir)
+		return s.giveCwd(plan, cwd, ownFS)
 	}
-	if plan.UID == 0 || !plan.Filesystem.WriteCwd {
-		return nil
-	}
-	// The working directory stays writable for the unprivileged user the command runs as.
-	whole, err := s.rootfs.giveTo(cwd, plan.UID, plan.GID)
 	if err != nil {
 		return err
 	}
+	return s.openWays(plan, cwd)
+}
+
+// openWays lets the sandbox's root (an unprivileged uid on the host, which libcontainer runs as inside)
+// and the command's user reach the working directory and mount the shares: the directories on the way
+// become searchable in the overlay, and the shares' mount points exist there already (libcontainer
+// could not create them in a directory it may not write, such as a hidden /root).
+func (s *Sandbox) openWays(plan *policy.Plan, cwd string) error {
+	for _, sh := range plan.Filesystem.Shares {
+		if s.rootfs.cwd == nil || !within(sh.Sandbox, s.rootfs.cwd.At) {
+			if err := mountPointLike(s.rootfs.root.merged, sh.Sandbox); err != nil {
+				return fmt.Errorf("preparing the mount point of %s: %w", sh.Sandbox, err)
+			}
+		}
+		if err := s.rootfs.traversable(filepath.Dir(sh.Sandbox)); err != nil {
+			return err
+		}
+	}
+	return s.rootfs.traversable(filepath.Dir(cwd))
+}
+
+// cwdIDMap is the idmapping that shows the working directory as the command's own, nil when the
+// command's user owns it already or gets no write access to it.
+func (s *Sandbox) cwdIDMap(give bool) *idmapping {
+	if !give {
+		return nil
+	}
+	// The owner is read on a handle opened without following links, as the bind itself will be.
+	dir, err := safefs.OpenNoLinks(s.cfg.Command.Cwd)
+	if err != nil {
+		return nil
+	}
+	defer dir.Close()
+	var st unix.Stat_t
+	if unix.Fstat(int(dir.Fd()), &st) != nil {
+		return nil
+	}
+	if int(st.Uid) == s.ids.HostUID {
+		return nil
+	}
+	return &idmapping{FromUID: int(st.Uid), FromGID: int(st.Gid), ToUID: s.ids.HostUID, ToGID: s.ids.HostGID}
+}
+
+// giveCwd is the fallback without idmapped mounts: the working directory is handed to the command's user
+// by changing owners in the overlay, up to maxChown entries.
+func (s *Sandbox) giveCwd(plan *policy.Plan, cwd string, overlayCwd bool) error {
+	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, nil); err != nil {
+		return err
+	}
+	whole, err := s.rootfs.giveTo(cwd, s.ids.HostUID, s.ids.HostGID)
+	if err != nil {
+		return err
+	}
+	s.Notes = append(s.Notes, "this kernel has no idmapped mounts: the working directory was handed to the command's user by changing owners in the overlay")
 	if !whole {
 		s.Notes = append(s.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, plan.UID))
 	}
@@ -176,7 +248,8 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	if err != nil {
 		return err
 	}
-	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: s.ID, Spec: spec})
+	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: s.ID, Spec: spec,
+		RootlessEUID: Rootless(), RootlessCgroups: Rootless()})
 	if err != nil {
 		return specError(err)
 	}
@@ -192,7 +265,9 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	}
 	defer ctlChild.Close()
 	s.ctl, s.ctlIn = ctl, bufio.NewReader(ctl)
-	s.init = s.initProcess(spec, ctlChild)
+	if s.init, err = s.initProcess(spec, ctlChild); err != nil {
+		return err
+	}
 	var consoleParent *os.File
 	if s.cfg.Command.Terminal {
 		var consoleChild *os.File
@@ -203,7 +278,9 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		defer consoleChild.Close()
 		s.init.ConsoleSocket = consoleChild
 	}
-	if err := s.container.Run(s.init); err != nil {
+	err = s.container.Run(s.init)
+	s.relays.started()
+	if err != nil {
 		return fmt.Errorf("starting the sandbox init: %w", err)
 	}
 	tr.mark("lc.run")
@@ -226,7 +303,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	}
 	cmd := s.cfg.Command
 	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.root.merged, Init: s.cfg.InitBinary,
-		Args: []string{initPath, roleSupervise}, Cwd: cmd.Cwd}
+		Args: []string{initPath, roleSupervise}, Cwd: cmd.Cwd, IDs: s.ids}
 	if in.Init == "" {
 		in.Init = initBinary(self)
 	}
@@ -242,30 +319,58 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if s.notify != nil {
 		in.NotifyPath = s.notify.path
 	}
-	return Spec(in), nil
+	spec := Spec(in)
+	if Rootless() {
+		rootlessSpec(spec, s.rootfs.rootlessMounts())
+		spec.Process.Rlimits = append(spec.Process.Rlimits, s.rootlessRlimits()...)
+	}
+	return spec, nil
 }
 
 // initProcess is the supervisor as libcontainer's init process, with the command's stdio and the
 // control socket.
-func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) *libcontainer.Process {
+func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Process, error) {
 	cmd := s.cfg.Command
 	p := &libcontainer.Process{
 		// The command's argv and env travel in the supervisor's configuration, byte for byte.
 		Args: spec.Process.Args, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: cmd.Cwd, Init: true,
-		UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID,
+		UID: s.ids.UID, GID: s.ids.GID,
 		// specconv leaves the spec's rlimits to its caller (runc's main package): set them here.
-		Rlimits: []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: spec.Process.Rlimits[0].Hard, Soft: spec.Process.Rlimits[0].Soft}},
-		Stdin:   cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
+		Rlimits:    processRlimits(spec.Process.Rlimits),
 		ExtraFiles: []*os.File{ctl},
 	}
-	if s.cfg.Plan.UID != 0 {
+	if cmd.Terminal {
+		p.Stdin, p.Stdout, p.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
+	} else {
+		stdio, err := s.stdio()
+		if err != nil {
+			return nil, err
+		}
+		p.ExtraFiles = append(p.ExtraFiles, stdio...)
+	}
+	if s.ids.UID != 0 {
 		// The supervisor stays root with only the capabilities to hand the command its user: the command
 		// then cannot signal it, read its memory or its /proc files. The command starts with none.
 		p.UID, p.GID = 0, 0
 		caps := []string{"CAP_SETUID", "CAP_SETGID"}
 		p.Capabilities = &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	}
-	return p
+	return p, nil
+}
+
+// rlimitTypes are the rlimits sbx's specs set.
+var rlimitTypes = map[string]int{"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_AS": unix.RLIMIT_AS,
+	"RLIMIT_FSIZE": unix.RLIMIT_FSIZE, "RLIMIT_NPROC": unix.RLIMIT_NPROC}
+
+// processRlimits converts the spec's rlimits for libcontainer's process.
+func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
+	out := make([]configs.Rlimit, 0, len(rs))
+	for _, r := range rs {
+		if t, ok := rlimitTypes[r.Type]; ok {
+			out = append(out, configs.Rlimit{Type: t, Hard: r.Hard, Soft: r.Soft})
+		}
+	}
+	return out
 }
 
 // supervisorConfig is what the supervisor needs to start the command, sent over the control socket (no
@@ -273,7 +378,8 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) *libcontainer.Proc
 func (s *Sandbox) supervisorConfig() ([]byte, error) {
 	fs := s.cfg.Plan.Filesystem
 	sc := supervisor.Config{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal,
-		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.cfg.Plan.UID, GID: s.cfg.Plan.GID}
+		StdioFDs: !s.cfg.Command.Terminal,
+		Argv:     toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.ids.UID, GID: s.ids.GID}
 	return json.Marshal(sc)
 }
 
@@ -328,6 +434,10 @@ func (s *Sandbox) DiskBytes() int64 {
 func (s *Sandbox) Layers() []Layer {
 	var ls []Layer
 	for _, o := range s.rootfs.overlays() {
+		if Rootless() {
+			// Without root, sbx reads only what its uid may: open what the command closed to its owner.
+			openUnreadable(o.Upper)
+		}
 		ls = append(ls, Layer{At: o.At, Upper: o.Upper, Lower: o.Lower})
 	}
 	return ls
@@ -350,7 +460,12 @@ func initBinary(self string) string {
 }
 
 // Pids lists the host pids of every process in the sandbox, the init included.
-func (s *Sandbox) Pids() ([]int, error) { return s.container.Processes() }
+func (s *Sandbox) Pids() ([]int, error) {
+	if Rootless() {
+		return nsPids(s.initPid) // no cgroup: the processes of its pid namespace
+	}
+	return s.container.Processes()
+}
 
 // Running is the sandbox's command, started.
 type Running struct {
@@ -382,10 +497,10 @@ func (s *Sandbox) Start() (*Running, error) {
 		return nil, fmt.Errorf("starting the command: the sandbox init is gone: %w", err)
 	}
 	var n int
-	if _, err := fmt.Sscanf(line, "fail %d", &n); err == nil {
+	if _, err := fmt.Sscanf(line, "fail %d %d", &n, &s.diagFD); err == nil {
 		return &Running{sb: s, code: n, pidfd: -1}, nil
 	}
-	if _, err := fmt.Sscanf(line, "pid %d", &n); err != nil {
+	if _, err := fmt.Sscanf(line, "pid %d %d", &n, &s.diagFD); err != nil {
 		return nil, fmt.Errorf("starting the command: unexpected answer %q", line)
 	}
 	r := &Running{Pid: s.hostPid(n), sb: s, started: true, pidfd: -1}
@@ -481,6 +596,8 @@ func (s *Sandbox) Destroy() error {
 	if s.notify != nil {
 		s.notify.stop() // every process of the sandbox is dead: none waits for an answer
 	}
+	// Every writer inside is dead: the relays pass on what is left and end, before the report is shown.
+	s.relays.close()
 	if s.ctl != nil {
 		s.ctl.Close()
 	}

@@ -31,6 +31,9 @@ type SpecInput struct {
 	Cwd        string
 	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
 	NotifyPath string // socket of sbx's seccomp notification listener (seccompnotify.go); "" = none
+	// IDs maps the sandbox's user namespace: which host uid and gid its root (sbx's supervisor) and the
+	// command's user are. Zero: no user namespace (an exported bundle, whose runtime decides).
+	IDs IDMap
 }
 
 // Spec builds the OCI runtime spec of a sandbox from runc's example spec: namespaces, mounts, masked
@@ -53,6 +56,18 @@ func Spec(in SpecInput) *specs.Spec {
 	// Example mounts the cgroup hierarchies; the command has no use for them, and on a v1 host that is
 	// a dozen mounts per run.
 	s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Type == "cgroup" })
+	for i, m := range s.Mounts {
+		// Group tty (5) is not mapped in the sandbox's user namespace: its terminals belong to the
+		// command's group, as in runc's rootless spec.
+		s.Mounts[i].Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "gid=5" })
+		if m.Type == "sysfs" && in.NetNS != "" && in.IDs != (IDMap{}) {
+			// sysfs mounts only in a network namespace of the sandbox's user namespace; a joined one
+			// (the contract's) belongs to the host's: bind the host's /sys read-only instead, as runc's
+			// rootless spec does.
+			s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "none", Source: "/sys",
+				Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+		}
+	}
 	for _, b := range []struct{ src, dst string }{{in.Init, initPath}, {in.Binary, shimPath}} {
 		if b.src != "" {
 			s.Mounts = append(s.Mounts, specs.Mount{
@@ -84,6 +99,11 @@ func Spec(in SpecInput) *specs.Spec {
 		{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 		{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 		{Type: specs.NetworkNamespace, Path: in.NetNS},
+	}
+	if in.IDs != (IDMap{}) {
+		s.Process.User = specs.User{UID: uint32(in.IDs.UID), GID: uint32(in.IDs.GID)}
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		s.Linux.UIDMappings, s.Linux.GIDMappings = in.IDs.mappings()
 	}
 	s.Linux.CgroupsPath = "/" + CgroupName(in.ID)
 	s.Linux.Resources = resources(in.Plan.Limits)

@@ -30,14 +30,27 @@ func runsDir(root string) string { return filepath.Join(root, "runs") }
 // claimRunDir creates and locks the state directory of run id. The directory is built under a temporary
 // name and renamed once its lock is held and names its owner, so that a run dir never exists unlocked:
 // GC can tell a dead run from one being born.
-func claimRunDir(root, id string) (*runDir, error) {
+//
+// The run dir belongs to the sandbox's root (owner: the host ids of its user namespace's root), which
+// reaches the sandbox's root file system below it by path; the state root and its runs dir are
+// searchable for that, never listable.
+func claimRunDir(root, id string, owner IDMap) (*runDir, error) {
 	runs := runsDir(root)
 	tmp := filepath.Join(runs, newPrefix+id)
-	if err := os.MkdirAll(runs, 0o700); err != nil {
-		return nil, fmt.Errorf("creating the state dir: %w", err)
+	if owner.RootUID == os.Geteuid() {
+		// The sandbox's root is sbx's own user (rootless): nobody else needs in.
+		if err := os.MkdirAll(runs, 0o700); err != nil {
+			return nil, fmt.Errorf("creating the state dir: %w", err)
+		}
+	} else if err := openStateRoot(root, runs); err != nil {
+		return nil, err
 	}
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
+	}
+	if err := os.Lchown(tmp, owner.RootUID, owner.RootGID); err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("handing the state dir to the sandbox's root: %w", err)
 	}
 	lock, err := os.OpenFile(filepath.Join(tmp, "lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -57,6 +70,52 @@ func claimRunDir(root, id string) (*runDir, error) {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
 	}
 	return &runDir{dir: dir, lock: lock}, nil
+}
+
+// openStateRoot creates the state root and its runs dir searchable for the sandbox's root, and checks
+// that it can reach them.
+func openStateRoot(root, runs string) error {
+	if err := os.MkdirAll(runs, 0o711); err != nil {
+		return fmt.Errorf("creating the state dir: %w", err)
+	}
+	for _, d := range []string{root, runs} {
+		if err := searchable(d); err != nil {
+			return fmt.Errorf("opening the state dir to the sandbox's root: %w", err)
+		}
+	}
+	return reachable(filepath.Dir(root))
+}
+
+// searchable adds search permission for everyone to dir, a directory sbx owns.
+func searchable(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	if st.Mode&0o011 == 0o011 || int(st.Uid) != os.Geteuid() {
+		return nil
+	}
+	return unix.Chmod(dir, st.Mode&0o7777|0o011)
+}
+
+// ErrStateRoot is matched by the error about a state root that the sandbox's root cannot reach.
+var ErrStateRoot = errors.New("the state root is out of the sandbox's reach")
+
+// reachable checks that everyone may search dir and its ancestors: the sandbox's root is an unprivileged
+// host uid that reaches the run dir by path.
+func reachable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return fmt.Errorf("%w: %w", ErrStateRoot, err)
+		}
+		if st.Mode&0o001 == 0 {
+			return fmt.Errorf("%w: %s is not searchable by other users (mode %#o)", ErrStateRoot, d, st.Mode&0o7777)
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
 }
 
 // newPrefix marks a run dir being created.
@@ -84,10 +143,30 @@ func removeRunDir(dir string) error {
 			return fmt.Errorf("not removing the state dir %s: %s is still mounted", dir, f[4])
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if Rootless() {
+		openWorkDirs(dir)
+	}
+	err = os.RemoveAll(dir)
+	if err != nil && Rootless() {
+		// A directory the command left without permissions for its owner: open them all, then again.
+		openForRemoval(dir)
+		err = os.RemoveAll(dir)
+	}
+	if err != nil {
 		return fmt.Errorf("removing the state dir: %w", err)
 	}
 	return nil
+}
+
+// waitStopped waits, up to a second, until a killed container's init is gone: Destroy refuses a running
+// one. Without a cgroup (rootless) nothing else waits for the kill to land.
+func waitStopped(c *libcontainer.Container) {
+	for range 100 {
+		if st, err := c.Status(); err != nil || st == libcontainer.Stopped {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // GCResult says what GC found and removed.
@@ -101,7 +180,7 @@ type GCResult struct {
 func GC(root string) (GCResult, error) {
 	var res GCResult
 	if root == "" {
-		root = DefaultStateRoot
+		root = DefaultStateRootFor()
 	}
 	entries, err := os.ReadDir(runsDir(root))
 	if errors.Is(err, os.ErrNotExist) {
@@ -177,7 +256,8 @@ func gcRun(root, id string) error {
 	killCgroup(id)
 	if c, err := libcontainer.Load(filepath.Join(root, "lc"), id); err == nil {
 		c.Signal(unix.SIGKILL)
-		// A killed init leaves the cgroup before it is a zombie: until then libcontainer finds it
+		waitStopped(c)
+		// A killed init leaves the cgroup before it is a zombie: until then libcontainer may find it
 		// running. Give it a moment.
 		err := c.Destroy()
 		for i := 0; errors.Is(err, libcontainer.ErrRunning) && i < 50; i++ {

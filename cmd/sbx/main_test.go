@@ -44,12 +44,15 @@ func scriptParams(dir, prefix string) testscript.Params {
 			if cond == "root" {
 				return os.Geteuid() == 0, nil
 			}
+			if cond == "rootless" {
+				return false, nil // true in the suites that run sbx as an ordinary user
+			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: scriptCmds(),
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SBX_TEST_SECRET", "hunter2")
-			root := filepath.Join(sandbox.DefaultStateRoot+"-test", prefix+filepath.Base(env.WorkDir))
+			root := filepath.Join(testStateParent(), prefix+filepath.Base(env.WorkDir))
 			env.Setenv(stateRootEnv, root)
 			env.Defer(func() {
 				// Only empty directories go: what a run left behind stays for the next look.
@@ -61,6 +64,15 @@ func scriptParams(dir, prefix string) testscript.Params {
 			return nil
 		},
 	}
+}
+
+// testStateParent is the directory of the tests' state roots, searchable by the sandboxes' roots
+// (unprivileged host uids that reach their run dirs by path).
+func testStateParent() string {
+	dir := sandbox.DefaultStateRoot + "-test"
+	os.MkdirAll(dir, 0o711)
+	os.Chmod(dir, 0o711)
+	return dir
 }
 
 // scriptCmds are the custom commands of the scripts; the crash, signal, limit and bad-input ones are in
@@ -146,7 +158,11 @@ func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	want, err := strconv.Atoi(args[0])
 	ts.Check(err)
-	err = ts.Exec(args[1], args[2:]...)
+	checkStatus(ts, neg, ts.Exec(args[1], args[2:]...), want)
+}
+
+// checkStatus checks the exit status of a command that ended with err.
+func checkStatus(ts *testscript.TestScript, neg bool, err error, want int) {
 	got := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		got = ee.ExitCode()

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // TestMCPHTTP serves `sbx mcp --http 127.0.0.1:0` and drives it over streamable HTTP with the SDK's
@@ -34,7 +32,7 @@ func TestMCPHTTP(t *testing.T) {
 		!regexp.MustCompile(`not a loopback address`).Match(out) {
 		t.Errorf("--http 0.0.0.0:0: %v, %s; want a refusal", err, out)
 	}
-	root := filepath.Join(sandbox.DefaultStateRoot+"-test", "mcphttp-"+filepath.Base(t.TempDir()))
+	root := filepath.Join(testStateParent(), "mcphttp-"+filepath.Base(t.TempDir()))
 	cmd := exec.Command(bin, "mcp", "--http", "127.0.0.1:0", "-w", t.TempDir())
 	cmd.Env = append(os.Environ(), stateRootEnv+"="+root)
 	stderr, err := cmd.StderrPipe()

@@ -16,8 +16,6 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // mcpSession starts `sbx mcp` (this test binary, which testscript.Main put on PATH as sbx) and connects
@@ -78,7 +76,7 @@ func mcpStateRoot(t *testing.T, prefix string) string {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: sbx creates namespaces, cgroups and mounts")
 	}
-	root := filepath.Join(sandbox.DefaultStateRoot+"-test", prefix+filepath.Base(t.TempDir()))
+	root := filepath.Join(testStateParent(), prefix+filepath.Base(t.TempDir()))
 	t.Cleanup(func() {
 		// Only empty directories go: never RemoveAll a state root, a leaked run's mounts may be below it.
 		for _, d := range []string{"runs", "lc", ""} {

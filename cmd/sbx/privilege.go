@@ -7,21 +7,28 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox"
 )
-
-// rootlessRuns says whether this sbx builds sandboxes without CAP_SYS_ADMIN (in a user namespace of its
-// own). While it is false, a process without that capability cannot run anything, and commands that
-// would only find out call by call (sbx mcp) refuse at startup instead.
-const rootlessRuns = false
 
 // errNoPrivilege is returned when sbx lacks the capability to build a sandbox.
 var errNoPrivilege = errors.New("cannot build sandboxes without CAP_SYS_ADMIN")
 
-// checkPrivileges refuses early when this process cannot build a sandbox: it looks at the effective
+// checkPrivileges refuses early when this process cannot build a sandbox, so that commands that would
+// only find out call by call (sbx mcp) refuse at startup instead. As root it looks at the effective
 // capability set, not the uid (root without CAP_SYS_ADMIN fails too, and a uid is not what the kernel
-// checks).
+// checks). Without root sbx builds sandboxes in a user namespace of the caller's (sandbox's rootless
+// mode): what it needs then is user namespaces, not the capability.
 func checkPrivileges(what string) error {
-	if rootlessRuns || hasCapability(unix.CAP_SYS_ADMIN) {
+	if hasCapability(unix.CAP_SYS_ADMIN) {
+		return nil
+	}
+	if sandbox.Rootless() {
+		for _, f := range sandbox.Features() {
+			if f.Name == "user namespaces" && !f.OK {
+				return &exitError{code: exitSetup, err: fmt.Errorf("%s: without root sbx needs user namespaces: %s", what, f.Detail),
+					hint: "'sbx version' shows what this host gives sbx without root; or run it as root, e.g. claude mcp add sbx -- sudo sbx mcp"}
+			}
+		}
 		return nil
 	}
 	return &exitError{code: exitSetup, err: fmt.Errorf("%s: %w (namespaces, mounts, cgroups and nftables need it)", what, errNoPrivilege),

@@ -101,9 +101,19 @@ func hintFor(err error) string {
 		return "a path shared with --ro, --rw or filesystem.share must exist on the host"
 	case errors.Is(err, runner.ErrChangesDir):
 		return "give --changes a directory outside every --rw share, e.g. a fresh one under /tmp"
+	case errors.Is(err, sandbox.ErrNoCgroup):
+		return "run sbx as root, or drop limits.require from the profile to run with rlimits instead (the report's notes say which limit holds)"
+	case errors.Is(err, sandbox.ErrRootless):
+		return "without root, sbx runs with network mode none only so far; run it as root (sudo sbx ...) for a network contract"
+	case errors.Is(err, sandbox.ErrStateRoot):
+		return "put the state root (" + stateRootEnv + ") where every directory on the way down is searchable (mode 0711 or 0755), as /run/sbx is"
+	case errors.Is(err, sandbox.ErrNoIDMap):
+		return "the working tree is shown to the command through an idmapped mount (kernel 5.12+, overlayfs on idmapped layers 5.19+); without it only root can hand it over"
 	case errors.Is(err, sandbox.ErrNotSupported):
 		return "this kernel lacks a feature the profile requires; see 'Requirements' in README.md"
-	case errors.Is(err, os.ErrPermission), os.Geteuid() != 0 && errors.Is(err, sandbox.ErrSetup):
+	case os.Geteuid() != 0 && (errors.Is(err, os.ErrPermission) || errors.Is(err, sandbox.ErrSetup)):
+		return "'sbx version' shows what this host gives sbx without root; run 'sbx gc' to remove what earlier runs left behind"
+	case errors.Is(err, os.ErrPermission):
 		return "sbx creates namespaces, cgroups and mounts: run it as root (sudo sbx ...)"
 	case errors.Is(err, sandbox.ErrSetup):
 		return "run 'sbx gc' to remove what earlier runs left behind, then try again"

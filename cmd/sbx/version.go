@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	goio "io"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"text/tabwriter"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/internal/features"
+	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // libcontainerModule is the module whose version `sbx version` reports as libcontainer's.
@@ -56,12 +58,42 @@ type versionInfo struct {
 	Libcontainer string            `json:"libcontainer"`
 	Libseccomp   string            `json:"libseccomp"`
 	Kernel       string            `json:"kernel"`
+	Mode         string            `json:"mode"`       // "root", or "without root (uid N)"
+	StateRoot    string            `json:"state_root"` // where runs keep their state
 	Features     []features.Result `json:"features"`
+}
+
+// callerFeature names, for each of sandbox.Features (what this caller gets), the row of the kernel's
+// table it qualifies.
+var callerFeature = map[string]string{"user namespaces": "userns", "idmapped mounts": "idmapped mounts", "cgroups": "cgroup"}
+
+// forCaller folds what sbx gets as this caller (root or not) into the kernel's table: a feature the
+// kernel has but this caller cannot use is "no", with what happens instead.
+func forCaller(rs []features.Result) {
+	for _, f := range sandbox.Features() {
+		for i := range rs {
+			if rs[i].Name != callerFeature[f.Name] {
+				continue
+			}
+			if rs[i].Available && !f.OK {
+				rs[i].Available, rs[i].Detail = false, f.Detail
+			} else if rs[i].Available {
+				rs[i].Detail += "; " + f.Detail
+			}
+		}
+	}
 }
 
 func currentVersion() versionInfo {
 	v := versionInfo{Version: buildVersion(), Go: runtime.Version(), Libcontainer: "unknown", Libseccomp: libseccompVersion(),
-		Kernel: features.Kernel(), Features: features.Probe()}
+		Kernel: features.Kernel(), Mode: "root", StateRoot: stateRoot(), Features: features.Probe()}
+	if sandbox.Rootless() {
+		v.Mode = fmt.Sprintf("without root (uid %d)", os.Geteuid())
+	}
+	if v.StateRoot == "" {
+		v.StateRoot = sandbox.DefaultStateRootFor()
+	}
+	forCaller(v.Features)
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			if d.Path == libcontainerModule {
@@ -79,7 +111,8 @@ func newVersionCmd(io stdio) *cobra.Command {
 		Short: "Print sbx's version, what it was built with and what this kernel gives it",
 		Long: `version prints sbx's version, the Go, libcontainer and libseccomp versions it was built with, and
 the kernel features sbx uses: user namespaces, Landlock's ABI, seccomp, the cgroup layout, idmapped
-mounts and pasta.
+mounts and pasta. It says whether sbx runs as root or not (mode), where it keeps its state, and marks
+a feature the kernel has but this caller cannot use (cgroups without root) as "no", with what stands in.
 
 Examples:
   sbx version
@@ -101,6 +134,7 @@ func (v versionInfo) write(w goio.Writer) error {
 	fmt.Fprintf(w, "sbx %s\n", v.Version)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "go\t%s\nlibcontainer\t%s\nlibseccomp\t%s\nkernel\t%s\n", v.Go, v.Libcontainer, v.Libseccomp, v.Kernel)
+	fmt.Fprintf(tw, "mode\t%s\nstate root\t%s\n", v.Mode, v.StateRoot)
 	for _, f := range v.Features {
 		state := "yes"
 		if !f.Available {

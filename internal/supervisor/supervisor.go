@@ -32,6 +32,15 @@ const (
 // ctlFD is the supervisor's end of the control socket: the first extra file libcontainer passes.
 const ctlFD = 3
 
+// stdioFD is the first of the command's three stdio fds when they come as extra files (Config.StdioFDs):
+// libcontainer changes the owner of its init's own stdio to the init's user (fixStdioPermissions), which
+// would take the command's pipes from it and hand the caller's files to the sandbox's root; extra files
+// it leaves alone.
+const stdioFD = 4
+
+// stdio are the command's stdio; the supervisor's own messages go to the command's stderr.
+var stdio = []*os.File{os.Stdin, os.Stdout, os.Stderr}
+
 // Role is the first argument the supervisor is started with (sbx dispatches on it when it runs itself).
 const Role = "__sbx_supervise"
 
@@ -40,10 +49,11 @@ const Role = "__sbx_supervise"
 type Config struct {
 	Read     []string `json:"read"`
 	Write    []string `json:"write"`
-	Degrade  bool     `json:"degrade"`  // go on without Landlock when it cannot be applied
-	Terminal bool     `json:"terminal"` // stdio is the sandbox's own terminal: give the command the foreground
-	Argv     [][]byte `json:"argv"`     // the command, bytes as given (JSON strings would mangle non-UTF-8)
-	Env      [][]byte `json:"env"`      // the command's environment, KEY=VALUE
+	Degrade  bool     `json:"degrade"`   // go on without Landlock when it cannot be applied
+	Terminal bool     `json:"terminal"`  // stdio is the sandbox's own terminal: give the command the foreground
+	StdioFDs bool     `json:"stdio_fds"` // the command's stdio are fds 4, 5 and 6, not the supervisor's own
+	Argv     [][]byte `json:"argv"`      // the command, bytes as given (JSON strings would mangle non-UTF-8)
+	Env      [][]byte `json:"env"`       // the command's environment, KEY=VALUE
 	UID, GID int      // the command's user; the supervisor is root with CAP_SETUID/CAP_SETGID when not 0
 }
 
@@ -54,7 +64,8 @@ type Config struct {
 // Running the command as the init's child, rather than as a second process that joins the namespaces,
 // spares a whole libcontainer process start per run.
 //
-// Protocol, one line each: sbx sends "go" and the configuration as JSON; the supervisor answers "pid N" (or "fail CODE" after printing
+// Protocol, one line each: sbx sends "go" and the configuration as JSON; the supervisor answers "pid N D"
+// (D: the fd of its sock_diag socket, -1 for none) (or "fail CODE D" after printing
 // the reason on the command's stderr) and later "exit WAITSTATUS". sbx signals the command itself, from
 // outside: inside, Landlock keeps the supervisor's threads from signalling a child forked by another
 // thread (each thread has a domain of its own without TSYNC).
@@ -86,11 +97,17 @@ func Main() int {
 	if err != nil {
 		return ExitSetup
 	}
+	// A sock_diag socket of the sandbox's network namespace, made before the command runs: sbx copies it
+	// (pidfd_getfd) to list the sandbox's sockets where it may not enter the namespace (without root).
+	diag, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		diag = -1
+	}
 	pid, code := startCommand(cfg)
 	if pid == 0 {
-		fmt.Fprintf(ctl, "fail %d\n", code)
+		fmt.Fprintf(ctl, "fail %d %d\n", code, diag)
 	} else {
-		fmt.Fprintf(ctl, "pid %d\n", pid)
+		fmt.Fprintf(ctl, "pid %d %d\n", pid, diag)
 	}
 	detachStdio()
 	reap(children, func(p int, ws unix.WaitStatus) {
@@ -107,6 +124,12 @@ func startCommand(raw []byte) (int, int) {
 	var cfg Config
 	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
 		return 0, shimFail(ExitSetup, fmt.Sprintf("supervisor: bad configuration: %v", err), "")
+	}
+	if cfg.StdioFDs {
+		stdio = []*os.File{os.NewFile(stdioFD, "stdin"), os.NewFile(stdioFD+1, "stdout"), os.NewFile(stdioFD+2, "stderr")}
+		for _, f := range stdio {
+			unix.CloseOnExec(int(f.Fd()))
+		}
 	}
 	args, env := fromBytes(cfg.Argv), fromBytes(cfg.Env)
 	// The command's environment is the supervisor's from here on: PATH lookups use it.
@@ -130,9 +153,9 @@ func startCommand(raw []byte) (int, int) {
 			return 0, shimFail(ExitSetup, err.Error(),
 				"the profile requires Landlock; set filesystem.landlock: degrade to run without it")
 		}
-		fmt.Fprintf(os.Stderr, "sbx: warning: running without Landlock: %v\n", err)
+		fmt.Fprintf(stdio[2], "sbx: warning: running without Landlock: %v\n", err)
 	}
-	attr := &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: &syscall.SysProcAttr{}}
+	attr := &os.ProcAttr{Env: env, Files: stdio, Sys: &syscall.SysProcAttr{}}
 	if cfg.Terminal {
 		// Its own process group in the terminal's foreground, so that job control and Ctrl-C reach it.
 		attr.Sys.Setpgid, attr.Sys.Foreground, attr.Sys.Ctty = true, true, 0
@@ -163,6 +186,11 @@ func detachStdio() {
 		unix.Dup2(int(null.Fd()), fd)
 	}
 	null.Close()
+	for _, f := range stdio {
+		if f.Fd() > 2 {
+			f.Close()
+		}
+	}
 }
 
 // reap waits for every child of pid 1, which the kernel makes of every orphan in the sandbox.
@@ -218,9 +246,9 @@ func commandHint(code int, name string) string {
 }
 
 func shimFail(code int, msg, hint string) int {
-	fmt.Fprintf(os.Stderr, "sbx: error: %s\n", msg)
+	fmt.Fprintf(stdio[2], "sbx: error: %s\n", msg)
 	if hint != "" {
-		fmt.Fprintf(os.Stderr, "sbx: hint: %s\n", hint)
+		fmt.Fprintf(stdio[2], "sbx: hint: %s\n", hint)
 	}
 	return code
 }

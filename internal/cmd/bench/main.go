@@ -24,6 +24,7 @@ type contender struct {
 	argv func(i int) []string
 	time func(i int) (float64, error) // instead of argv: the contender times itself (an MCP call)
 	off  *contender                   // the same command with sbx recording nothing, for the listener's cost
+	dir  string                       // working directory; "" = the bench's scratch directory
 	ms   []float64
 }
 
@@ -71,11 +72,22 @@ func benchmark(sbx string, n, rounds int) error {
 		return fmt.Errorf("fake upstream: %w", err)
 	}
 	defer up.Close()
+	// The working tree is the command's through an idmapped mount: setup must not grow with its size.
+	small, err := tree(dir, "tree-10", 10)
+	if err != nil {
+		return err
+	}
+	big, err := tree(dir, "tree-50000", 50000)
+	if err != nil {
+		return err
+	}
 	cs := []*contender{
 		{name: "sbx exec -- true", argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
 		{name: "sbx exec --allow (contract)", argv: func(int) []string {
 			return []string{sbx, "exec", "-q", "--uplink-netns", up.Name, "--allow", fakenet.Public + ":443", "--", "true"}
 		}},
+		{name: "sbx exec, tree of 10", dir: small, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
+		{name: "sbx exec, tree of 50,000", dir: big, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
 		{name: "runc run (busybox)", argv: func(i int) []string {
 			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
 		}},
@@ -91,6 +103,20 @@ func benchmark(sbx string, n, rounds int) error {
 		return err
 	}
 	cs = append(cs, notify...)
+	// The same, started by an ordinary user (made for the bench, removed after it).
+	u, err := newUser(dir)
+	if err != nil {
+		return err
+	}
+	defer u.remove()
+	cs = append(cs,
+		&contender{name: "sbx exec -- true (user)", dir: u.work, argv: func(int) []string {
+			return u.argv(sbx, "exec", "-q", "--", "true")
+		}},
+		&contender{name: "bwrap --unshare-all (user)", dir: u.work, argv: func(int) []string {
+			return u.argv("bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true")
+		}},
+	)
 	// sbx_run through `sbx mcp` with its warm pool (2 sandboxes), timed by the bench as the MCP client.
 	srv, err := startMCP(sbx, dir, "--warm", "2", "--concurrency", "1")
 	if err != nil {
@@ -108,11 +134,15 @@ func benchmark(sbx string, n, rounds int) error {
 	}
 	for i := -3; i < n; i++ { // three warm-up rounds, not counted
 		for _, c := range cs {
+			wd := dir
+			if c.dir != "" {
+				wd = c.dir
+			}
 			var d float64
 			if c.time != nil {
 				d, err = c.time(i + 3)
 			} else {
-				d, err = timeOne(c.argv(i+3), dir)
+				d, err = timeOne(c.argv(i+3), wd)
 			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
@@ -218,6 +248,67 @@ func pct(v []float64, p int) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[(len(s)-1)*p/100]
+}
+
+// user is an ordinary user the bench runs sbx and bwrap as.
+type user struct {
+	name, uid, gid string
+	work, state    string
+}
+
+// newUser adds a user with a group of its own, a working directory and a state root below dir.
+func newUser(dir string) (*user, error) {
+	u := &user{name: fmt.Sprintf("sbxbench%d", os.Getpid()%100000), work: filepath.Join(dir, "user"), state: filepath.Join(dir, "user-state")}
+	if out, err := exec.Command("useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", u.name).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("useradd: %v: %s", err, out)
+	}
+	for _, id := range []struct {
+		flag string
+		to   *string
+	}{{"-u", &u.uid}, {"-g", &u.gid}} {
+		out, err := exec.Command("id", id.flag, u.name).Output()
+		if err != nil {
+			u.remove()
+			return nil, err
+		}
+		*id.to = strings.TrimSpace(string(out))
+	}
+	for _, d := range []string{u.work, u.state} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			u.remove()
+			return nil, err
+		}
+		if out, err := exec.Command("chown", u.uid+":"+u.gid, d).CombinedOutput(); err != nil {
+			u.remove()
+			return nil, fmt.Errorf("chown: %v: %s", err, out)
+		}
+	}
+	return u, os.Chmod(dir, 0o711)
+}
+
+// argv runs prog as the user.
+func (u *user) argv(prog string, args ...string) []string {
+	return append([]string{"setpriv", "--reuid=" + u.uid, "--regid=" + u.gid, "--clear-groups",
+		"env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + u.work, "SBX_STATE_ROOT=" + u.state, prog}, args...)
+}
+
+func (u *user) remove() { exec.Command("userdel", u.name).Run() }
+
+// tree makes a working tree of n entries (directories of 100 files) below dir.
+func tree(dir, name string, n int) (string, error) {
+	root := filepath.Join(dir, name)
+	for i := 0; i < n; i++ {
+		sub := filepath.Join(root, fmt.Sprintf("d%03d", i/100))
+		if i%100 == 0 {
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				return "", err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d", i%100)), []byte("x\n"), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return root, nil
 }
 
 // busyboxBundle makes an OCI bundle whose rootfs holds only Debian's static busybox, for runc.

@@ -1,0 +1,22 @@
+// Package testutil holds helpers that tests of several packages share.
+package testutil
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// StateRoot is a fresh state root for sandboxes, removed after the test. Unlike a bare t.TempDir, its
+// parents are searchable: the root of a sandbox's user namespace (an unprivileged host uid) reaches the
+// sandbox's root file system below it by path.
+func StateRoot(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}

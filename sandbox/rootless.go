@@ -1,0 +1,548 @@
+package sandbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// Without root, sbx builds the same sandbox from what the kernel gives an ordinary user: a user
+// namespace whose root is the caller (one id mapped: the command runs as root inside, the caller on the
+// host, with no capability), mounts made inside that namespace, no cgroup (limits by rlimits), and the
+// state below $XDG_RUNTIME_DIR/sbx.
+//
+// The root file system cannot be one overlay of the host's / there: the mounts below / are locked in
+// a user namespace, and the kernel refuses an overlay (or a non-recursive bind) whose lower layer has
+// locked mounts below it. So the sandbox's / is a directory of the run, holding the top level of the
+// host's / (its symlinks, and empty directories as mount points), and each top-level directory is an
+// overlay of its own (lower: the host's directory; upper and work dirs: in the run dir, with overlay's
+// user.* xattrs), or a read-only recursive bind when mounts lie below it. Hidden paths are whiteouts and
+// opaque directories in the uppers, written by sbx before the mounts, as with root.
+
+// Rootless says whether sbx runs without root, and builds sandboxes the rootless way.
+func Rootless() bool { return os.Geteuid() != 0 }
+
+// DefaultStateRootFor is where sbx keeps the state of its runs for the user it runs as: DefaultStateRoot
+// for root; else $XDG_RUNTIME_DIR/sbx (cleared at logout), or ~/.local/state/sbx.
+func DefaultStateRootFor() string {
+	if !Rootless() {
+		return DefaultStateRoot
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "sbx")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "sbx")
+	}
+	return filepath.Join(os.TempDir(), "sbx-"+strconv.Itoa(os.Geteuid()))
+}
+
+// rootlessIDMap maps the caller as the namespace's root, which is also the command's user.
+func rootlessIDMap() IDMap {
+	uid, gid := os.Geteuid(), os.Getegid()
+	return IDMap{RootUID: uid, RootGID: gid, HostUID: uid, HostGID: gid}
+}
+
+// topLayer is one top-level entry of the host's / in a rootless sandbox.
+type topLayer struct {
+	name    string // "usr"
+	overlay bool   // an overlay; else a read-only recursive bind
+	hidden  bool   // an overlay of an empty directory instead (the root of an overlay cannot be opaque)
+}
+
+// kernelDirs are mounted by libcontainer itself.
+var kernelDirs = []string{"proc", "sys", "dev"}
+
+// buildRootless lays out the sandbox's / in the run dir: the host's top-level symlinks and files as they
+// are, a mount point, an upper and a work dir for every top-level directory, hidden paths written into
+// the uppers.
+func (r *rootfs) buildRootless(hidden []string, cwd string) error {
+	for _, d := range []string{r.root.merged, r.root.Upper, r.root.work, r.empty()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	entries, err := os.ReadDir("/")
+	if err != nil {
+		return err
+	}
+	locked, err := mountsBelowTop()
+	if err != nil {
+		return err
+	}
+	r.top = []topLayer{}
+	for _, e := range entries {
+		if err := r.topEntry(e, locked); err != nil {
+			return fmt.Errorf("preparing /%s: %w", e.Name(), err)
+		}
+	}
+	for _, h := range hidden {
+		if err := r.hideRootless(h, cwd); err != nil {
+			return fmt.Errorf("hiding %s: %w", h, err)
+		}
+	}
+	return r.cwdRootless(cwd, locked)
+}
+
+// cwdRootless gives the working directory an overlay of its own when its top-level directory has none
+// (a read-only bind, or hidden): the command works in it as in the caller's, its writes stay in the
+// sandbox.
+func (r *rootfs) cwdRootless(cwd string, locked map[string]bool) error {
+	name := strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
+	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
+	if cwd == "/" || i < 0 || (r.top[i].overlay && !r.top[i].hidden) {
+		return nil
+	}
+	if below, err := mountsBelow(cwd); err != nil || below {
+		return fmt.Errorf("%w: the working directory %s has mounts below it, which a user namespace locks (%v)", ErrRootless, cwd, err)
+	}
+	r.cwd = &overlay{At: cwd, Lower: cwd, Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd")}
+	for _, d := range []string{r.cwd.Upper, r.cwd.work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", cwd, r.cwd.Upper, r.cwd.work)
+	r.hideMounts = append(r.hideMounts, specs.Mount{Destination: cwd, Type: "overlay", Source: "overlay",
+		Options: []string{"nosuid", "nodev", opts}})
+	return sameMode(r.cwd.Upper, cwd)
+}
+
+// mountsBelow tells whether anything is mounted at or below dir.
+func mountsBelow(dir string) (bool, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] != "/" && within(f[4], dir) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// hideRootless hides path: in its overlay's upper, or, below a read-only bind, under a mount.
+func (r *rootfs) hideRootless(path, cwd string) error {
+	path = filepath.Clean(path)
+	name := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
+	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
+	if i >= 0 && r.top[i].overlay && (path != "/"+name || within(cwd, path)) {
+		return hide(r.root.Upper, path, cwd, false) // rootless: the working directory shows through this overlay
+	}
+	if i >= 0 && path == "/"+name {
+		r.top[i].hidden = true
+		return r.layerDirs(name)
+	}
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) || i < 0 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m := specs.Mount{Destination: path, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "size=1m", "mode=0755"}}
+	if !st.IsDir() {
+		m = specs.Mount{Destination: path, Type: "bind", Source: os.DevNull, Options: []string{"bind", "ro"}}
+	}
+	r.hideMounts = append(r.hideMounts, m)
+	return nil
+}
+
+// topEntry prepares one entry of the host's /.
+func (r *rootfs) topEntry(e os.DirEntry, locked map[string]bool) error {
+	name := e.Name()
+	dst := filepath.Join(r.root.merged, name)
+	switch {
+	case e.Type()&os.ModeSymlink != 0:
+		target, err := os.Readlink("/" + name)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	case !e.IsDir():
+		return nil // a file at the top level (rare): left out
+	case slices.Contains(kernelDirs, name):
+		return os.Mkdir(dst, 0o755)
+	}
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return err
+	}
+	layer := topLayer{name: name, overlay: !locked[name]}
+	if layer.overlay {
+		if err := r.layerDirs(name); err != nil {
+			return err
+		}
+	}
+	r.top = append(r.top, layer)
+	return nil
+}
+
+// layerDirs makes the upper and work dirs of the top-level directory name, the upper with its mode.
+func (r *rootfs) layerDirs(name string) error {
+	for _, d := range []string{filepath.Join(r.root.Upper, name), filepath.Join(r.root.work, name)} {
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	return sameMode(filepath.Join(r.root.Upper, name), "/"+name)
+}
+
+// empty is the empty lower layer of hidden top-level directories.
+func (r *rootfs) empty() string { return filepath.Join(r.runDir, "empty") }
+
+// sameMode gives dir the mode of like (its owner stays: an ordinary user cannot give it away).
+func sameMode(dir, like string) error {
+	st, err := os.Stat(like)
+	if err != nil {
+		return err
+	}
+	return os.Chmod(dir, st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetgid))
+}
+
+// mountsBelowTop lists the top-level directories of / with a mount at or below them: their overlay
+// would be refused in a user namespace.
+func mountsBelowTop() (map[string]bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || fields[4] == "/" {
+			continue
+		}
+		top := strings.SplitN(strings.TrimPrefix(fields[4], "/"), "/", 2)
+		// A mount of the top-level directory itself has nothing below it unless another line says so.
+		if len(top) == 2 {
+			out[top[0]] = true
+		}
+	}
+	return out, sc.Err()
+}
+
+// rootlessMounts are the sandbox's top-level mounts, before libcontainer's own.
+func (r *rootfs) rootlessMounts() []specs.Mount {
+	var ms []specs.Mount
+	for _, l := range r.top {
+		dst, src := "/"+l.name, "/"+l.name
+		if l.hidden {
+			src = r.empty()
+		} else if !l.overlay {
+			ms = append(ms, specs.Mount{Destination: dst, Type: "bind", Source: src,
+				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+			continue
+		}
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", src,
+			filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name))
+		ms = append(ms, specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
+			Options: []string{"nosuid", "nodev", opts}})
+	}
+	return append(ms, r.hideMounts...)
+}
+
+// rootlessOverlays are the rootless sandbox's writable layers: the top-level overlays, and its / itself
+// (a directory of the run, where a command may create top-level entries).
+func (r *rootfs) rootlessOverlays() []*overlay {
+	out := []*overlay{{At: "/", Upper: r.root.merged}}
+	for _, l := range r.top {
+		switch {
+		case l.hidden:
+			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: r.empty()})
+		case l.overlay:
+			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: "/" + l.name})
+		}
+	}
+	if r.cwd != nil {
+		out = append(out, r.cwd)
+	}
+	return out
+}
+
+// rootlessSpec turns a sandbox's spec into a rootless one: the top-level mounts first, no cgroup
+// limits (an ordinary user has no cgroup of its own here; limits.enforced says what holds instead).
+func rootlessSpec(s *specs.Spec, top []specs.Mount) {
+	s.Mounts = append(top, s.Mounts...)
+	s.Linux.Resources = nil
+	s.Linux.CgroupsPath = ""
+}
+
+// Enforcement is one limit of the plan and what holds it in this sandbox.
+type Enforcement struct{ Limit, By string }
+
+// Enforced says how each limit the plan sets is held: by the cgroup and the layer's tmpfs as root, by
+// rlimits (or nothing) without root.
+func (s *Sandbox) Enforced() []Enforcement {
+	l := s.cfg.Plan.Limits
+	by := map[string]string{"memory": "cgroup", "pids": "cgroup", "cpu": "cgroup", "disk": "tmpfs size"}
+	if Rootless() {
+		by = map[string]string{"memory": "none", "pids": "RLIMIT_NPROC per uid", "cpu": "none", "disk": "RLIMIT_FSIZE per file"}
+	}
+	out := []Enforcement{{"disk", by["disk"]}, {"nofile", "RLIMIT_NOFILE"}}
+	for _, x := range []struct {
+		limit string
+		set   bool
+	}{{"memory", l.MemoryBytes > 0}, {"pids", l.Pids > 0}, {"cpu", l.CPUs > 0}} {
+		if x.set {
+			out = append(out, Enforcement{x.limit, by[x.limit]})
+		}
+	}
+	return out
+}
+
+// rlimitsWithoutCgroup are the rlimits that stand in for cgroup limits in a rootless sandbox: file size
+// for disk. Memory has none: RLIMIT_AS counts address space, which Go and other runtimes reserve far
+// beyond what they use (libcontainer's own init fails under 1 GiB).
+func rlimitsWithoutCgroup(disk int64) []specs.POSIXRlimit {
+	d := uint64(disk)
+	return []specs.POSIXRlimit{{Type: "RLIMIT_FSIZE", Hard: d, Soft: d}}
+}
+
+// nsPids lists the host pids of the processes in pid 1's pid namespace, for a sandbox without a cgroup:
+// every process whose pid namespace is init's.
+func nsPids(initPid int) ([]int, error) {
+	pids, _, err := nsScan(initPid)
+	return pids, err
+}
+
+// nsScan is nsPids, and says whether a process listed in /proc vanished before its namespace could be
+// read: /proc is listed first and each entry read after, so a process that forks a successor and exits
+// in between hides the successor from this scan (it was made after the listing).
+func nsScan(initPid int) (pids []int, vanished bool, err error) {
+	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", initPid))
+	if err != nil {
+		return nil, false, err
+	}
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false, err
+	}
+	for _, e := range dir {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid")
+		switch {
+		case err == nil && ns == want:
+			pids = append(pids, pid)
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH):
+			vanished = true
+		}
+	}
+	return pids, vanished, nil
+}
+
+// opaqueXattr marks an opaque directory in an upper layer: overlay mounted in a user namespace reads
+// user.overlay.* (its userxattr option), the host's overlay trusted.overlay.*.
+func opaqueXattr() string {
+	if Rootless() {
+		return "user.overlay.opaque"
+	}
+	return "trusted.overlay.opaque"
+}
+
+// ignoreUnprivileged drops what the kernel refuses an ordinary user (a chown to a host owner): the
+// sandbox's copy keeps the caller as its owner.
+func ignoreUnprivileged(err error) error {
+	if Rootless() && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL)) {
+		return nil
+	}
+	return err
+}
+
+// ErrRootless is matched by errors about what sbx cannot do without root.
+var ErrRootless = errors.New("not available without root")
+
+// ErrNoCgroup is matched by the refusal of a profile that requires cgroup limits where sbx has none.
+var ErrNoCgroup = errors.New("the profile requires cgroup limits (limits.require: cgroup), and sbx has no cgroup without root here")
+
+// checkRootless refuses what a rootless sandbox cannot give, before anything is built.
+func (cfg Config) checkRootless() error {
+	if cfg.Plan.Limits.RequireCgroup {
+		return fmt.Errorf("%w: %w", ErrSetup, ErrNoCgroup)
+	}
+	if cfg.Plan.Network.Mode == policy.NetContract {
+		return fmt.Errorf("%w: %w: the network contract (network mode %s)", ErrSetup, ErrRootless, cfg.Plan.Network.Mode)
+	}
+	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
+		return fmt.Errorf("%w: %w: user namespaces: %w", ErrSetup, ErrRootless, err)
+	}
+	return nil
+}
+
+// rootlessNotes say how a rootless sandbox differs from root's, for the report.
+func (s *Sandbox) rootlessNotes() []string {
+	l := s.cfg.Plan.Limits
+	notes := []string{fmt.Sprintf("rootless: the command runs as root inside its user namespace, uid %d on the host, without capabilities", s.ids.HostUID),
+		"rootless: no cgroup here; the sandbox's processes are those of its pid namespace"}
+	held := []string{"disk as the size of each file (RLIMIT_FSIZE)"}
+	if l.Pids > 0 {
+		held = append(held, "pids by RLIMIT_NPROC of the caller's uid")
+	}
+	held = append(held, "timeout by sbx")
+	notes = append(notes, "rootless limits: "+strings.Join(held, ", ")+"; memory and cpu are not limited")
+	return notes
+}
+
+// rootlessRlimits stand in for the cgroup limits: address space for memory, file size for disk, and
+// processes of the caller's uid for pids (counted from the caller's processes now, since the limit is
+// per uid, host-wide).
+func (s *Sandbox) rootlessRlimits() []specs.POSIXRlimit {
+	l := s.cfg.Plan.Limits
+	disk := l.DiskBytes
+	if disk <= 0 {
+		disk = DefaultDiskBytes
+	}
+	out := rlimitsWithoutCgroup(disk)
+	if l.Pids > 0 {
+		n := uint64(l.Pids) + uint64(processesOf(os.Getuid()))
+		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
+	}
+	return out
+}
+
+// processesOf counts the processes of uid.
+func processesOf(uid int) int {
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range dir {
+		var st unix.Stat_t
+		if _, err := strconv.Atoi(e.Name()); err == nil && unix.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+			n++
+		}
+	}
+	return n
+}
+
+// openWorkDirs gives the caller back the work dirs overlay leaves with mode 0 in a rootless run dir,
+// each reached below the run dir's handle without following a link.
+func openWorkDirs(dir string) {
+	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(root)
+	for _, pattern := range []string{"layer/work/*/work", "layer/work-cwd/work"} {
+		matches, _ := filepath.Glob(filepath.Join(dir, pattern))
+		for _, m := range matches {
+			if rel, err := filepath.Rel(dir, m); err == nil {
+				openUp(root, rel, 0o700)
+			}
+		}
+	}
+}
+
+// openForRemoval gives the caller back every directory below dir (u+rwx), so that an ordinary user can
+// remove the run dir whatever modes the command left on the directories it made. Like openUnreadable,
+// every directory is reached below dir's handle without following a link, and changed through its own.
+func openForRemoval(dir string) {
+	openBelow(dir, 0o700, true)
+}
+
+// NetDiag returns a sock_diag socket of the sandbox's network namespace, for an sbx that may not enter
+// it (without root): a copy of the one the supervisor made. The caller closes it.
+func (s *Sandbox) NetDiag() (int, error) {
+	if s.diagFD < 0 {
+		return -1, fmt.Errorf("the sandbox's init has no sock_diag socket")
+	}
+	pidfd, err := unix.PidfdOpen(s.initPid, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening the sandbox's init: %w", err)
+	}
+	defer unix.Close(pidfd)
+	fd, err := unix.PidfdGetfd(pidfd, s.diagFD, 0)
+	if err != nil {
+		return -1, fmt.Errorf("copying the sandbox's sock_diag socket: %w", err)
+	}
+	unix.CloseOnExec(fd)
+	return fd, nil
+}
+
+// maxOpenDirs bounds how many directories openUnreadable looks at.
+const maxOpenDirs = 1 << 17
+
+// openUnreadable adds read and search permission for their owner (the caller, without root) to the
+// directories below upper that lack it, so that observation can walk what the command wrote. The
+// command may still run and swap names for links: every directory is opened below upper's handle
+// without following any link, and changed through its handle. Modes are not in the report.
+func openUnreadable(upper string) {
+	openBelow(upper, 0o500, false)
+}
+
+// openBelow walks the directories below top through a handle of it (openat2 RESOLVE_IN_ROOT, no link
+// followed, no other file system), adding perm for their owner: to every directory (always), or to
+// those it cannot open. It looks at maxOpenDirs directories at most.
+func openBelow(top string, perm uint32, always bool) {
+	root, err := unix.Open(top, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(root)
+	budget := maxOpenDirs
+	openDirsBelow(root, ".", &budget, perm, always)
+}
+
+func openDirsBelow(root int, rel string, budget *int, perm uint32, always bool) {
+	if *budget <= 0 {
+		return
+	}
+	*budget--
+	if always {
+		openUp(root, rel, perm)
+	}
+	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
+	fd, err := unix.Openat2(root, rel, how)
+	if errors.Is(err, unix.EACCES) && !always && openUp(root, rel, perm) {
+		fd, err = unix.Openat2(root, rel, how)
+	}
+	if err != nil {
+		return
+	}
+	dir := os.NewFile(uintptr(fd), rel)
+	entries, _ := dir.ReadDir(-1)
+	dir.Close()
+	for _, e := range entries {
+		if e.IsDir() {
+			openDirsBelow(root, filepath.Join(rel, e.Name()), budget, perm, always)
+		}
+	}
+}
+
+// openUp adds perm for its owner to the directory rel below root, reached without following links,
+// when it lacks any of it and belongs to the caller.
+func openUp(root int, rel string, perm uint32) bool {
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
+	fd, err := unix.Openat2(root, rel, how)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || int(st.Uid) != os.Geteuid() {
+		return false
+	}
+	if st.Mode&perm == perm {
+		return true
+	}
+	// An O_PATH handle cannot be fchmod'ed; its /proc/self/fd link names exactly that directory.
+	return unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), st.Mode&0o7777|perm) == nil
+}

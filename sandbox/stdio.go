@@ -1,0 +1,246 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// The command reopens its stdio by name more often than one would think: echo x > /dev/stderr, tee
+// /dev/stdout, open('/dev/stdout', 'w'), /proc/self/fd/N. The kernel lets it only when its uid may open
+// the file behind the fd: a pipe belongs to its creator with mode 0600, so root's pipes (sbx run by a CI
+// job, an agent host, the MCP server, libcontainer's own copy pipes) are closed to the command, and so is
+// a file it may not write. Such stdio is replaced by pipes that belong to the command's user and that sbx
+// relays, with splice where both ends allow it; stdout and stderr that are one file on the caller's side
+// share one pipe, so that their order holds.
+
+// The command's stdio reach it as the supervisor's extra files 4-6, not as libcontainer's stdio: its
+// init changes the owner of its stdio to its own user (fixStdioPermissions), which would take the relay
+// pipes from the command, and chown a caller's file or terminal to the sandbox's root.
+
+// relays are the pipes sbx relays between the caller's stdio and the command's.
+type relays struct {
+	child []*os.File     // the command's ends, closed in sbx once the sandbox holds them
+	out   sync.WaitGroup // output relays; done when every writer inside has closed its end
+	in    []*os.File     // sbx's write ends of input relays, closed at teardown
+}
+
+// stdio returns the command's stdin, stdout and stderr: the caller's where the command may reopen them,
+// else relayed pipes of the command's user (which read nothing and discard everything where the caller
+// gave nothing).
+func (s *Sandbox) stdio() ([]*os.File, error) {
+	cmd, r := s.cfg.Command, &s.relays
+	in, err := r.input(cmd.Stdin, s.ids)
+	if err != nil {
+		return nil, err
+	}
+	out, err := r.output(cmd.Stdout, s.ids)
+	if err != nil {
+		return nil, err
+	}
+	errw := out
+	if !sameTarget(cmd.Stdout, cmd.Stderr) {
+		if errw, err = r.output(cmd.Stderr, s.ids); err != nil {
+			return nil, err
+		}
+	}
+	return []*os.File{in, out, errw}, nil
+}
+
+// eof is an input that ends at once.
+type eof struct{}
+
+func (eof) Read([]byte) (int, error) { return 0, io.EOF }
+
+// input gives the command a pipe that sbx fills from r, unless the command may reopen r itself.
+func (r *relays) input(src io.Reader, ids IDMap) (*os.File, error) {
+	if src == nil {
+		src = eof{}
+	}
+	if f, ok := src.(*os.File); ok && reopenable(f, ids, 0o4) {
+		return f, nil
+	}
+	pr, pw, err := r.pipe(ids)
+	if err != nil {
+		return nil, err
+	}
+	r.child = append(r.child, pr)
+	r.in = append(r.in, pw)
+	go func() {
+		io.Copy(pw, src)
+		pw.Close()
+	}()
+	return pr, nil
+}
+
+// output gives the command a pipe that sbx empties into w, unless the command may reopen w itself.
+func (r *relays) output(dst io.Writer, ids IDMap) (*os.File, error) {
+	if dst == nil {
+		dst = io.Discard
+	}
+	if f, ok := dst.(*os.File); ok && reopenable(f, ids, 0o2) {
+		return f, nil
+	}
+	pr, pw, err := r.pipe(ids)
+	if err != nil {
+		return nil, err
+	}
+	r.child = append(r.child, pw)
+	r.out.Add(1)
+	go func() {
+		defer r.out.Done()
+		defer pr.Close()
+		relay(dst, pr)
+	}()
+	return pw, nil
+}
+
+// pipe makes a pipe that belongs to the command's user.
+func (r *relays) pipe(ids IDMap) (*os.File, *os.File, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("making the command's stdio: %w", err)
+	}
+	// Both ends share one inode: its owner is whom the kernel lets reopen it.
+	if err := pr.Chown(ids.HostUID, ids.HostGID); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, nil, fmt.Errorf("making the command's stdio: %w", err)
+	}
+	return pr, pw, nil
+}
+
+// started closes sbx's copies of the command's ends, so that the relays see EOF when the sandbox's
+// writers are gone.
+func (r *relays) started() {
+	for _, f := range r.child {
+		f.Close()
+	}
+	r.child = nil
+}
+
+// close ends the relays: input ones at once, output ones once they have passed on everything (the
+// sandbox is dead by then, so every writer has closed its end).
+func (r *relays) close() {
+	r.started()
+	for _, f := range r.in {
+		f.Close()
+	}
+	r.in = nil
+	r.out.Wait()
+}
+
+// relay copies src into dst until EOF: with splice into a file or pipe, else through a buffer.
+func relay(dst io.Writer, src *os.File) {
+	if f, ok := dst.(*os.File); ok {
+		if err := spliceAll(f, src); !errors.Is(err, unix.EINVAL) {
+			return
+		}
+	}
+	io.Copy(dst, src)
+}
+
+// spliceAll moves src (a pipe) into dst without copying through user space. EINVAL means dst does not
+// take splice (an O_APPEND file, say) and nothing was moved.
+func spliceAll(dst, src *os.File) error {
+	rc, err := src.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	rerr := rc.Read(func(sfd uintptr) bool {
+		for {
+			n, err := unix.Splice(int(sfd), nil, int(dst.Fd()), nil, 1<<20, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				if !waitWritable(int(dst.Fd())) {
+					return false // src is empty: let the poller wait for it
+				}
+				continue
+			case err != nil:
+				serr = err
+				return true
+			case n == 0:
+				return true // EOF: every writer closed its end
+			}
+		}
+	})
+	if serr != nil {
+		return serr
+	}
+	return rerr
+}
+
+// waitWritable tells whether fd can take data now; when it cannot, it waits until it can and says so.
+// It returns false when fd is writable already (the EAGAIN came from an empty source).
+func waitWritable(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	if n, _ := unix.Poll(fds, 0); n > 0 {
+		return false
+	}
+	unix.Poll(fds, -1)
+	return true
+}
+
+// reopenable tells whether the command may open the file behind f again (perm 0o4 read, 0o2 write).
+// Landlock decides by path, and a host file's path is outside every rule of the sandbox: only anonymous
+// pipes of the command's user (pipefs has no path) qualify, and sockets and terminals pass as they are
+// (a socket cannot be reopened at all; relaying a terminal would hide it from isatty).
+func reopenable(f *os.File, ids IDMap, perm uint32) bool {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return false
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFSOCK:
+		return true
+	case unix.S_IFCHR:
+		return !isDevNull(&st)
+	case unix.S_IFIFO:
+		var fs unix.Statfs_t
+		if unix.Fstatfs(int(f.Fd()), &fs) != nil || fs.Type != unix.PIPEFS_MAGIC {
+			return false
+		}
+	default:
+		return false
+	}
+	switch {
+	case int(st.Uid) == ids.HostUID:
+		return st.Mode>>6&perm != 0
+	case int(st.Gid) == ids.HostGID:
+		return st.Mode>>3&perm != 0
+	}
+	return st.Mode&perm != 0
+}
+
+// isDevNull tells whether st is /dev/null (1:3).
+func isDevNull(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == 1 && unix.Minor(st.Rdev) == 3
+}
+
+// sameTarget tells whether two writers are one: the same value, or files on the same inode.
+func sameTarget(a, b io.Writer) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	if ta := reflect.TypeOf(a); ta == reflect.TypeOf(b) && ta.Comparable() && a == b {
+		return true
+	}
+	fa, oka := a.(*os.File)
+	fb, okb := b.(*os.File)
+	if !oka || !okb {
+		return false
+	}
+	var sa, sb unix.Stat_t
+	if unix.Fstat(int(fa.Fd()), &sa) != nil || unix.Fstat(int(fb.Fd()), &sb) != nil {
+		return false
+	}
+	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
