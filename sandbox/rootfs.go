@@ -62,8 +62,10 @@ func (o *overlay) mount() error {
 		if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
 			return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 		}
-	} else if err := sameOwner(o.Upper, o.Lower); err != nil {
-		// The merged root directory is the upper one: it belongs to whom the idmapping shows.
+	}
+	// The merged root directory is the upper one: it gets the lower's owner and mode (as the idmapping
+	// shows them, when there is one), or a working directory of the command's own user would be root's.
+	if err := sameOwner(o.Upper, o.Lower); err != nil {
 		return fmt.Errorf("preparing the writable layer of %s: %w", o.At, err)
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile,metacopy=on", o.Lower, o.Upper, o.work)
