@@ -150,20 +150,34 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 // rest of the teardown in the background.
 func (p *Pool) finish(sb *sandbox.Sandbox) error {
 	sb.Stop()
+	if !p.teardownLater(sb) {
+		return sb.Destroy() // the pool is closing, or too many teardowns run in the background already
+	}
+	return nil
+}
+
+// teardownLater destroys sb in the background if the pool is open and a slot is free, and says so. The
+// WaitGroup is added to under mu, so that Close, which sets closed under mu first, waits for it.
+func (p *Pool) teardownLater(sb *sandbox.Sandbox) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
 	select {
 	case p.teardowns <- struct{}{}:
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			defer func() { <-p.teardowns }()
-			if err := sb.Destroy(); err != nil {
-				p.onError(fmt.Errorf("warm pool: tearing down sandbox %s: %w", sb.ID, err))
-			}
-		}()
-		return nil
 	default:
-		return sb.Destroy() // too many in the background already
+		return false
 	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() { <-p.teardowns }()
+		if err := sb.Destroy(); err != nil {
+			p.onError(fmt.Errorf("warm pool: tearing down sandbox %s: %w", sb.ID, err))
+		}
+	}()
+	return true
 }
 
 // background destroys sb without waiting (Close does).

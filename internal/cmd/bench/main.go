@@ -33,7 +33,15 @@ func main() {
 	n := flag.Int("n", 40, "iterations per contender")
 	rssOnly := flag.Bool("rss", false, "only the peak-memory floods")
 	rounds := flag.Int("rounds", 8, "rounds of runs started at once")
+	burstsOnly := flag.Bool("bursts", false, "only the rounds of runs started at once")
 	flag.Parse()
+	if *burstsOnly {
+		if err := onlyBursts(*sbx, *rounds); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *rssOnly {
 		sbxAbs, _ := filepath.Abs(*sbx)
 		if err := reportRSS(sbxAbs, os.TempDir()); err != nil {
@@ -192,6 +200,23 @@ func report(cs []*contender, n int) {
 			fmt.Printf("recording refused syscalls and writes (seccomp notify) adds %.1f ms to %s\n", median(c.ms)-median(c.off.ms), c.name)
 		}
 	}
+}
+
+// onlyBursts runs benchBursts alone, with a runc bundle of its own.
+func onlyBursts(sbx string, rounds int) error {
+	sbx, _ = filepath.Abs(sbx)
+	dir, err := os.MkdirTemp("", "sbx-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bundle, err := busyboxBundle(dir)
+	if err != nil {
+		return err
+	}
+	return benchBursts(sbx, dir, func(i int) []string {
+		return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
+	}, rounds)
 }
 
 // targets prints the ratios issue 15 sets: warm ≤ 1.0× bwrap, cold ≤ 1.0× runc.

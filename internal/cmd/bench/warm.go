@@ -140,8 +140,7 @@ func benchBursts(sbx, dir string, runcArgv func(i int) []string, rounds int) err
 	}
 	for i := -1; i < rounds; i++ { // one warm-up round
 		for _, b := range bs {
-			time.Sleep(b.pause)
-			d, err := timeBurst(b.run)
+			d, err := retried(b)
 			if err != nil {
 				return fmt.Errorf("%s: %w", b.name, err)
 			}
@@ -159,4 +158,18 @@ func benchBursts(sbx, dir string, runcArgv func(i int) []string, rounds int) err
 	}
 	fmt.Printf("peak RSS of the sbx mcp server (pool of %d): %.1f MB\n", parallelRuns, float64(srv.peakRSS())/(1<<20))
 	return nil
+}
+
+// retried times a burst, again up to twice when a run failed: other work on the machine makes
+// bwrap fail now and then (a mount below / vanishes while it binds / recursively).
+func retried(b *burst) (float64, error) {
+	var err error
+	for range 3 {
+		time.Sleep(b.pause)
+		var d float64
+		if d, err = timeBurst(b.run); err == nil {
+			return d, nil
+		}
+	}
+	return 0, err
 }
