@@ -35,13 +35,7 @@ func main() {
 	rounds := flag.Int("rounds", 8, "rounds of runs started at once")
 	burstsOnly := flag.Bool("bursts", false, "only the rounds of runs started at once")
 	flag.Parse()
-	if *burstsOnly {
-		if err := onlyBursts(*sbx, *rounds); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
-		}
-		return
-	}
+
 	if *rssOnly {
 		sbxAbs, _ := filepath.Abs(*sbx)
 		if err := reportRSS(sbxAbs, os.TempDir()); err != nil {
@@ -50,13 +44,13 @@ func main() {
 		}
 		return
 	}
-	if err := benchmark(*sbx, *n, *rounds); err != nil {
+	if err := benchmark(*sbx, *n, *rounds, *burstsOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func benchmark(sbx string, n, rounds int) error {
+func benchmark(sbx string, n, rounds int, burstsOnly bool) error {
 	sbx, _ = filepath.Abs(sbx)
 	dir, err := os.MkdirTemp("", "sbx-bench-")
 	if err != nil {
@@ -66,6 +60,12 @@ func benchmark(sbx string, n, rounds int) error {
 	bundle, err := busyboxBundle(dir)
 	if err != nil {
 		return err
+	}
+	runc := func(i int) []string {
+		return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
+	}
+	if burstsOnly {
+		return benchBursts(sbx, dir, runc, rounds)
 	}
 	// runc again with the bundle sbx spec writes for the default profile: the same seccomp filter,
 	// namespaces, masked paths and limits as sbx's sandbox, on the busybox rootfs.
@@ -96,9 +96,7 @@ func benchmark(sbx string, n, rounds int) error {
 		}},
 		{name: "sbx exec, tree of 10", dir: small, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
 		{name: "sbx exec, tree of 50,000", dir: big, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
-		{name: "runc run (busybox)", argv: func(i int) []string {
-			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
-		}},
+		{name: "runc run (busybox)", argv: runc},
 		{name: "runc run (sbx spec default)", argv: func(i int) []string {
 			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", sameBundle, fmt.Sprintf("sbx-bench-same-%d", i)}
 		}},
@@ -163,7 +161,6 @@ func benchmark(sbx string, n, rounds int) error {
 	report(cs, n)
 	targets(cs)
 	fmt.Printf("peak RSS of the sbx mcp server (pool of 2): %.1f MB\n", float64(srv.peakRSS())/(1<<20))
-	runc := cs[slices.IndexFunc(cs, func(c *contender) bool { return c.name == "runc run (busybox)" })].argv
 	if err := benchBursts(sbx, dir, runc, rounds); err != nil {
 		return err
 	}
@@ -200,23 +197,6 @@ func report(cs []*contender, n int) {
 			fmt.Printf("recording refused syscalls and writes (seccomp notify) adds %.1f ms to %s\n", median(c.ms)-median(c.off.ms), c.name)
 		}
 	}
-}
-
-// onlyBursts runs benchBursts alone, with a runc bundle of its own.
-func onlyBursts(sbx string, rounds int) error {
-	sbx, _ = filepath.Abs(sbx)
-	dir, err := os.MkdirTemp("", "sbx-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	bundle, err := busyboxBundle(dir)
-	if err != nil {
-		return err
-	}
-	return benchBursts(sbx, dir, func(i int) []string {
-		return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
-	}, rounds)
 }
 
 // targets prints the ratios issue 15 sets: warm ≤ 1.0× bwrap, cold ≤ 1.0× runc.
