@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -22,7 +23,7 @@ import (
 // Every run still gets a fresh sandbox: a pooled one serves exactly one run and is then destroyed, as a
 // cold one is. The run's result is returned once the sandbox is dead and its output passed on; the rest
 // of the teardown (unmounts, cgroups, network) goes on in the background, a bounded number at a time,
-// and Close waits for it. Idle sandboxes hold no CPU (their supervisor waits on a read); those of a dead
+// and Close waits for it. The pool refills after a run, not during it, a few sandboxes at a time. Idle sandboxes hold no CPU (their supervisor waits on a read); those of a dead
 // server are removed by `sbx gc` like any dead run's.
 //
 // The pool warms the key of the last run it was asked for: a run with another plan or working directory
@@ -98,13 +99,14 @@ func (p *Pool) claim(o Options) *sandbox.Sandbox {
 	}
 	p.retarget(key, o.Plan, o.Cwd)
 	p.failed = false
-	var sb *sandbox.Sandbox
-	if n := len(p.idle); n > 0 {
-		sb, p.idle = p.idle[0], p.idle[1:]
-		p.served.Add(1)
+	if len(p.idle) == 0 {
+		p.fill()
+		return nil
 	}
-	p.fill()
-	return sb
+	sb := p.idle[0]
+	p.idle = p.idle[1:]
+	p.served.Add(1)
+	return sb // the pool refills once the run is over (finish), not while it runs
 }
 
 // retarget switches the pool to key, destroying what it keeps for another. Called with mu held.
@@ -119,9 +121,14 @@ func (p *Pool) retarget(key string, plan *policy.Plan, cwd string) {
 	p.fill()
 }
 
-// fill starts building sandboxes until the pool holds size of them. Called with mu held.
+// maxBuilds bounds the sandboxes built at once: builds are CPU-bound, and runs in progress should not
+// wait behind a refill of the whole pool.
+var maxBuilds = max(runtime.NumCPU()/2, 1)
+
+// fill starts building sandboxes until the pool holds size of them, maxBuilds at a time. Called with mu
+// held.
 func (p *Pool) fill() {
-	for !p.closed && !p.failed && p.plan != nil && len(p.idle)+p.building < p.size {
+	for !p.closed && !p.failed && p.plan != nil && len(p.idle)+p.building < p.size && p.building < maxBuilds {
 		p.building++
 		p.wg.Add(1)
 		go p.build(p.key, p.plan, p.cwd)
@@ -143,6 +150,7 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 		p.background(sb)
 	default:
 		p.idle = append(p.idle, sb)
+		p.fill()
 	}
 }
 
@@ -150,6 +158,9 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 // rest of the teardown in the background.
 func (p *Pool) finish(sb *sandbox.Sandbox) error {
 	sb.Stop()
+	p.mu.Lock()
+	p.fill()
+	p.mu.Unlock()
 	if !p.teardownLater(sb) {
 		return sb.Destroy() // the pool is closing, or too many teardowns run in the background already
 	}
