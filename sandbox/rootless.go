@@ -388,7 +388,7 @@ func (cfg Config) checkRootless() error {
 func (s *Sandbox) rootlessNotes() []string {
 	l := s.cfg.Plan.Limits
 	notes := []string{fmt.Sprintf("rootless: the command runs as root inside its user namespace, uid %d on the host, without capabilities", s.ids.HostUID),
-		"rootless: no cgroup here; the sandbox's processes are those of its pid namespace"}
+		"rootless: no cgroup here; the sandbox's processes are those of its pid namespace, stopped with SIGSTOP for the observation (no freezer: a left-running process shows state T)"}
 	held := []string{"disk as the size of each file (RLIMIT_FSIZE)"}
 	if l.Pids > 0 {
 		held = append(held, "pids by RLIMIT_NPROC of the caller's uid")
