@@ -62,9 +62,11 @@ demo: build
 	@./$(BIN) exec -- sh -c 'nohup sleep 300 >/dev/null 2>&1 & python3 -m http.server 8765 >/dev/null 2>&1 & exit 0'; \
 		echo "sbx exit status: $$? (100: violation)"
 
-# Whole runs side by side with runc and bwrap, then the after-snapshot with 20 sandbox processes, alone
-# and with 500 idle host processes present, then the network contract's setup alone, Compare over 400k
-# records, and a flood of a million DNS queries from a sandbox (peak RSS, observe time).
+# Whole runs side by side with runc and bwrap (and a warm sbx_run through sbx mcp, timed as its MCP
+# client), 20 runs at once (cold, through the warm pool, runc, bwrap), then the after-snapshot with 20
+# sandbox processes, alone and with 500 idle host processes present, then the network contract's setup
+# alone, Compare over 400k records, and a flood of a million DNS queries from a sandbox (peak RSS,
+# observe time).
 bench: build
 	$(GO) run -tags $(TAGS) ./internal/cmd/bench -sbx $(BIN)
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'Snapshot$$|SnapshotBusyHost' -benchtime 200x ./observe

@@ -76,6 +76,12 @@ type Config struct {
 	Env       []string
 	StateRoot string
 	Version   string
+	// Warm is how many sandboxes the server keeps built ahead for its default profile and working
+	// directory, or for those of its last run (runner.Pool); 0 = none, every run starts cold.
+	Warm int
+	// OnPoolError hears of warm-pool failures no report carries (a build or background teardown); nil =
+	// ignored (the run itself then starts cold, or gc removes what a teardown left).
+	OnPoolError func(error)
 	// Run replaces runner.Run, for tests.
 	Run RunFunc
 }
@@ -89,6 +95,7 @@ type Server struct {
 	reports  *store
 	slots    chan struct{}
 	ws       []workspace
+	pool     *runner.Pool // nil without Warm
 }
 
 // New checks the configuration (every profile must load) and returns a server with its tools.
@@ -106,7 +113,29 @@ func New(cfg Config) (*Server, error) {
 		Instructions: instructions,
 	})
 	s.addTools()
+	s.startPool()
 	return s, nil
+}
+
+// startPool starts the warm pool, unless there is none or tests replaced the run, and warms it for
+// the default profile and working directory.
+func (s *Server) startPool() {
+	if s.cfg.Run != nil {
+		return
+	}
+	if s.cfg.Warm <= 0 {
+		s.cfg.Run = runner.Run
+		return
+	}
+	s.pool = runner.NewPool(s.cfg.Warm, s.cfg.StateRoot, s.cfg.OnPoolError)
+	s.cfg.Run = s.pool.Run
+	cwd, _, err := resolveCwd(s.ws, s.cfg.Cwd, "")
+	if err != nil {
+		return
+	}
+	if plan, err := s.plan(RunInput{}, cwd); err == nil {
+		s.pool.Warm(plan, cwd)
+	}
 }
 
 const instructions = `sbx runs a command in a throwaway Linux sandbox and reports what it did and left behind: ` +
@@ -135,9 +164,6 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.Env == nil {
 		cfg.Env = os.Environ()
-	}
-	if cfg.Run == nil {
-		cfg.Run = runner.Run
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -190,8 +216,14 @@ func (s *Server) openWorkspaces() error {
 	return nil
 }
 
-// Close releases the workspaces' handles.
+// Close destroys the warm pool's sandboxes, waits for the teardowns still running in the background
+// and releases the workspaces' handles.
 func (s *Server) Close() {
+	if s.pool != nil {
+		if err := s.pool.Close(); err != nil && s.cfg.OnPoolError != nil {
+			s.cfg.OnPoolError(err)
+		}
+	}
 	closeWorkspaces(s.ws)
 	s.ws = nil
 }

@@ -68,6 +68,17 @@ type Options struct {
 // report's Incomplete, which policy.Compare makes a violation. When the command ran but the teardown
 // failed, Run returns the report together with the error.
 func Run(ctx context.Context, o Options) (*report.Report, error) {
+	create := func() (*sandbox.Sandbox, error) {
+		return sandbox.Create(sandbox.Config{Plan: o.Plan, StateRoot: o.StateRoot, Command: sandbox.Command{
+			Args: o.Args, Cwd: o.Cwd, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Terminal: o.Terminal,
+		}})
+	}
+	return runWith(ctx, o, create, (*sandbox.Sandbox).Destroy)
+}
+
+// runWith is Run with the sandbox from create (built now, or taken from a warm pool) and handed to
+// finish at the end (Destroy, or a pool's teardown).
+func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, error), finish func(*sandbox.Sandbox) error) (*report.Report, error) {
 	t0 := time.Now()
 	rep := report.New(o.Plan.Profile, o.Args)
 	changesDir, err := openChangesDir(o.Changes, o.Plan.Filesystem.Shares)
@@ -87,14 +98,17 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	case err != nil:
 		rep.MarkIncomplete("exec events", err)
 	}
-	sb, err := sandbox.Create(sandbox.Config{Plan: o.Plan, StateRoot: o.StateRoot, Command: sandbox.Command{
-		Args: o.Args, Cwd: o.Cwd, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Terminal: o.Terminal,
-	}})
+	sb, err := create()
 	if err != nil {
 		if events != nil {
 			events.Stop(nil)
 		}
 		return nil, err
+	}
+	if events != nil {
+		// A sandbox from a warm pool was forked before the stream started: name its init, whose
+		// descendants are the command's processes.
+		events.Track(sb.InitPid())
 	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
 	rep.Limits.Enforced = enforced(sb, o)
@@ -109,7 +123,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 		}
 	}
 	t3 := time.Now()
-	if derr := sb.Destroy(); derr != nil {
+	if derr := finish(sb); derr != nil {
 		err = errors.Join(err, fmt.Errorf("tearing down: %w", derr))
 	}
 	rep.Timings.Teardown = ms(time.Since(t3))

@@ -63,8 +63,10 @@ func (o *overlay) mount() error {
 		if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
 			return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 		}
-	} else if err := sameOwner(o.Upper, o.Lower); err != nil {
-		// The merged root directory is the upper one: it belongs to whom the idmapping shows.
+	}
+	// The merged root directory is the upper one: it gets the lower's owner and mode (as the idmapping
+	// shows them, when there is one), or a working directory of the command's own user would be root's.
+	if err := sameOwner(o.Upper, o.Lower); err != nil {
 		return fmt.Errorf("preparing the writable layer of %s: %w", o.At, err)
 	}
 	// xino=auto gives every file one inode number in both layers' ranges, so that a directory's inode from
@@ -135,7 +137,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		return err
 	}
 	for _, h := range hidden {
-		if err := hide(r.root.Upper, h, cwd, keep); err != nil {
+		if err := hide(r.root.Upper, h, cwd, keep, overlayCwd); err != nil {
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
@@ -187,8 +189,10 @@ func (r *rootfs) unmount() error {
 // on) and the working directory's own subtree stays whole, so that the command can work where it was
 // started and reach what was shared with it. A working directory that IS the hidden directory (cd /root,
 // cd /tmp) does not unhide it: the command starts in an empty directory, and seeing the contents takes
-// an explicit share (--ro/--rw).
-func hide(upper, path, cwd string, keep []string) error {
+// an explicit share (--ro/--rw). When the working directory gets an overlay of its own (ownCwd), it
+// needs no way down here: mountCwd creates the way and its mount point, so a hidden directory with no
+// share below is one opaque directory (O(1)) instead of a whiteout for every entry beside the way.
+func hide(upper, path, cwd string, keep []string, ownCwd bool) error {
 	path = filepath.Clean(path)
 	st, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -205,7 +209,10 @@ func hide(upper, path, cwd string, keep []string) error {
 		return whiteout(target)
 	}
 	var below []string
-	for _, k := range append([]string{cwd}, keep...) {
+	if !ownCwd {
+		keep = append([]string{cwd}, keep...)
+	}
+	for _, k := range keep {
 		if k = filepath.Clean(k); k != path && within(k, path) {
 			below = append(below, k)
 		}
@@ -263,6 +270,16 @@ func hideAround(upper, dir string, keep []string) error {
 		}
 	}
 	return nil
+}
+
+// belowHidden reports whether path is one of the hidden directories or below one.
+func belowHidden(hidden []string, path string) bool {
+	for _, h := range hidden {
+		if within(path, filepath.Clean(h)) {
+			return true
+		}
+	}
+	return false
 }
 
 // within reports whether path is dir or below it.

@@ -44,6 +44,10 @@ type Config struct {
 	StateRoot string // "" = DefaultStateRoot
 	// InitBinary is the supervisor binary; "" = sbx-init next to sbx's binary, else sbx's binary itself.
 	InitBinary string
+	// Deferred builds the sandbox ahead of its command (a warm pool): Command holds only the working
+	// directory, and Use gives the rest before Start (deferred.go).
+	Deferred bool
+	late     *lateStdio
 }
 
 // Command is the process the sandbox runs.
@@ -90,6 +94,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	cfg.deferStdio()
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
 	tr := newTracer()
 	defer tr.done()
@@ -142,7 +147,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 
 // check refuses a config that cannot be built, before anything is.
 func (cfg Config) check() error {
-	if cfg.Plan == nil || len(cfg.Command.Args) == 0 {
+	if cfg.Plan == nil || (len(cfg.Command.Args) == 0) != cfg.Deferred {
 		return fmt.Errorf("%w: no plan or no command", ErrSetup)
 	}
 	for _, sh := range cfg.Plan.Filesystem.Shares {
@@ -176,15 +181,18 @@ func (s *Sandbox) buildFiles() error {
 	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
 	idmap := s.cwdIDMap(give)
 	// A working directory on another file system than / gets an overlay of its own, unless a share
-	// brings it in already; so does one the command sees through an idmapping.
-	overlayCwd := (idmap != nil || !sameFS("/", cwd)) && !shared(plan.Filesystem.Shares, cwd)
+	// brings it in already; so does one the command sees through an idmapping, and one below a hidden
+	// directory, which then becomes an opaque empty directory in O(1) instead of a whiteout for every
+	// entry beside the way down (see hide).
+	ownFS := (!sameFS("/", cwd) || belowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
+	overlayCwd := ownFS || idmap != nil && !shared(plan.Filesystem.Shares, cwd)
 	shares := shareTargets(plan.Filesystem.Shares)
 	err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shares, idmap)
 	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
 		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
 		s.rootfs.unmount()
 		s.rootfs = newRootfs(s.run.dir)
-		return s.giveCwd(plan, cwd, overlayCwd && !sameFS("/", cwd))
+		return s.giveCwd(plan, cwd, ownFS)
 	}
 	s.Notes = append(s.Notes, s.rootfs.notes...)
 	if err != nil {
@@ -321,7 +329,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if s.rootfs.cwd != nil {
 		in.CwdOverlay = s.rootfs.cwd.merged
 	}
-	if cmd.Args[0] == shimPath {
+	if len(cmd.Args) > 0 && cmd.Args[0] == shimPath {
 		in.Binary = self // the command is sbx itself in another role (SelfCommand)
 	}
 	if s.net != nil {
@@ -591,6 +599,7 @@ func (r *Running) Signal(sig syscall.Signal) error {
 // run's state. It is safe on a partly built sandbox and reports every step that failed.
 func (s *Sandbox) Destroy() error {
 	var errs []error
+	s.cfg.late.bind(nil, nil, nil) // an unused sandbox's stdio ends: nothing waits on it
 	if s.net != nil {
 		s.net.StartClose() // deleting the veth waits on the kernel: let it overlap the steps below
 	}

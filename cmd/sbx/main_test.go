@@ -270,6 +270,23 @@ func checkClean(root string) error {
 	if len(runs) > 0 {
 		return fmt.Errorf("%d run state dirs left in %s/runs", len(runs), root)
 	}
+	return checkNoMounts(root)
+}
+
+// checkCleanBut checks that root holds at most n runs (a server's warm pool) and no mounts but theirs.
+func checkCleanBut(root string, n int) error {
+	runs, _ := os.ReadDir(filepath.Join(root, "runs"))
+	if len(runs) > n {
+		return fmt.Errorf("%d run state dirs left in %s/runs, want at most the %d of the warm pool", len(runs), root, n)
+	}
+	if n > 0 {
+		return nil // the pool's sandboxes are mounted
+	}
+	return checkNoMounts(root)
+}
+
+// checkNoMounts checks that nothing is mounted below root.
+func checkNoMounts(root string) error {
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ type mcpFlags struct {
 	keep        int
 	outputCap   int
 	concurrency int
+	warm        int
 }
 
 func newMCPCmd(io stdio) *cobra.Command {
@@ -71,6 +72,7 @@ Examples:
 	fl.IntVar(&f.keep, "keep", mcpserver.DefaultKeepReports, "keep the last `N` reports for sbx_get_report")
 	fl.IntVar(&f.outputCap, "output-cap", mcpserver.DefaultOutputCap, "bytes of stdout and of stderr a result carries")
 	fl.IntVar(&f.concurrency, "concurrency", mcpserver.DefaultMaxConcurrent, "runs at a time; further calls wait")
+	fl.IntVar(&f.warm, "warm", 2, "keep `N` sandboxes built ahead for the default profile and working directory (or the last run's); 0 = every run starts cold")
 	return c
 }
 
@@ -98,7 +100,8 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 	}
 	srv, err := mcpserver.New(mcpserver.Config{
 		Workspaces: f.workspaces, Profiles: f.profiles, Cwd: cwd, MaxTimeout: f.maxTimeout, KeepReports: f.keep, OutputCap: f.outputCap,
-		MaxConcurrent: f.concurrency, StateRoot: stateRoot(), Version: buildVersion(),
+		MaxConcurrent: f.concurrency, StateRoot: stateRoot(), Version: buildVersion(), Warm: f.warm,
+		OnPoolError: func(err error) { fmt.Fprintf(io.err, "sbx: warning: %v\n", err) },
 	})
 	if err != nil {
 		return &exitError{code: exitSetup, err: err}

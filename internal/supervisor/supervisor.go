@@ -84,6 +84,11 @@ func Main() int {
 	}()
 	children := make(chan os.Signal, 16)
 	signal.Notify(children, unix.SIGCHLD)
+	// Go probes pidfd support, with a throwaway clone, at the first process start or lookup: probe now,
+	// while the sandbox waits (built ahead in a warm pool, or while sbx snapshots), not after "go".
+	if self, err := os.FindProcess(os.Getpid()); err == nil {
+		self.Release()
+	}
 	in := bufio.NewReader(ctl)
 	if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
 		return ExitSetup

@@ -22,8 +22,9 @@ import (
 type contender struct {
 	name string
 	argv func(i int) []string
-	off  *contender // the same command with sbx recording nothing, for the listener's cost
-	dir  string     // working directory; "" = the bench's scratch directory
+	time func(i int) (float64, error) // instead of argv: the contender times itself (an MCP call)
+	off  *contender                   // the same command with sbx recording nothing, for the listener's cost
+	dir  string                       // working directory; "" = the bench's scratch directory
 	ms   []float64
 }
 
@@ -31,7 +32,10 @@ func main() {
 	sbx := flag.String("sbx", "bin/sbx", "path of the sbx binary")
 	n := flag.Int("n", 40, "iterations per contender")
 	rssOnly := flag.Bool("rss", false, "only the peak-memory floods")
+	rounds := flag.Int("rounds", 8, "rounds of runs started at once")
+	burstsOnly := flag.Bool("bursts", false, "only the rounds of runs started at once")
 	flag.Parse()
+
 	if *rssOnly {
 		sbxAbs, _ := filepath.Abs(*sbx)
 		if err := reportRSS(sbxAbs, os.TempDir()); err != nil {
@@ -40,13 +44,13 @@ func main() {
 		}
 		return
 	}
-	if err := benchmark(*sbx, *n); err != nil {
+	if err := benchmark(*sbx, *n, *rounds, *burstsOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func benchmark(sbx string, n int) error {
+func benchmark(sbx string, n, rounds int, burstsOnly bool) error {
 	sbx, _ = filepath.Abs(sbx)
 	dir, err := os.MkdirTemp("", "sbx-bench-")
 	if err != nil {
@@ -56,6 +60,12 @@ func benchmark(sbx string, n int) error {
 	bundle, err := busyboxBundle(dir)
 	if err != nil {
 		return err
+	}
+	runc := func(i int) []string {
+		return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
+	}
+	if burstsOnly {
+		return benchBursts(sbx, dir, runc, rounds)
 	}
 	// runc again with the bundle sbx spec writes for the default profile: the same seccomp filter,
 	// namespaces, masked paths and limits as sbx's sandbox, on the busybox rootfs.
@@ -86,9 +96,7 @@ func benchmark(sbx string, n int) error {
 		}},
 		{name: "sbx exec, tree of 10", dir: small, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
 		{name: "sbx exec, tree of 50,000", dir: big, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
-		{name: "runc run (busybox)", argv: func(i int) []string {
-			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("sbx-bench-%d", i)}
-		}},
+		{name: "runc run (busybox)", argv: runc},
 		{name: "runc run (sbx spec default)", argv: func(i int) []string {
 			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", sameBundle, fmt.Sprintf("sbx-bench-same-%d", i)}
 		}},
@@ -115,7 +123,17 @@ func benchmark(sbx string, n int) error {
 			return u.argv("bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true")
 		}},
 	)
+	// sbx_run through `sbx mcp` with its warm pool (2 sandboxes), timed by the bench as the MCP client.
+	srv, err := startMCP(sbx, dir, "--warm", "2", "--concurrency", "1")
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	cs = append(cs, &contender{name: "sbx_run true, warm pool (MCP)", time: func(int) (float64, error) { return srv.call("true") }})
 	for _, c := range cs {
+		if c.argv == nil {
+			continue
+		}
 		if _, err := exec.LookPath(c.argv(0)[0]); err != nil {
 			return fmt.Errorf("%s: %w (make deps installs it)", c.name, err)
 		}
@@ -126,7 +144,12 @@ func benchmark(sbx string, n int) error {
 			if c.dir != "" {
 				wd = c.dir
 			}
-			d, err := timeOne(c.argv(i+3), wd)
+			var d float64
+			if c.time != nil {
+				d, err = c.time(i + 3)
+			} else {
+				d, err = timeOne(c.argv(i+3), wd)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -136,6 +159,11 @@ func benchmark(sbx string, n int) error {
 		}
 	}
 	report(cs, n)
+	targets(cs)
+	fmt.Printf("peak RSS of the sbx mcp server (pool of 2): %.1f MB\n", float64(srv.peakRSS())/(1<<20))
+	if err := benchBursts(sbx, dir, runc, rounds); err != nil {
+		return err
+	}
 	return reportRSS(sbx, dir)
 }
 
@@ -168,6 +196,20 @@ func report(cs []*contender, n int) {
 		if c.off != nil {
 			fmt.Printf("recording refused syscalls and writes (seccomp notify) adds %.1f ms to %s\n", median(c.ms)-median(c.off.ms), c.name)
 		}
+	}
+}
+
+// targets prints the ratios issue 15 sets: warm ≤ 1.0× bwrap, cold ≤ 1.0× runc.
+func targets(cs []*contender) {
+	byName := map[string][]float64{}
+	for _, c := range cs {
+		byName[c.name] = c.ms
+	}
+	for _, t := range []struct{ a, b string }{
+		{"sbx_run true, warm pool (MCP)", "bwrap --unshare-all"},
+		{"sbx exec -- true", "runc run (busybox)"},
+	} {
+		fmt.Printf("%s / %s: %.2fx (target <= 1.00x)\n", t.a, t.b, median(byName[t.a])/median(byName[t.b]))
 	}
 }
 

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// mcpServer is `sbx mcp` over stdio with the bench as its MCP client, timing sbx_run from request to
+// reply as an agent sees it.
+type mcpServer struct {
+	cmd  *exec.Cmd
+	sess *mcp.ClientSession
+}
+
+// startMCP starts `sbx mcp` with args (--warm N, --concurrency N) and a workspace of its own below dir
+// (the scratch directory changes under runc's runs, and the sandbox's build reads its workspace).
+func startMCP(sbx, dir string, args ...string) (*mcpServer, error) {
+	ws, err := os.MkdirTemp(dir, "mcp-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(sbx, append([]string{"mcp", "-w", ws}, args...)...)
+	cmd.Stderr = os.Stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "sbx-bench", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("starting sbx mcp: %w", err)
+	}
+	return &mcpServer{cmd: cmd, sess: sess}, nil
+}
+
+// call runs argv through sbx_run and returns the wall time from request to reply in ms.
+func (m *mcpServer) call(argv ...string) (float64, error) {
+	t := time.Now()
+	res, err := m.sess.CallTool(context.Background(), &mcp.CallToolParams{Name: "sbx_run", Arguments: map[string]any{"argv": argv}})
+	d := time.Since(t)
+	if err != nil {
+		return 0, err
+	}
+	if res.IsError {
+		return 0, fmt.Errorf("sbx_run: %v", res.Content)
+	}
+	return float64(d.Microseconds()) / 1000, nil
+}
+
+// peakRSS is the server's peak resident memory so far, in bytes.
+func (m *mcpServer) peakRSS() int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// close ends the session; the server destroys its pool and exits.
+func (m *mcpServer) close() { m.sess.Close() }
+
+// burst is one round of many runs started at once.
+type burst struct {
+	name  string
+	run   func() error // one run
+	pause time.Duration
+	ms    []float64
+}
+
+// parallelRuns is how many runs a burst starts at once.
+const parallelRuns = 20
+
+// timeBurst starts parallelRuns runs at once and returns the wall time until the last one ended, in ms.
+func timeBurst(run func() error) (float64, error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, parallelRuns)
+	t := time.Now()
+	for range parallelRuns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- run()
+		}()
+	}
+	wg.Wait()
+	d := time.Since(t)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return float64(d.Microseconds()) / 1000, nil
+}
+
+// benchBursts times rounds of parallelRuns runs at once, interleaved: cold sbx exec, sbx_run through a
+// server whose pool holds parallelRuns sandboxes (refilled between rounds), runc and bwrap.
+func benchBursts(sbx, dir string, runcArgv func(i int) []string, rounds int) error {
+	srv, err := startMCP(sbx, dir, "--warm", strconv.Itoa(parallelRuns), "--concurrency", strconv.Itoa(parallelRuns))
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	var seq int
+	var mu sync.Mutex
+	command := func(argv []string) func() error {
+		return func() error {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		}
+	}
+	bs := []*burst{
+		{name: "sbx exec -- true, cold", run: command([]string{sbx, "exec", "-q", "--", "true"})},
+		// The pool refills in the background after a burst: the pause lets it, as an agent's think time would.
+		{name: "sbx_run true, warm pool (MCP)", pause: 3 * time.Second, run: func() error { _, err := srv.call("true"); return err }},
+		{name: "runc run (busybox)", run: func() error {
+			mu.Lock()
+			seq++
+			i := seq
+			mu.Unlock()
+			return command(runcArgv(100000 + i))()
+		}},
+		{name: "bwrap --unshare-all", run: command([]string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"})},
+	}
+	for i := -1; i < rounds; i++ { // one warm-up round
+		for _, b := range bs {
+			d, err := retried(b)
+			if err != nil {
+				return fmt.Errorf("%s: %w", b.name, err)
+			}
+			if i >= 0 {
+				b.ms = append(b.ms, d)
+			}
+		}
+	}
+	fmt.Printf("\n%d runs started at once, %d interleaved rounds (wall time until the last ended, ms)\n", parallelRuns, rounds)
+	fmt.Printf("%-40s %8s %8s %10s %10s\n", "", "median", "p90", "runs/s", "vs runc")
+	runc := float64(parallelRuns) / median(bs[2].ms) * 1000
+	for _, b := range bs {
+		tput := float64(parallelRuns) / median(b.ms) * 1000
+		fmt.Printf("%-40s %8.1f %8.1f %10.1f %9.2fx\n", b.name, median(b.ms), pct(b.ms, 90), tput, tput/runc)
+	}
+	fmt.Printf("peak RSS of the sbx mcp server (pool of %d): %.1f MB\n", parallelRuns, float64(srv.peakRSS())/(1<<20))
+	return nil
+}
+
+// retried times a burst, again up to twice when a run failed: other work on the machine makes
+// bwrap fail now and then (a mount below / vanishes while it binds / recursively).
+func retried(b *burst) (float64, error) {
+	var err error
+	for range 3 {
+		time.Sleep(b.pause)
+		var d float64
+		if d, err = timeBurst(b.run); err == nil {
+			return d, nil
+		}
+	}
+	return 0, err
+}

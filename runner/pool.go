@@ -1,0 +1,244 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// A Pool keeps sandboxes built ahead for one plan and working directory (its key), so that a run of a
+// long-running sbx (the MCP server) skips the build: namespaces, cgroup, overlay, seccomp, the network
+// contract and the supervisor waiting for "go" are in place when the command arrives.
+//
+// Every run still gets a fresh sandbox: a pooled one serves exactly one run and is then destroyed, as a
+// cold one is. The run's result is returned once the sandbox is dead and its output passed on; the rest
+// of the teardown (unmounts, cgroups, network) goes on in the background, a bounded number at a time,
+// and Close waits for it. The pool refills after a run, not during it, a few sandboxes at a time. Idle sandboxes hold no CPU (their supervisor waits on a read); those of a dead
+// server are removed by `sbx gc` like any dead run's.
+//
+// The pool warms the key of the last run it was asked for: a run with another plan or working directory
+// (or one that needs a terminal, or sbx itself as the command) starts cold, and the pool then warms for
+// it instead.
+type Pool struct {
+	size      int
+	stateRoot string
+	onError   func(error)
+	teardowns chan struct{} // a slot per background teardown
+	wg        sync.WaitGroup
+	served    atomic.Int64 // runs a pooled sandbox served
+
+	mu       sync.Mutex
+	key      string
+	plan     *policy.Plan
+	cwd      string
+	idle     []*sandbox.Sandbox
+	building int
+	failed   bool // the last build failed: no refill until a run asks again
+	closed   bool
+}
+
+// maxTeardowns bounds the teardowns in the background; a run that would exceed it tears down its
+// sandbox before it returns.
+const maxTeardowns = 4
+
+// NewPool returns a pool of size sandboxes (0: none, every run is cold) whose state lives in stateRoot
+// ("" = sandbox's default). onError, when set, hears of failures that no run's report can carry: a
+// background build or teardown that failed.
+func NewPool(size int, stateRoot string, onError func(error)) *Pool {
+	if onError == nil {
+		onError = func(error) {}
+	}
+	return &Pool{size: max(size, 0), stateRoot: stateRoot, onError: onError, teardowns: make(chan struct{}, maxTeardowns)}
+}
+
+// Warm makes the pool keep sandboxes for plan and cwd, dropping those it keeps for anything else.
+func (p *Pool) Warm(plan *policy.Plan, cwd string) {
+	key := poolKey(plan, cwd)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if key != "" && !p.closed {
+		p.retarget(key, plan, cwd)
+	}
+}
+
+// Run carries out one run like Run, in a pooled sandbox when the pool holds one for the run's plan and
+// working directory, else cold.
+func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
+	sb := p.claim(o)
+	if sb == nil {
+		return Run(ctx, o)
+	}
+	use := func() (*sandbox.Sandbox, error) {
+		err := sb.Use(sandbox.Command{Args: o.Args, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}, o.Plan)
+		return sb, err
+	}
+	return runWith(ctx, o, use, p.finish)
+}
+
+// claim takes a sandbox built for o's plan and working directory, nil when there is none. Either way the
+// pool then warms for o.
+func (p *Pool) claim(o Options) *sandbox.Sandbox {
+	if p.size == 0 || o.Terminal || o.OnConsole != nil || (len(o.Args) > 0 && o.Args[0] == sandbox.SelfCommand("")[0]) {
+		return nil
+	}
+	key := poolKey(o.Plan, o.Cwd)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || key == "" {
+		return nil
+	}
+	p.retarget(key, o.Plan, o.Cwd)
+	p.failed = false
+	if len(p.idle) == 0 {
+		p.fill()
+		return nil
+	}
+	sb := p.idle[0]
+	p.idle = p.idle[1:]
+	p.served.Add(1)
+	return sb // the pool refills once the run is over (finish), not while it runs
+}
+
+// retarget switches the pool to key, destroying what it keeps for another. Called with mu held.
+func (p *Pool) retarget(key string, plan *policy.Plan, cwd string) {
+	if key == p.key {
+		return
+	}
+	for _, sb := range p.idle {
+		p.background(sb)
+	}
+	p.key, p.plan, p.cwd, p.idle, p.failed = key, plan, cwd, nil, false
+	p.fill()
+}
+
+// maxBuilds bounds the sandboxes built at once: builds are CPU-bound, and runs in progress should not
+// wait behind a refill of the whole pool.
+var maxBuilds = max(runtime.NumCPU()/2, 1)
+
+// fill starts building sandboxes until the pool holds size of them, maxBuilds at a time. Called with mu
+// held.
+func (p *Pool) fill() {
+	for !p.closed && !p.failed && p.plan != nil && len(p.idle)+p.building < p.size && p.building < maxBuilds {
+		p.building++
+		p.wg.Add(1)
+		go p.build(p.key, p.plan, p.cwd)
+	}
+}
+
+// build builds one sandbox for key and adds it to the pool, unless the pool has moved on meanwhile.
+func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
+	defer p.wg.Done()
+	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true, Command: sandbox.Command{Cwd: cwd}})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.building--
+	switch {
+	case err != nil:
+		p.failed = true // a run starts cold, says why in its own error, and asks again
+		p.onError(fmt.Errorf("warm pool: building a sandbox: %w", err))
+	case p.closed || key != p.key:
+		p.background(sb)
+	default:
+		p.idle = append(p.idle, sb)
+		p.fill()
+	}
+}
+
+// finish ends a pooled run's sandbox: dead, and its output passed on, before the result is returned; the
+// rest of the teardown in the background.
+func (p *Pool) finish(sb *sandbox.Sandbox) error {
+	sb.Stop()
+	p.mu.Lock()
+	p.fill()
+	p.mu.Unlock()
+	if !p.teardownLater(sb) {
+		return sb.Destroy() // the pool is closing, or too many teardowns run in the background already
+	}
+	return nil
+}
+
+// teardownLater destroys sb in the background if the pool is open and a slot is free, and says so. The
+// WaitGroup is added to under mu, so that Close, which sets closed under mu first, waits for it.
+func (p *Pool) teardownLater(sb *sandbox.Sandbox) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	select {
+	case p.teardowns <- struct{}{}:
+	default:
+		return false
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() { <-p.teardowns }()
+		if err := sb.Destroy(); err != nil {
+			p.onError(fmt.Errorf("warm pool: tearing down sandbox %s: %w", sb.ID, err))
+		}
+	}()
+	return true
+}
+
+// background destroys sb without waiting (Close does).
+func (p *Pool) background(sb *sandbox.Sandbox) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := sb.Destroy(); err != nil {
+			p.onError(fmt.Errorf("warm pool: tearing down idle sandbox %s: %w", sb.ID, err))
+		}
+	}()
+}
+
+// Close destroys the idle sandboxes and waits for every build and teardown in progress. Runs after Close
+// start cold.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	var errs []error
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, sb := range idle {
+		if err := sb.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	p.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Idle is how many sandboxes the pool holds ready.
+func (p *Pool) Idle() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
+// poolKey identifies what a sandbox is built from: the plan but for the command's environment and
+// timeout, which take effect at Start, and the working directory.
+func poolKey(plan *policy.Plan, cwd string) string {
+	c := *plan
+	c.Env, c.Timeout = nil, 0
+	b, err := json.Marshal(struct {
+		Plan policy.Plan
+		Cwd  string
+	}{c, cwd})
+	if err != nil {
+		return "" // not pooled: the run starts cold
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}

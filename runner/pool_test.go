@@ -1,0 +1,111 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/internal/fakenet"
+	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/observe"
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
+)
+
+// waitIdle waits until the pool holds n sandboxes.
+func waitIdle(t *testing.T, p *Pool, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); p.Idle() < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool holds %d sandboxes after 20s, want %d", p.Idle(), n)
+		}
+	}
+}
+
+// poolRun runs args through the pool and says whether a pooled sandbox served it.
+func poolRun(t *testing.T, p *Pool, o Options, args ...string) (*report.Report, string, bool) {
+	t.Helper()
+	var out bytes.Buffer
+	o.Args, o.Stdout, o.Stderr = args, &out, &out
+	served := p.served.Load()
+	rep, err := p.Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return rep, out.String(), p.served.Load() > served
+}
+
+// TestPoolFreshSandbox: a pooled sandbox serves one run; nothing of run N is in run N+1: not a file it
+// wrote (in the working directory and in /tmp), not a process it left running, not a socket it left
+// listening, not a DNS answer or the address the contract learned from it, not a refused attempt.
+func TestPoolFreshSandbox(t *testing.T) {
+	needRoot(t)
+	up, err := fakenet.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	pl := plan(t)
+	pl.Expect.LeftRunning = true
+	pl.Expect.Listeners = []policy.Listener{{Proto: "tcp", Port: 8765}}
+	pl.Network = policy.Network{Mode: policy.NetContract, UplinkNetNS: up.Name,
+		Allow: []policy.NetRule{{Host: "other.test", Proto: "tcp", Port: 443}},
+		DNS:   policy.DNS{Upstream: fakenet.DNS + ":53"}}
+	cwd, state := t.TempDir(), testutil.StateRoot(t)
+	p := NewPool(1, state, func(err error) { t.Error(err) })
+	defer func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+		// Close waits for the background teardowns and destroys the idle sandbox: nothing is left.
+		if runs, err := os.ReadDir(filepath.Join(state, "runs")); err != nil || len(runs) != 0 {
+			t.Errorf("after Close the state root holds %v (%v), want no run", runs, err)
+		}
+	}()
+	p.Warm(pl, cwd)
+	waitIdle(t, p, 1)
+	o := Options{Plan: pl, Cwd: cwd, StateRoot: state, Stdin: strings.NewReader("from stdin\n")}
+	connect := `import socket,sys
+s=socket.socket(); s.settimeout(3)
+try: s.connect((sys.argv[1],443)); print("connected")
+except OSError as e: print("refused", e)`
+	rep, out, pooled := poolRun(t, p, o, "sh", "-c", `cat; echo mine > mine; echo tmp > /tmp/left;
+		python3 -c "import socket; print(socket.gethostbyname('other.test'))";
+		python3 -c '`+connect+`' other.test; python3 -c '`+connect+`' `+fakenet.LAN+`;
+		nohup python3 -m http.server 8765 >/dev/null 2>&1 & sleep 0.5`)
+	if !pooled {
+		t.Fatal("run N started cold, want a pooled sandbox")
+	}
+	if want := "from stdin\n" + fakenet.Public2 + "\nconnected\nrefused"; !strings.HasPrefix(out, want) {
+		t.Fatalf("run N printed %q, want it to start with %q", out, want)
+	}
+	if !slices.ContainsFunc(rep.Processes.Execs, func(e observe.Exec) bool { return strings.HasSuffix(e.Exe, "/sleep") }) {
+		t.Errorf("the exec stream of a pooled run missed the command's sleep: %+v", rep.Processes.Execs)
+	}
+	if len(rep.Network.DNS) == 0 || len(rep.Network.Denied) == 0 || len(rep.Processes.LeftRunning) == 0 || len(rep.Sockets.Listening) == 0 {
+		t.Fatalf("run N left no trace to look for: dns %v, denied %v, left running %v, listening %v",
+			rep.Network.DNS, rep.Network.Denied, rep.Processes.LeftRunning, rep.Sockets.Listening)
+	}
+	waitIdle(t, p, 1)
+	o.Stdin = nil
+	rep, out, pooled = poolRun(t, p, o, "sh", "-c", `echo reopened > /dev/stdout; ls -A; ls -A /tmp | grep -v -x `+strings.Split(strings.TrimPrefix(cwd, "/tmp/"), "/")[0]+`; ps -e -o comm= | grep -v -e '^ps$' -e '^sh$' -e '^grep$';
+		cat /proc/net/tcp /proc/net/tcp6 | grep -c ':223D ' ; python3 -c '`+connect+`' `+fakenet.Public2)
+	if !pooled {
+		t.Fatal("run N+1 started cold, want a pooled sandbox")
+	}
+	if want := "reopened\n.sbx-init\n0\nrefused"; !strings.HasPrefix(out, want) {
+		t.Errorf("run N+1 saw %q, want its stdout reopenable, only its own init, no listener on 8765 (223D), no file and the learned address refused (%q)", out, want)
+	}
+	if len(rep.Network.DNS) != 0 || len(rep.Network.Denied) != 1 || len(rep.Processes.LeftRunning) != 0 {
+		t.Errorf("run N+1's report carries run N's: dns %v, denied %v (want only its own), left running %v",
+			rep.Network.DNS, rep.Network.Denied, rep.Processes.LeftRunning)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, "mine")); err == nil {
+		t.Error("run N's file reached the host's working directory")
+	}
+}

@@ -1,0 +1,110 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// A deferred sandbox is built before its command is known, for a warm pool: namespaces, cgroup, overlay,
+// seccomp, the network contract and the supervisor waiting for "go" are all in place, and the command
+// (argv, environment, stdio) arrives with Use. It serves exactly one command, like every sandbox.
+//
+// Its stdio are relays that exist from Create on and are bound to the caller's streams by Use: the
+// command sees pipes of its own user, as it does in a cold run for stdio it may not reopen (stdio.go),
+// so that it can still reopen /dev/stdout; nothing inside runs before Start, so nothing is written
+// before they are bound. Its stdout and stderr are two pipes even when the caller's are one writer.
+
+// ErrNotDeferred is returned by Use on a sandbox that was built with its command, or was used already.
+var ErrNotDeferred = errors.New("sandbox: not a deferred sandbox, or used already")
+
+// lateStdio are a deferred sandbox's stdio until Use binds them.
+type lateStdio struct {
+	ready    chan struct{}
+	once     sync.Once
+	in       io.Reader
+	out, err io.Writer
+}
+
+// deferStdio gives a deferred sandbox's command relays that Use binds later.
+func (cfg *Config) deferStdio() {
+	if !cfg.Deferred {
+		return
+	}
+	l := &lateStdio{ready: make(chan struct{})}
+	cfg.late = l
+	cfg.Command.Stdin, cfg.Command.Stdout, cfg.Command.Stderr = lateReader{l}, lateWriter{l, false}, lateWriter{l, true}
+	cfg.Command.Terminal = false
+}
+
+// bind connects the relays to the caller's streams (nil: no input, output discarded), once; later calls
+// do nothing. A nil lateStdio (a sandbox built with its command) does nothing.
+func (l *lateStdio) bind(in io.Reader, out, errw io.Writer) bool {
+	if l == nil {
+		return false
+	}
+	bound := false
+	l.once.Do(func() {
+		l.in, l.out, l.err = in, out, errw
+		close(l.ready)
+		bound = true
+	})
+	return bound
+}
+
+type lateReader struct{ l *lateStdio }
+
+func (r lateReader) Read(p []byte) (int, error) {
+	<-r.l.ready
+	if r.l.in == nil {
+		return 0, io.EOF
+	}
+	return r.l.in.Read(p)
+}
+
+type lateWriter struct {
+	l      *lateStdio
+	stderr bool
+}
+
+func (w lateWriter) Write(p []byte) (int, error) {
+	<-w.l.ready
+	dst := w.l.out
+	if w.stderr {
+		dst = w.l.err
+	}
+	if dst == nil {
+		return len(p), nil
+	}
+	return dst.Write(p)
+}
+
+// Use gives a deferred sandbox its command: argv, stdio and the plan it runs under, which must be the
+// plan the sandbox was built for but for the command's environment and timeout (the caller keys its
+// pool by that). The working directory is the one the sandbox was built in. Start follows.
+func (s *Sandbox) Use(cmd Command, plan *policy.Plan) error {
+	if !s.cfg.Deferred || len(cmd.Args) == 0 || cmd.Terminal {
+		return fmt.Errorf("%w: %d args, terminal %v", ErrNotDeferred, len(cmd.Args), cmd.Terminal)
+	}
+	if !s.cfg.late.bind(cmd.Stdin, cmd.Stdout, cmd.Stderr) {
+		return ErrNotDeferred
+	}
+	s.cfg.Command.Args = cmd.Args
+	s.cfg.Plan = plan
+	return nil
+}
+
+// Stop kills everything in the sandbox and waits until its init is gone and its output has been passed
+// on, so that a caller can answer with the command's complete output before the (slower) rest of the
+// teardown, Destroy, which must still follow.
+func (s *Sandbox) Stop() {
+	if s.container == nil || s.init == nil || s.initPid <= 0 {
+		return
+	}
+	s.Kill()
+	s.init.Wait()    // Destroy's own Wait then returns at once
+	s.relays.close() // every writer inside is dead: the relays pass on what is left and end
+}
