@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// This file asks sock_diag (NETLINK_SOCK_DIAG, FIELD-NOTES' NETLINK_INET_DIAG) for the sockets of one
+// This file asks sock_diag (NETLINK_SOCK_DIAG, also known as NETLINK_INET_DIAG) for the sockets of one
 // network namespace. It speaks the protocol itself rather than through vishvananda/netlink v1.3.1: that
 // version decodes unix_diag_msg with family and type swapped (so the dump stops at the first datagram
 // socket) and reads 4 bytes past the end of UNIX_DIAG_NAME; one netlink socket for all dumps means one

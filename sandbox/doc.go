@@ -15,7 +15,7 @@
 // The sbx binary is re-executed in three roles: libcontainer's "init" (namespace setup), the pause init
 // (pid 1 of the sandbox) and the shim (Landlock, then execve of the command). Every binary that creates
 // sandboxes, test binaries included, must call [Reexec] at the very start of main or TestMain, and lock
-// the main OS thread in an init function (see FIELD-NOTES: a libcontainer goroutine can otherwise leave
+// the main OS thread in an init function (a libcontainer goroutine can otherwise leave
 // the main thread in the container's mount namespace).
 //
 // # User namespace

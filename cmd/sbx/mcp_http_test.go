@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,8 +44,22 @@ func TestMCPHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Kill() // the server this test started, by its pid
-		cmd.Wait()
+		// The server this test started, by its pid: SIGTERM lets it destroy its warm pool; SIGKILL and gc
+		// are the fallback, so that no pooled sandbox outlives the test.
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		gc := exec.Command(bin, "gc")
+		gc.Env = cmd.Env
+		if out, err := gc.CombinedOutput(); err != nil {
+			t.Errorf("sbx gc after the server: %v: %s", err, out)
+		}
 		for _, d := range []string{"runs", "lc", ""} {
 			os.Remove(filepath.Join(root, d))
 		}
