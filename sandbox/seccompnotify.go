@@ -698,6 +698,7 @@ func (l *notifyListener) records(rec policy.Record) observe.Denials {
 			Covers: coversWrites, Reason: reason})
 	}
 	d.Available = recording
+	d.Lost = l.lost
 	return d
 }
 
