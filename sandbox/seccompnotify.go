@@ -405,6 +405,7 @@ func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall)
 			continue
 		}
 		r, err := resolveInSandbox(int(req.Pid), p, follow)
+		p = path.Clean(p)
 		// A path sbx cannot resolve (a link loop, a magic link it does not know) is recorded as
 		// written, whatever its spelling: the spelling could hide where it leads.
 		if err == nil && l.writable(r) || err != nil && errors.Is(err, errNotThere) && l.writable(p) {
@@ -464,8 +465,10 @@ func resolveInSandbox(pid int, p string, follow bool) (string, error) {
 
 // resolveStep walks p from root up to its first link: done with the path when it has none (or only
 // one in a last component that is not followed), else the path with that link replaced by its target.
+// A ".." goes up from the directory reached, as the kernel's does (not lexically: after a link it
+// leaves the link's target); /proc/self and /proc/thread-self come back spelled so (procMagic).
 func resolveStep(root int, p string, follow bool) (string, bool, error) {
-	comps := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	comps := slices.DeleteFunc(strings.Split(p, "/"), func(c string) bool { return c == "" || c == "." })
 	dfd, err := unix.Dup(root)
 	if err != nil {
 		return "", false, err
@@ -474,7 +477,26 @@ func resolveStep(root int, p string, follow bool) (string, bool, error) {
 	cur := "/"
 	for i, c := range comps {
 		last := i == len(comps)-1
-		if c == "" || last && !follow {
+		rest := strings.Join(comps[i+1:], "/")
+		if c == ".." {
+			// cur has no link in it: its parent is its lexical parent (the root's is the root).
+			cur = path.Dir(cur)
+			nfd, err := unix.Openat2(root, cur, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+				Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+			if err != nil {
+				return "", false, fmt.Errorf("resolving %q in the sandbox: %w", cur, err)
+			}
+			unix.Close(dfd)
+			dfd = nfd
+			if last {
+				return cur, true, nil
+			}
+			continue
+		}
+		if cur == "/proc" && (c == "self" || c == "thread-self") {
+			return "/proc/self/" + rest, false, nil
+		}
+		if last && !follow {
 			return path.Join(cur, c), true, nil
 		}
 		var st unix.Stat_t
@@ -495,9 +517,9 @@ func resolveStep(root int, p string, follow bool) (string, bool, error) {
 			}
 			target := string(buf[:n])
 			if !path.IsAbs(target) {
-				target = path.Join(cur, target)
+				target = cur + "/" + target
 			}
-			return path.Clean(target + "/" + strings.Join(comps[i+1:], "/")), false, nil
+			return target + "/" + rest, false, nil
 		}
 		if last {
 			return path.Join(cur, c), true, nil
@@ -537,7 +559,7 @@ func procMagic(proc, p string) (string, bool, error) {
 		return "", false, errAsSpelled // /proc/self/comm and the like: files of /proc itself
 	}
 	if link == "root" {
-		return path.Join("/", tail), true, nil
+		return "/" + tail, true, nil
 	}
 	base, err := os.Readlink(proc + "/" + link)
 	if err != nil {
@@ -546,7 +568,7 @@ func procMagic(proc, p string) (string, bool, error) {
 	if !path.IsAbs(base) {
 		return "", false, errAsSpelled // a pipe, a socket: written through the fd the process has
 	}
-	return path.Join(base, tail), true, nil
+	return base + "/" + tail, true, nil
 }
 
 // writable says whether p lies in one of the write paths (or is one).
@@ -633,7 +655,7 @@ func absPath(pid int, p string, dirArg int, req *seccompNotif) (string, bool) {
 		return "", false
 	}
 	if path.IsAbs(p) {
-		return path.Clean(p), true
+		return p, true
 	}
 	dir := "/proc/" + strconv.Itoa(pid) + "/cwd"
 	if dirArg >= 0 && int32(req.Args[dirArg]) != unix.AT_FDCWD {
@@ -644,7 +666,7 @@ func absPath(pid int, p string, dirArg int, req *seccompNotif) (string, bool) {
 	if err != nil || !path.IsAbs(base) {
 		return "", false
 	}
-	return path.Join(base, p), true
+	return base + "/" + p, true // not cleaned: a ".." after a link is the kernel's to resolve
 }
 
 // openFlags names the write-relevant open flags.
