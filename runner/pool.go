@@ -146,7 +146,8 @@ func (p *Pool) fill() {
 // build builds one sandbox for key and adds it to the pool, unless the pool has moved on meanwhile.
 func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 	defer p.wg.Done()
-	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true, Command: sandbox.Command{Cwd: cwd}})
+	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true,
+		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true}}) // a cwd a link leads to fails here; its run starts cold
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.building--
