@@ -7,7 +7,7 @@ package sandbox
 //
 //   - the profile's deny list (mount, unshare, ptrace, bpf, ...): sbx records the syscall with its
 //     decoded arguments and the process, and answers with the profile's errno, as the ERRNO rule did;
-//   - writes by path (open and openat with a write flag, creat, openat2, mkdir, rename, link, symlink):
+//   - writes by path (open, openat and openat2 with a write flag, creat, mkdir, rename, link, symlink):
 //     sbx reads the path from the process, resolves its links as the sandbox sees it (resolveInSandbox),
 //     records it when the path the write lands on lies outside the Landlock write paths,
 //     and lets the syscall go on (SECCOMP_USER_NOTIF_FLAG_CONTINUE): Landlock decides, as before. The
@@ -390,15 +390,25 @@ func (l *notifyListener) handle(fd int) {
 
 // recordWrite records each path of a write syscall that lies outside the write paths.
 func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall) {
-	flags := ""
-	if ws.flags >= 0 {
-		flags = openFlags(req.Args[ws.flags])
+	name := l.names[req.Nr]
+	f, hasFlags := uint64(0), ws.flags >= 0
+	if hasFlags {
+		f = req.Args[ws.flags]
+	} else if name == "openat2" {
+		// Its flags are the first field of struct open_how: an openat2 for reading is no write. What
+		// cannot be read is taken as a write.
+		if f, hasFlags = readUint64(int(req.Pid), req.Args[2]); hasFlags && f&openWriteFlags == 0 {
+			return
+		}
 	}
-	// open, openat, creat and openat2 follow a link in the last component (openat2's flags are in a
-	// struct sbx does not read: taken as following); the others act on the last name itself.
-	follow := ws.flags < 0 || req.Args[ws.flags]&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL &&
-		req.Args[ws.flags]&unix.O_NOFOLLOW == 0
-	follow = follow && (ws.flags >= 0 || l.names[req.Nr] == "creat" || l.names[req.Nr] == "openat2")
+	flags := ""
+	if hasFlags {
+		flags = openFlags(f)
+	}
+	// open, openat, creat and openat2 follow a link in the last component unless told not to; the
+	// others act on the last name itself.
+	follow := (hasFlags || name == "creat" || name == "openat2") &&
+		f&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL && f&unix.O_NOFOLLOW == 0
 	for _, pa := range ws.paths {
 		p, ok := readPath(int(req.Pid), req.Args[pa[1]], pa[0], req)
 		if !ok {
@@ -414,8 +424,19 @@ func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall)
 		if err == nil {
 			p = r
 		}
-		l.record(fd, req, true, l.names[req.Nr], p, flags)
+		l.record(fd, req, true, name, p, flags)
 	}
+}
+
+// readUint64 reads 8 bytes of the process's memory at addr.
+func readUint64(pid int, addr uint64) (uint64, bool) {
+	var v uint64
+	if addr == 0 {
+		return 0, false
+	}
+	n, err := unix.ProcessVMReadv(pid, []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&v)), Len: 8}},
+		[]unix.RemoteIovec{{Base: uintptr(addr), Len: 8}}, 0)
+	return v, err == nil && n == 8
 }
 
 // errNotThere says a path's directory does not exist in the sandbox: the write fails anyway, and the
