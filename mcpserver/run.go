@@ -146,7 +146,7 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunIn
 	stderr := &capped{max: s.cfg.OutputCap}
 	stop := prog.tick(s.cfg.ProgressEvery)
 	rep, err := s.cfg.Run(ctx, runner.Options{
-		Plan: plan, Args: args, Cwd: cwd, Stdin: strings.NewReader(in.Stdin),
+		Plan: plan, Args: args, Cwd: cwd, CwdNoLinks: true, Stdin: strings.NewReader(in.Stdin),
 		Stdout: stdout, Stderr: stderr, StateRoot: s.cfg.StateRoot,
 		OnStart: func(int) { prog.send(false, "the command started") },
 	})

@@ -67,6 +67,10 @@ type Limits struct {
 	MaxPathBytes int             // bytes of paths kept in all lists together (DefaultMaxPathBytes)
 	ContentBytes int64           // bytes compared to find rewrites that size and mtime hide (DefaultContentBytes)
 	Stop         <-chan struct{} // closed: stop reading at once (a Problem says so)
+	// Keep, when set, says which created or modified paths (relative to the layer, with a leading
+	// slash) are kept past MaxEntries, up to MaxEntries more: those the report must judge whatever
+	// came before them (a persistence mechanism), so that a flood of other files cannot push them out.
+	Keep func(path string) bool
 }
 
 // Defaults of Limits.
@@ -432,6 +436,7 @@ type differ struct {
 	budget  int64
 	skips   []string // directories not read: before's entries below them are not deletions
 	dropped int      // problems beyond maxProblems
+	kept    int      // entries kept past MaxEntries (Limits.Keep)
 }
 
 func newDiffer(before *FileChanges, lim Limits) *differ {
@@ -566,7 +571,11 @@ func (d *differ) add(c FileChange) {
 	if (d.lim.MaxEntries >= 0 && len(*list) >= d.lim.MaxEntries) ||
 		(d.lim.MaxPathBytes >= 0 && d.bytes+len(c.Path) > d.lim.MaxPathBytes) {
 		d.out.Truncated = true
-		return
+		if c.Change == Deleted || d.lim.Keep == nil || d.kept >= d.lim.MaxEntries ||
+			d.lim.MaxPathBytes >= 0 && d.bytes+len(c.Path) > 2*d.lim.MaxPathBytes || !d.lim.Keep(c.Path) {
+			return
+		}
+		d.kept++
 	}
 	d.bytes += len(c.Path)
 	*list = append(*list, c)

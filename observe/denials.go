@@ -426,7 +426,7 @@ const auditCovers = "syscalls the seccomp filter refused, accesses Landlock refu
 // user_notif, or the same process and syscall), and Landlock refusals of a write sbx recorded (the same
 // process and path, or its parent directory, which Landlock names for a refused create).
 func MergeDenials(own, audit Denials) Denials {
-	out := Denials{Available: own.Available || audit.Available, Lost: audit.Lost, Seccomp: slices.Clone(own.Seccomp),
+	out := Denials{Available: own.Available || audit.Available, Lost: own.Lost + audit.Lost, Seccomp: slices.Clone(own.Seccomp),
 		Landlock: []LandlockDenial{}, Writes: slices.Clone(own.Writes),
 		Sources: slices.Concat(own.Sources, audit.Sources)}
 	type call struct {

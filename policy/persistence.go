@@ -105,6 +105,13 @@ func PersistenceMechanism(p string, content func() []byte) string {
 	return ""
 }
 
+// MaybePersistence says whether a sandbox path could be a persistence mechanism, whatever its content:
+// such a path is kept for judging past the bounds of the report's file lists.
+func MaybePersistence(p string) bool {
+	p = path.Clean("/" + p)
+	return slices.ContainsFunc(persistenceTable, func(r persistenceRule) bool { return r.matches(p) })
+}
+
 // setsHooksPath: git runs hooks from core.hooksPath, which a .git/config may name.
 func setsHooksPath(b []byte) bool { return bytes.Contains(bytes.ToLower(b), []byte("hookspath")) }
 

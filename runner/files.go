@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -70,12 +71,14 @@ func (r *run) fileChanges() {
 		truncated = truncated || fc.Truncated
 	}
 	for i, l := range r.sb.Layers() {
+		lim.Keep = persistenceIn(l.At)
 		fc, err := observe.ChangesSince(r.filesBefore[i], l.Upper, l.Lower, lim)
 		r.fileNotes(l.At, fc, err)
 		// Deletions of every layer go into one DELETED.txt at the top, with their sandbox paths (below).
 		r.copyLayer(cp, l.Upper, nil, l.At, slices.Concat(fc.Created, fc.Modified))
 		collect(fc, l.At)
 	}
+	lim.Keep = persistenceIn("/dev/shm")
 	if fc := r.tmpfsChanges(cp, "/dev/shm", lim); fc != nil {
 		collect(fc, "/dev/shm")
 	}
@@ -83,7 +86,7 @@ func (r *run) fileChanges() {
 	// Each layer's reading is bounded; so is the report, across layers.
 	for _, l := range []*[]observe.FileChange{&created, &modified, &deleted} {
 		if len(*l) > observe.DefaultMaxEntries {
-			*l, truncated = (*l)[:observe.DefaultMaxEntries], true
+			*l, truncated = keepFirst(*l, observe.DefaultMaxEntries), true
 		}
 	}
 	if r.changesDir != nil && len(deleted) > 0 {
@@ -100,6 +103,23 @@ func (r *run) fileChanges() {
 		}
 		r.rep.Notes = append(r.rep.Notes, note)
 	}
+}
+
+// persistenceIn says which paths of a layer mounted at at could be persistence (observe.Limits.Keep).
+func persistenceIn(at string) func(string) bool {
+	return func(p string) bool { return policy.MaybePersistence(path.Join(at, p)) }
+}
+
+// keepFirst cuts cs to its first n entries, and keeps beyond them (up to n more) those that could be a
+// persistence mechanism: the report judges each of those, whatever came before it.
+func keepFirst(cs []observe.FileChange, n int) []observe.FileChange {
+	out := cs[:n:n]
+	for _, c := range cs[n:] {
+		if len(out) < 2*n && c.Change != observe.Deleted && policy.MaybePersistence(c.Path) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // stopOnSignal returns a channel closed when the caller signals sbx or cancels the run, so that reading

@@ -78,10 +78,18 @@ func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
 	if sb == nil {
 		return Run(ctx, o)
 	}
-	use := func() (*sandbox.Sandbox, error) {
-		err := sb.Use(sandbox.Command{Args: o.Args, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}, o.Plan)
-		return sb, err
+	if err := sb.Use(sandbox.Command{Args: o.Args, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}, o.Plan); err != nil {
+		// Never used: ended like a used one. A stale one (the host changed below a hidden path since
+		// it was built) gives way to a cold run, which hides what is there now.
+		if ferr := p.finish(sb); ferr != nil {
+			p.onError(fmt.Errorf("warm pool: tearing down sandbox %s: %w", sb.ID, ferr))
+		}
+		if errors.Is(err, sandbox.ErrStale) {
+			return Run(ctx, o)
+		}
+		return nil, err
 	}
+	use := func() (*sandbox.Sandbox, error) { return sb, nil }
 	return runWith(ctx, o, use, p.finish)
 }
 
@@ -138,7 +146,8 @@ func (p *Pool) fill() {
 // build builds one sandbox for key and adds it to the pool, unless the pool has moved on meanwhile.
 func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 	defer p.wg.Done()
-	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true, Command: sandbox.Command{Cwd: cwd}})
+	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true,
+		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true}}) // a cwd a link leads to fails here; its run starts cold
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.building--

@@ -109,3 +109,43 @@ except OSError as e: print("refused", e)`
 		t.Error("run N's file reached the host's working directory")
 	}
 }
+
+// TestPoolHiddenSince: what a pooled sandbox hides is what a cold run would hide at the time of the run,
+// not at the time the sandbox was built: a file that appears beside the way down to the working
+// directory (in a hidden directory) while the sandbox waits in the pool stays hidden.
+func TestPoolHiddenSince(t *testing.T) {
+	needRoot(t)
+	pl := plan(t)
+	cwd, state := t.TempDir(), testutil.StateRoot(t)
+	for _, d := range []string{filepath.Dir(cwd), cwd} {
+		if err := os.Chmod(d, 0o755); err != nil { // the command's user may list the way down
+			t.Fatal(err)
+		}
+	}
+	if !belowHiddenDir(pl.Filesystem.Hidden, cwd) {
+		t.Skipf("the working directory %s lies below no hidden directory of the plan", cwd)
+	}
+	// A share below the hidden directory: the way down to it is kept, every entry beside it hidden.
+	share := t.TempDir()
+	pl.Filesystem.Shares = []policy.Share{{Host: share, Sandbox: share}}
+	p := NewPool(1, state, func(err error) { t.Error(err) })
+	defer p.Close()
+	p.Warm(pl, cwd)
+	waitIdle(t, p, 1)
+	later := t.TempDir() // a sibling of cwd, made after the sandbox was built
+	if err := os.Chmod(later, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(later, "secret"), []byte("s3cret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Plan: pl, Cwd: cwd, StateRoot: state}
+	_, out, _ := poolRun(t, p, o, "sh", "-c", "cat "+filepath.Join(later, "secret")+" 2>/dev/null; ls -A "+filepath.Dir(cwd))
+	if strings.Contains(out, "s3cret") || strings.Contains(out, filepath.Base(later)) {
+		t.Errorf("a pooled run saw a file made in a hidden directory after its sandbox was built: %q", out)
+	}
+}
+
+func belowHiddenDir(hidden []string, p string) bool {
+	return slices.ContainsFunc(hidden, func(h string) bool { return strings.HasPrefix(p, filepath.Clean(h)+"/") })
+}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path"
@@ -18,7 +19,12 @@ const maxContentPeek = 64 << 10
 // judge gathers what the sandbox refused (sbx's own records merged with the kernel's audit records),
 // names the persistence the command planted or tried, and compares the run with the plan.
 func (r *run) judge() {
-	r.rep.Denials = observe.MergeDenials(r.sb.Denials(), r.stopDenials())
+	own := r.sb.Denials()
+	if own.Lost > 0 {
+		// A record dropped could be the one that names persistence: the run was not fully observed.
+		r.rep.MarkIncomplete("refused attempts", fmt.Errorf("%d distinct records of sbx's own recording over its bound dropped", own.Lost))
+	}
+	r.rep.Denials = observe.MergeDenials(own, r.stopDenials())
 	policy.FindPersistence(r.rep, r.peek)
 	policy.Compare(r.opts.Plan.Expect, r.rep)
 }

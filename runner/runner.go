@@ -38,13 +38,16 @@ const settleMax = time.Second
 
 // Options is one run.
 type Options struct {
-	Plan    *policy.Plan
-	Args    []string
-	Cwd     string
-	Stdin   io.Reader
-	Stdout  io.Writer
-	Stderr  io.Writer
-	Timeout time.Duration // 0: the plan's; both 0: none
+	Plan *policy.Plan
+	Args []string
+	Cwd  string
+	// CwdNoLinks: Cwd was checked to be reached without a link; a sandbox refuses it if it resolves
+	// elsewhere by the time it is built (sandbox.Command.CwdNoLinks). Pooled sandboxes always check.
+	CwdNoLinks bool
+	Stdin      io.Reader
+	Stdout     io.Writer
+	Stderr     io.Writer
+	Timeout    time.Duration // 0: the plan's; both 0: none
 	// Signals are forwarded to the command; the run is torn down DefaultGrace after the first one, or at
 	// once on the second.
 	Signals <-chan os.Signal
@@ -71,6 +74,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	create := func() (*sandbox.Sandbox, error) {
 		return sandbox.Create(sandbox.Config{Plan: o.Plan, StateRoot: o.StateRoot, Command: sandbox.Command{
 			Args: o.Args, Cwd: o.Cwd, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Terminal: o.Terminal,
+			CwdNoLinks: o.CwdNoLinks,
 		}})
 	}
 	return runWith(ctx, o, create, (*sandbox.Sandbox).Destroy)

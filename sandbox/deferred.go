@@ -21,6 +21,12 @@ import (
 // ErrNotDeferred is returned by Use on a sandbox that was built with its command, or was used already.
 var ErrNotDeferred = errors.New("sandbox: not a deferred sandbox, or used already")
 
+// ErrStale is returned by Use on a deferred sandbox that no longer hides what a new one would: a
+// hidden path appeared, or an entry appeared in a hidden directory whose entries it hid one by one (the
+// way down to the working directory or a share), since it was built. Stop and Destroy it, and build
+// a new one.
+var ErrStale = errors.New("sandbox: the host changed below a hidden path since the sandbox was built")
+
 // lateStdio are a deferred sandbox's stdio until Use binds them.
 type lateStdio struct {
 	ready    chan struct{}
@@ -88,6 +94,10 @@ func (w lateWriter) Write(p []byte) (int, error) {
 func (s *Sandbox) Use(cmd Command, plan *policy.Plan) error {
 	if !s.cfg.Deferred || len(cmd.Args) == 0 || cmd.Terminal {
 		return fmt.Errorf("%w: %d args, terminal %v", ErrNotDeferred, len(cmd.Args), cmd.Terminal)
+	}
+	if s.rootfs != nil && s.rootfs.hiddenChanged() {
+		s.cfg.late.bind(nil, nil, nil) // its supervisor sees end of input, its output goes nowhere
+		return ErrStale
 	}
 	if !s.cfg.late.bind(cmd.Stdin, cmd.Stdout, cmd.Stderr) {
 		return ErrNotDeferred

@@ -90,6 +90,39 @@ type rootfs struct {
 	// an empty tmpfs (directories) or /dev/null (files) mounted over them.
 	top        []topLayer
 	hideMounts []specs.Mount
+	// hidSeen is what hiding read of the host: a sandbox used later (a warm pool's) is stale once
+	// any of it changed (hiddenChanged).
+	hidSeen []hostSeen
+}
+
+// hostSeen is a host path as hiding found it: absent, or a directory whose entries were listed (names;
+// its ctime changes with every entry added, removed or renamed, and cannot be set back).
+type hostSeen struct {
+	path  string
+	there bool
+	ctime unix.Timespec
+	names map[string]bool
+}
+
+// hiddenChanged says whether a hidden path that was absent now exists, or a directory whose entries
+// hiding listed has a new one: what the sandbox hides is then no longer what a new one would hide.
+// An entry gone is no change (its whiteout hides nothing).
+func (r *rootfs) hiddenChanged() bool {
+	for _, h := range r.hidSeen {
+		var st unix.Stat_t
+		err := unix.Lstat(h.path, &st)
+		if (err == nil) != h.there {
+			return true
+		}
+		if err != nil || st.Ctim == h.ctime {
+			continue
+		}
+		entries, err := os.ReadDir(h.path)
+		if err != nil || slices.ContainsFunc(entries, func(e os.DirEntry) bool { return !h.names[e.Name()] }) {
+			return true
+		}
+	}
+	return false
 }
 
 func newRootfs(runDir string) *rootfs {
@@ -137,7 +170,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		return err
 	}
 	for _, h := range hidden {
-		if err := hide(r.root.Upper, h, cwd, keep, overlayCwd); err != nil {
+		if err := r.hide(h, cwd, keep, overlayCwd); err != nil {
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
@@ -192,10 +225,12 @@ func (r *rootfs) unmount() error {
 // an explicit share (--ro/--rw). When the working directory gets an overlay of its own (ownCwd), it
 // needs no way down here: mountCwd creates the way and its mount point, so a hidden directory with no
 // share below is one opaque directory (O(1)) instead of a whiteout for every entry beside the way.
-func hide(upper, path, cwd string, keep []string, ownCwd bool) error {
+func (r *rootfs) hide(path, cwd string, keep []string, ownCwd bool) error {
+	upper := r.root.Upper
 	path = filepath.Clean(path)
 	st, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
+		r.hidSeen = append(r.hidSeen, hostSeen{path: path})
 		return nil
 	}
 	if err != nil {
@@ -223,12 +258,12 @@ func hide(upper, path, cwd string, keep []string, ownCwd bool) error {
 		}
 		return unix.Setxattr(target, opaqueXattr(), []byte("y"), 0)
 	}
-	return hideAround(upper, path, below)
+	return r.hideAround(upper, path, below)
 }
 
 // hideAround whites out every entry of dir except those leading to a path of keep (all strictly below
 // dir), and goes on down each of those ways; a kept path's own subtree stays whole.
-func hideAround(upper, dir string, keep []string) error {
+func (r *rootfs) hideAround(upper, dir string, keep []string) error {
 	if err := mkdirLike(filepath.Join(upper, dir), dir); err != nil {
 		return err
 	}
@@ -242,6 +277,10 @@ func hideAround(upper, dir string, keep []string) error {
 			ways[name] = append(ways[name], k)
 		}
 	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrPermission) && Rootless() {
 		// A level the caller may not list: the sandbox may not list it either, so there is nothing
@@ -249,6 +288,12 @@ func hideAround(upper, dir string, keep []string) error {
 		entries = nil
 	} else if err != nil {
 		return err
+	} else {
+		seen := hostSeen{path: dir, there: true, ctime: st.Ctim, names: make(map[string]bool, len(entries))}
+		for _, e := range entries {
+			seen.names[e.Name()] = true
+		}
+		r.hidSeen = append(r.hidSeen, seen)
 	}
 	for _, e := range entries {
 		if name := e.Name(); !whole[name] && ways[name] == nil {
@@ -265,7 +310,7 @@ func hideAround(upper, dir string, keep []string) error {
 		if st, err := os.Lstat(next); err != nil || !st.IsDir() {
 			continue // not there: a share's mount point that runc creates
 		}
-		if err := hideAround(upper, next, below); err != nil {
+		if err := r.hideAround(upper, next, below); err != nil {
 			return err
 		}
 	}

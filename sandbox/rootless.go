@@ -138,7 +138,7 @@ func (r *rootfs) hideRootless(path, cwd string) error {
 	name := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
 	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
 	if i >= 0 && r.top[i].overlay && (path != "/"+name || within(cwd, path)) {
-		return hide(r.root.Upper, path, cwd, nil, false) // rootless: the working directory shows through this overlay
+		return r.hide(path, cwd, nil, false) // rootless: the working directory shows through this overlay
 	}
 	if i >= 0 && path == "/"+name {
 		r.top[i].hidden = true

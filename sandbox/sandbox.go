@@ -58,7 +58,14 @@ type Command struct {
 	Stdout   io.Writer
 	Stderr   io.Writer
 	Terminal bool // give the command a terminal of its own; Sandbox.Console is its master side
+	// CwdNoLinks: the caller checked that Cwd is reached without a link (an MCP caller's cwd, inside a
+	// workspace, not below a hidden path): Create refuses it if it resolves elsewhere now (ErrCwdMoved),
+	// so that a link swapped in after the check cannot lead the sandbox somewhere the check refused.
+	CwdNoLinks bool
 }
+
+// ErrCwdMoved is returned by Create when a working directory checked to hold no link resolves elsewhere.
+var ErrCwdMoved = errors.New("the working directory resolves elsewhere than the path that was checked (a link on the way)")
 
 // Sandbox is a running sandbox: namespaces, cgroup, overlay root, network contract and the supervisor
 // init, which holds the command until Start.
@@ -171,7 +178,11 @@ func shareTargets(shares []policy.Share) []string {
 // the result), mounts the overlays and lets the command's user write to the working directory.
 func (s *Sandbox) buildFiles() error {
 	if !sharedElsewhere(s.cfg.Plan.Filesystem.Shares, s.cfg.Command.Cwd) {
-		s.cfg.Command.Cwd = resolveCwd(s.cfg.Command.Cwd)
+		real := resolveCwd(s.cfg.Command.Cwd)
+		if s.cfg.Command.CwdNoLinks && real != filepath.Clean(s.cfg.Command.Cwd) {
+			return fmt.Errorf("%w: %s is %s now", ErrCwdMoved, s.cfg.Command.Cwd, real)
+		}
+		s.cfg.Command.Cwd = real
 	}
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
 	if Rootless() {

@@ -7,8 +7,9 @@ package sandbox
 //
 //   - the profile's deny list (mount, unshare, ptrace, bpf, ...): sbx records the syscall with its
 //     decoded arguments and the process, and answers with the profile's errno, as the ERRNO rule did;
-//   - writes by path (open and openat with a write flag, creat, openat2, mkdir, rename, link, symlink):
-//     sbx reads the path from the process, records it when it lies outside the Landlock write paths,
+//   - writes by path (open, openat and openat2 with a write flag, creat, mkdir, rename, link, symlink):
+//     sbx reads the path from the process, resolves its links as the sandbox sees it (resolveInSandbox),
+//     records it when the path the write lands on lies outside the Landlock write paths,
 //     and lets the syscall go on (SECCOMP_USER_NOTIF_FLAG_CONTINUE): Landlock decides, as before. The
 //     record is best effort (a thread could change the path between sbx's read and the kernel's);
 //     enforcement never depends on it. Opens for reading stay plain ALLOW rules (a masked flag check).
@@ -389,17 +390,206 @@ func (l *notifyListener) handle(fd int) {
 
 // recordWrite records each path of a write syscall that lies outside the write paths.
 func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall) {
-	flags := ""
-	if ws.flags >= 0 {
-		flags = openFlags(req.Args[ws.flags])
+	name := l.names[req.Nr]
+	f, hasFlags := uint64(0), ws.flags >= 0
+	if hasFlags {
+		f = req.Args[ws.flags]
+	} else if name == "openat2" {
+		// Its flags are the first field of struct open_how: an openat2 for reading is no write. What
+		// cannot be read is taken as a write.
+		if f, hasFlags = readUint64(int(req.Pid), req.Args[2]); hasFlags && f&openWriteFlags == 0 {
+			return
+		}
 	}
+	flags := ""
+	if hasFlags {
+		flags = openFlags(f)
+	}
+	// open, openat, creat and openat2 follow a link in the last component unless told not to; the
+	// others act on the last name itself.
+	follow := (hasFlags || name == "creat" || name == "openat2") &&
+		f&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL && f&unix.O_NOFOLLOW == 0
 	for _, pa := range ws.paths {
 		p, ok := readPath(int(req.Pid), req.Args[pa[1]], pa[0], req)
-		if !ok || l.writable(p) {
+		if !ok {
 			continue
 		}
-		l.record(fd, req, true, l.names[req.Nr], p, flags)
+		r, err := resolveInSandbox(int(req.Pid), p, follow)
+		p = path.Clean(p)
+		// A path sbx cannot resolve (a link loop, a magic link it does not know) is recorded as
+		// written, whatever its spelling: the spelling could hide where it leads.
+		if err == nil && l.writable(r) || err != nil && errors.Is(err, errNotThere) && l.writable(p) {
+			continue
+		}
+		if err == nil {
+			p = r
+		}
+		l.record(fd, req, true, name, p, flags)
 	}
+}
+
+// readUint64 reads 8 bytes of the process's memory at addr.
+func readUint64(pid int, addr uint64) (uint64, bool) {
+	var v uint64
+	if addr == 0 {
+		return 0, false
+	}
+	n, err := unix.ProcessVMReadv(pid, []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&v)), Len: 8}},
+		[]unix.RemoteIovec{{Base: uintptr(addr), Len: 8}}, 0)
+	return v, err == nil && n == 8
+}
+
+// errNotThere says a path's directory does not exist in the sandbox: the write fails anyway, and the
+// path as spelled is all there is to judge.
+var errNotThere = errors.New("no such directory in the sandbox")
+
+// errAsSpelled says a path through /proc/self is judged as spelled: a file of /proc itself, or an
+// fd/N link to a file without a path (a pipe, a socket).
+var errAsSpelled = errors.New("judged as spelled")
+
+// maxResolveHops bounds the links and magic links followed while resolving one path.
+const maxResolveHops = 16
+
+// resolveInSandbox resolves the links of p (absolute, clean, as the process with host pid pid sees
+// it) the way the kernel will for its write: one component at a time from the sandbox's root
+// (/proc/PID/root), each opened O_PATH|O_NOFOLLOW (nothing is opened that could block, no link is
+// followed by the kernel), each link read and resolved again as the sandbox sees it, the last
+// component too when the syscall follows it; /proc/self, /proc/thread-self and their fd/N, cwd and
+// root through the process's own links. The result is the path that the write lands on, as the
+// sandbox sees it, so that a link in a write path that points out of it does not hide the write.
+func resolveInSandbox(pid int, p string, follow bool) (string, error) {
+	proc := "/proc/" + strconv.Itoa(pid)
+	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("opening the sandbox's root: %w", err)
+	}
+	defer unix.Close(root)
+	for range maxResolveHops {
+		np, ok, err := procMagic(proc, p)
+		switch {
+		case errors.Is(err, errAsSpelled):
+			return p, nil
+		case err != nil:
+			return "", err
+		case ok:
+			p = np
+			continue
+		}
+		next, done, err := resolveStep(root, p, follow)
+		if err != nil || done {
+			return next, err
+		}
+		p = next
+	}
+	return "", fmt.Errorf("resolving %q in the sandbox: more than %d links", p, maxResolveHops)
+}
+
+// resolveStep walks p from root up to its first link: done with the path when it has none (or only
+// one in a last component that is not followed), else the path with that link replaced by its target.
+// A ".." goes up from the directory reached, as the kernel's does (not lexically: after a link it
+// leaves the link's target); /proc/self and /proc/thread-self come back spelled so (procMagic).
+func resolveStep(root int, p string, follow bool) (string, bool, error) {
+	comps := slices.DeleteFunc(strings.Split(p, "/"), func(c string) bool { return c == "" || c == "." })
+	dfd, err := unix.Dup(root)
+	if err != nil {
+		return "", false, err
+	}
+	defer func() { unix.Close(dfd) }()
+	cur := "/"
+	for i, c := range comps {
+		last := i == len(comps)-1
+		rest := strings.Join(comps[i+1:], "/")
+		if c == ".." {
+			// cur has no link in it: its parent is its lexical parent (the root's is the root).
+			cur = path.Dir(cur)
+			nfd, err := unix.Openat2(root, cur, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+				Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+			if err != nil {
+				return "", false, fmt.Errorf("resolving %q in the sandbox: %w", cur, err)
+			}
+			unix.Close(dfd)
+			dfd = nfd
+			if last {
+				return cur, true, nil
+			}
+			continue
+		}
+		if cur == "/proc" && (c == "self" || c == "thread-self") {
+			return "/proc/self/" + rest, false, nil
+		}
+		if last && !follow {
+			return path.Join(cur, c), true, nil
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(dfd, c, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if last && errors.Is(err, unix.ENOENT) {
+				return path.Join(cur, c), true, nil
+			}
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+				return "", false, errNotThere
+			}
+			return "", false, fmt.Errorf("resolving %q in the sandbox: %w", path.Join(cur, c), err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			buf := make([]byte, unix.PathMax)
+			n, err := unix.Readlinkat(dfd, c, buf)
+			if err != nil {
+				return "", false, fmt.Errorf("reading the link %q in the sandbox: %w", path.Join(cur, c), err)
+			}
+			target := string(buf[:n])
+			if !path.IsAbs(target) {
+				target = cur + "/" + target
+			}
+			return target + "/" + rest, false, nil
+		}
+		if last {
+			return path.Join(cur, c), true, nil
+		}
+		nfd, err := unix.Openat(dfd, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", false, errNotThere
+		}
+		unix.Close(dfd)
+		dfd, cur = nfd, path.Join(cur, c)
+	}
+	return cur, true, nil
+}
+
+// procMagic rewrites a path through the process's own /proc/self or /proc/thread-self magic links
+// (fd/N, cwd, root) to the path they lead to, read from the host's /proc for that process; ok is
+// false for a path that does not go through them.
+func procMagic(proc, p string) (string, bool, error) {
+	var rest string
+	switch {
+	case strings.HasPrefix(p, "/proc/self/"):
+		rest = strings.TrimPrefix(p, "/proc/self/")
+	case strings.HasPrefix(p, "/proc/thread-self/"):
+		rest = strings.TrimPrefix(p, "/proc/thread-self/")
+	default:
+		return "", false, nil
+	}
+	link, tail := rest, ""
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		link, tail = rest[:i], rest[i+1:]
+	}
+	if link == "fd" {
+		n, after, _ := strings.Cut(tail, "/")
+		link, tail = "fd/"+n, after
+	}
+	if link != "cwd" && link != "root" && !strings.HasPrefix(link, "fd/") {
+		return "", false, errAsSpelled // /proc/self/comm and the like: files of /proc itself
+	}
+	if link == "root" {
+		return "/" + tail, true, nil
+	}
+	base, err := os.Readlink(proc + "/" + link)
+	if err != nil {
+		return "", false, fmt.Errorf("reading the process's %s: %w", link, err)
+	}
+	if !path.IsAbs(base) {
+		return "", false, errAsSpelled // a pipe, a socket: written through the fd the process has
+	}
+	return base + "/" + tail, true, nil
 }
 
 // writable says whether p lies in one of the write paths (or is one).
@@ -486,7 +676,7 @@ func absPath(pid int, p string, dirArg int, req *seccompNotif) (string, bool) {
 		return "", false
 	}
 	if path.IsAbs(p) {
-		return path.Clean(p), true
+		return p, true
 	}
 	dir := "/proc/" + strconv.Itoa(pid) + "/cwd"
 	if dirArg >= 0 && int32(req.Args[dirArg]) != unix.AT_FDCWD {
@@ -497,7 +687,7 @@ func absPath(pid int, p string, dirArg int, req *seccompNotif) (string, bool) {
 	if err != nil || !path.IsAbs(base) {
 		return "", false
 	}
-	return path.Join(base, p), true
+	return base + "/" + p, true // not cleaned: a ".." after a link is the kernel's to resolve
 }
 
 // openFlags names the write-relevant open flags.
@@ -551,6 +741,7 @@ func (l *notifyListener) records(rec policy.Record) observe.Denials {
 			Covers: coversWrites, Reason: reason})
 	}
 	d.Available = recording
+	d.Lost = l.lost
 	return d
 }
 

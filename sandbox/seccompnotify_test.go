@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"errors"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -160,5 +162,54 @@ func TestNotifyBounds(t *testing.T) {
 	}
 	if d.Writes[0].Count != 2 || !strings.Contains(d.Sources[0].Reason, "dropped") {
 		t.Errorf("first count %d, sources %+v", d.Writes[0].Count, d.Sources)
+	}
+}
+
+// TestResolveInSandbox resolves write paths as the kernel would, here in this process's own view: links
+// (absolute, relative, chained), a ".." after a link (physical, not lexical), /proc/self/fd/N and cwd,
+// the last component followed or not, a loop refused, a missing directory said so.
+func TestResolveInSandbox(t *testing.T) {
+	d := t.TempDir()
+	for _, c := range [][2]string{{"/etc", "abs"}, {"real", "rel"}, {"rel", "chain"}, {"real/sub", "deep"}, {"loop1", "loop2"}, {"loop2", "loop1"}, {"real/file", "flink"}} {
+		if err := os.MkdirAll(d+"/real/sub", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(c[0], d+"/"+c[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(d + "/real")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fdPath := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	for _, tc := range []struct {
+		p      string
+		follow bool
+		want   string
+		err    error
+	}{
+		{d + "/abs/x", true, "/etc/x", nil},
+		{d + "/chain/x", true, d + "/real/x", nil},
+		{d + "/deep/../x", true, d + "/real/x", nil}, // lexically d/x
+		{d + "/abs/../x", true, "/x", nil},
+		{d + "/flink", true, d + "/real/file", nil},
+		{d + "/flink", false, d + "/flink", nil},
+		{fdPath + "/sub/y", true, d + "/real/sub/y", nil},
+		{"/proc/thread-self/fd/" + strconv.Itoa(int(f.Fd())) + "/../z", true, d + "/z", nil},
+		{d + "/missing/x", true, "", errNotThere},
+		{d + "/loop1/x", true, "", nil},
+	} {
+		got, err := resolveInSandbox(os.Getpid(), tc.p, tc.follow)
+		if tc.p == d+"/loop1/x" {
+			if err == nil || errors.Is(err, errNotThere) {
+				t.Errorf("%s: %q, %v, want an error for the loop", tc.p, got, err)
+			}
+			continue
+		}
+		if got != tc.want || !errors.Is(err, tc.err) {
+			t.Errorf("%s (follow %v): %q, %v, want %q, %v", tc.p, tc.follow, got, err, tc.want, tc.err)
+		}
 	}
 }
