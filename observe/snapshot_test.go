@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/report"
 )
 
 // TestSnapshotVictim runs a small sandbox (a reaping init, a command that exits, a renamed daemon started
@@ -27,8 +29,8 @@ func TestSnapshotVictim(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := settledSnapshot(t, s, 2) // the daemon and the sleeper, once the command and middle exited
-	daemon := findProc(t, snap, func(p Process) bool { return p.Comm == "renamed-daemon" })
-	sleeper := findProc(t, snap, func(p Process) bool { return p.Comm == "sleep" })
+	daemon := findProc(t, snap, func(p report.Process) bool { return p.Comm == "renamed-daemon" })
+	sleeper := findProc(t, snap, func(p report.Process) bool { return p.Comm == "sleep" })
 
 	t.Run("process", func(t *testing.T) {
 		tests := []struct {
@@ -36,7 +38,7 @@ func TestSnapshotVictim(t *testing.T) {
 			got  any
 			want any
 		}{
-			{"init left out", slices.ContainsFunc(snap.Processes, func(p Process) bool { return p.Pid == 1 }), false},
+			{"init left out", slices.ContainsFunc(snap.Processes, func(p report.Process) bool { return p.Pid == 1 }), false},
 			{"daemon real exe despite rename", daemon.Exe, bin},
 			{"daemon exe deleted", daemon.Deleted, true},
 			{"daemon orphaned", daemon.Orphaned, true},
@@ -72,7 +74,7 @@ func TestSnapshotVictim(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				i := slices.IndexFunc(daemon.FDs, func(fd FD) bool {
+				i := slices.IndexFunc(daemon.FDs, func(fd report.FD) bool {
 					if tt.target != "" {
 						return fd.Target == tt.target
 					}
@@ -98,7 +100,7 @@ func TestSnapshotVictim(t *testing.T) {
 			{"abstract unix", "unix", ready.Unix, 0},
 		}
 		for _, tt := range tests {
-			i := slices.IndexFunc(snap.Listening, func(s Socket) bool {
+			i := slices.IndexFunc(snap.Listening, func(s report.Socket) bool {
 				return s.Proto == tt.proto && s.Address == tt.address && s.Port == tt.port
 			})
 			if i < 0 {
@@ -127,7 +129,7 @@ func TestSnapshotVictim(t *testing.T) {
 	})
 
 	t.Run("left running", func(t *testing.T) {
-		before := &Snap{Processes: []Process{sleeper}}
+		before := &Snap{Processes: []report.Process{sleeper}}
 		left := LeftRunning(before, snap, 0)
 		if len(left) != 1 || left[0].HostPid != daemon.HostPid {
 			t.Errorf("LeftRunning = %v, want only the daemon %d", left, daemon.HostPid)
@@ -150,7 +152,7 @@ func settledSnapshot(t *testing.T, s *sandboxUnderTest, want int) *Snap {
 		if err != nil {
 			t.Fatalf("Snapshot: %v", err)
 		}
-		zombie := slices.ContainsFunc(snap.Processes, func(p Process) bool { return p.State == "Z" })
+		zombie := slices.ContainsFunc(snap.Processes, func(p report.Process) bool { return p.State == "Z" })
 		if !zombie && len(snap.Processes) == want {
 			return snap
 		}
@@ -160,7 +162,7 @@ func settledSnapshot(t *testing.T, s *sandboxUnderTest, want int) *Snap {
 	return nil
 }
 
-func findProc(t *testing.T, s *Snap, f func(Process) bool) Process {
+func findProc(t *testing.T, s *Snap, f func(report.Process) bool) report.Process {
 	t.Helper()
 	i := slices.IndexFunc(s.Processes, f)
 	if i < 0 {
@@ -169,7 +171,7 @@ func findProc(t *testing.T, s *Snap, f func(Process) bool) Process {
 	return s.Processes[i]
 }
 
-func describeFDs(fds []FD) []string {
+func describeFDs(fds []report.FD) []string {
 	var out []string
 	for _, fd := range fds {
 		out = append(out, fd.Describe())

@@ -15,7 +15,6 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/profiles"
 	"github.com/sbx-dev/sbx/report"
 )
@@ -229,9 +228,9 @@ func TestOverridesAndEnv(t *testing.T) {
 
 func TestCompare(t *testing.T) {
 	base := func() *report.Report { return report.New("t", []string{"sh"}) }
-	py := observe.Process{Pid: 12, Exe: "/usr/bin/python3.11", Argv: []string{"python3", "-m", "http.server", "8765"}}
-	tcp := observe.Socket{Proto: "tcp", Address: "0.0.0.0", Port: 8765, Pid: 13, Exe: "/usr/bin/python3"}
-	tcp6 := observe.Socket{Proto: "tcp6", Address: "::", Port: 9000, Pid: 13, Exe: "/usr/bin/python3"}
+	py := report.Process{Pid: 12, Exe: "/usr/bin/python3.11", Argv: []string{"python3", "-m", "http.server", "8765"}}
+	tcp := report.Socket{Proto: "tcp", Address: "0.0.0.0", Port: 8765, Pid: 13, Exe: "/usr/bin/python3"}
+	tcp6 := report.Socket{Proto: "tcp6", Address: "::", Port: 9000, Pid: 13, Exe: "/usr/bin/python3"}
 	tests := []struct {
 		name  string
 		exp   Expect
@@ -240,21 +239,21 @@ func TestCompare(t *testing.T) {
 	}{
 		{name: "clean run passes", exp: Expect{DeniedIsViolation: true}, setup: func(r *report.Report) {}},
 		{name: "left running and listening", exp: Expect{}, setup: func(r *report.Report) {
-			r.Processes.LeftRunning = []observe.Process{py}
-			r.Sockets.Listening = []observe.Socket{tcp}
+			r.Processes.LeftRunning = []report.Process{py}
+			r.Sockets.Listening = []report.Socket{tcp}
 		}, want: []report.Violation{
 			{Rule: report.RuleLeftRunning, Message: "pid 12 (python3 -m http.server 8765) left running"},
 			{Rule: report.RuleListening, Message: "tcp listener on 0.0.0.0:8765 owned by python3 (pid 13)"},
 		}},
 		{name: "allowed listener passes, other port does not", exp: Expect{LeftRunning: true, Listeners: []Listener{{Proto: "tcp", Port: 8765}}}, setup: func(r *report.Report) {
-			r.Processes.LeftRunning = []observe.Process{py}
-			r.Sockets.Listening = []observe.Socket{tcp, tcp6}
+			r.Processes.LeftRunning = []report.Process{py}
+			r.Sockets.Listening = []report.Socket{tcp, tcp6}
 		}, want: []report.Violation{{Rule: report.RuleListening, Message: "tcp6 listener on [::]:9000 owned by python3 (pid 13)"}}},
 		{name: "tcp:* covers tcp6, unix:* covers unix", exp: Expect{Listeners: []Listener{{Proto: "tcp"}, {Proto: "unix"}}}, setup: func(r *report.Report) {
-			r.Sockets.Listening = []observe.Socket{tcp, tcp6, {Proto: "unix", Address: "/tmp/s"}}
+			r.Sockets.Listening = []report.Socket{tcp, tcp6, {Proto: "unix", Address: "/tmp/s"}}
 		}},
 		{name: "udp listener needs udp", exp: Expect{Listeners: []Listener{{Proto: "tcp"}}}, setup: func(r *report.Report) {
-			r.Sockets.Listening = []observe.Socket{{Proto: "udp6", Address: "::1", Port: 5353}}
+			r.Sockets.Listening = []report.Socket{{Proto: "udp6", Address: "::1", Port: 5353}}
 		}, want: []report.Violation{{Rule: report.RuleListening, Message: "udp6 listener on [::1]:5353 owned by an unknown process"}}},
 		{name: "denied network and dns", exp: Expect{DeniedIsViolation: true, DNSRefusedIsViolation: true}, setup: func(r *report.Report) {
 			r.Network.Denied = []report.Denied{{Proto: "tcp", Address: "169.254.169.254", Port: 80, Count: 3}}
@@ -276,10 +275,10 @@ func TestCompare(t *testing.T) {
 			{Rule: report.RuleFilesWrite, Message: "/etc/hosts deleted outside expect.writes"},
 		}},
 		{name: "execs outside allow list", exp: Expect{Execs: []string{"/usr/bin/python3*", "sh"}}, setup: func(r *report.Report) {
-			r.Processes.Execs = []observe.Exec{{Pid: 2, Exe: "/bin/sh"}, {Pid: 3, Exe: "/usr/bin/python3.11"}, {Pid: 4, Exe: "/usr/bin/curl", Argv: []string{"curl", "-s", "x"}}}
+			r.Processes.Execs = []report.Exec{{Pid: 2, Exe: "/bin/sh"}, {Pid: 3, Exe: "/usr/bin/python3.11"}, {Pid: 4, Exe: "/usr/bin/curl", Argv: []string{"curl", "-s", "x"}}}
 		}, want: []report.Violation{{Rule: report.RuleExec, Message: "pid 4 executed /usr/bin/curl (curl -s x), not in expect.execs"}}},
 		{name: "execs past the bound are not vouched for", exp: Expect{Execs: []string{"sh"}}, setup: func(r *report.Report) {
-			r.Processes.Execs = []observe.Exec{{Pid: 2, Exe: "/bin/sh"}}
+			r.Processes.Execs = []report.Exec{{Pid: 2, Exe: "/bin/sh"}}
 			r.Processes.ExecsTotal, r.Processes.ExecsTruncated = 5000, true
 		}, want: []report.Violation{{Rule: report.RuleExec, Message: "4999 execs past the first 1 were not checked against expect.execs"}}},
 		{name: "an observation that failed never passes, whatever is allowed", exp: Expect{LeftRunning: true}, setup: func(r *report.Report) {
@@ -324,13 +323,13 @@ func TestIssueListenerExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := report.New("srv", nil)
-	r.Processes.LeftRunning = []observe.Process{{Pid: 5, Argv: []string{"python3", "-m", "http.server", "8765"}}}
-	r.Sockets.Listening = []observe.Socket{{Proto: "tcp", Address: "0.0.0.0", Port: 8765, Pid: 5}}
+	r.Processes.LeftRunning = []report.Process{{Pid: 5, Argv: []string{"python3", "-m", "http.server", "8765"}}}
+	r.Sockets.Listening = []report.Socket{{Proto: "tcp", Address: "0.0.0.0", Port: 8765, Pid: 5}}
 	Compare(plan.Expect, r)
 	if r.Verdict != report.VerdictPass || len(r.Sockets.Listening) != 1 {
 		t.Fatalf("verdict %s %v", r.Verdict, r.Violations)
 	}
-	r.Sockets.Listening = append(r.Sockets.Listening, observe.Socket{Proto: "tcp", Address: "0.0.0.0", Port: 8766, Pid: 5})
+	r.Sockets.Listening = append(r.Sockets.Listening, report.Socket{Proto: "tcp", Address: "0.0.0.0", Port: 8766, Pid: 5})
 	Compare(plan.Expect, r)
 	if r.Verdict != report.VerdictViolation || len(r.Violations) != 1 {
 		t.Fatalf("verdict %s %v", r.Verdict, r.Violations)

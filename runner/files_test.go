@@ -26,7 +26,7 @@ import (
 func runIn(t *testing.T, p *policy.Plan, cwd, changes string, args ...string) (*report.Report, string) {
 	t.Helper()
 	var out bytes.Buffer
-	rep, err := Run(context.Background(), Options{
+	rep, err := runValid(t, context.Background(), Options{
 		Plan: p, Args: args, Cwd: cwd, Stdout: &out, Stderr: &out, StateRoot: testutil.StateRoot(t), Changes: changes,
 	})
 	if err != nil {
@@ -98,7 +98,7 @@ func TestChangesDirInWritableShare(t *testing.T) {
 	share := t.TempDir()
 	p := plan(t)
 	p.Filesystem.Shares = []policy.Share{{Host: share, Sandbox: share, Writable: true}}
-	_, err := Run(context.Background(), Options{Plan: p, Args: []string{"true"}, Cwd: "/", StateRoot: testutil.StateRoot(t),
+	_, err := runValid(t, context.Background(), Options{Plan: p, Args: []string{"true"}, Cwd: "/", StateRoot: testutil.StateRoot(t),
 		Changes: filepath.Join(share, "review")})
 	if !errors.Is(err, ErrChangesDir) {
 		t.Fatalf("err = %v, want ErrChangesDir", err)
@@ -215,7 +215,7 @@ func TestFilesBoundedAndKept(t *testing.T) {
 		t.Errorf("modified = %v, want the same-size rewrite of data.txt", f.Modified)
 	}
 	want := base64.StdEncoding.EncodeToString([]byte("/tmp/caf\xe9"))
-	if !slices.ContainsFunc(f.Details, func(c observe.FileChange) bool { return c.PathB64 == want }) {
+	if !slices.ContainsFunc(f.Details, func(c report.FileChange) bool { return c.PathB64 == want }) {
 		t.Errorf("no detail keeps the non-UTF-8 name in path_b64")
 	}
 	var st unix.Stat_t
@@ -246,7 +246,7 @@ func TestChangesCopyStopsOnSignal(t *testing.T) {
 		}
 	}()
 	var output bytes.Buffer
-	rep, err := Run(context.Background(), Options{
+	rep, err := runValid(t, context.Background(), Options{
 		Plan: p, Args: []string{"sh", "-c", "head -c 400M /dev/zero | tr '\\0' x > /tmp/big"}, Cwd: t.TempDir(),
 		Stdout: &output, Stderr: &output, StateRoot: testutil.StateRoot(t), Changes: out, Signals: sigs,
 	})

@@ -57,7 +57,7 @@ func plan(t *testing.T) *policy.Plan {
 func runCmd(t *testing.T, p *policy.Plan, timeout time.Duration, args ...string) (*Result, string) {
 	t.Helper()
 	var out bytes.Buffer
-	rep, err := Run(context.Background(), Options{
+	rep, err := runValid(t, context.Background(), Options{
 		Plan: p, Args: args, Cwd: t.TempDir(), Stdout: &out, Stderr: &out, Timeout: timeout,
 		StateRoot: testutil.StateRoot(t),
 	})
@@ -106,7 +106,7 @@ func TestCancel(t *testing.T) {
 	needRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := Run(ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: testutil.StateRoot(t)})
+	_, err := runValid(t, ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: testutil.StateRoot(t)})
 	if err == nil {
 		t.Fatal("Run returned no error for a cancelled context")
 	}
@@ -117,7 +117,7 @@ func TestCancel(t *testing.T) {
 func TestInitGone(t *testing.T) {
 	needRoot(t)
 	var out bytes.Buffer
-	rep, err := Run(context.Background(), Options{
+	rep, err := runValid(t, context.Background(), Options{
 		Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: t.TempDir(), Stdout: &out, Stderr: &out,
 		StateRoot: testutil.StateRoot(t),
 		OnStart: func(pid int) {
