@@ -42,7 +42,7 @@ var ErrHostNetNS = errors.New("process events need a socket in the host network 
 
 // EventsOptions tunes the event stream.
 type EventsOptions struct {
-	// IgnoreExe drops execs of this executable (sbx's own shim, re-exec'd inside the sandbox).
+	// IgnoreExe drops execs of this executable (sbx's supervisor, pid 1 of the sandbox).
 	IgnoreExe string
 	// Track lists the host pids whose descendants' events are recorded, their execs read from /proc as
 	// they happen. Events of other processes are not recorded, which keeps the cost and the memory on a
