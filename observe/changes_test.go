@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbx-dev/sbx/report"
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/report"
 )
 
 // testOverlay is a real overlay mount on a private tmpfs, prepared the way sbx prepares its rootfs.
@@ -27,7 +29,7 @@ func newTestOverlay(t *testing.T) *testOverlay {
 // newTestOverlayOpts is newTestOverlay with more mount options (",metacopy=on").
 func newTestOverlayOpts(t *testing.T, more string) *testOverlay {
 	t.Helper()
-	requireRoot(t)
+	testutil.RequireRoot(t, "creates pid and net namespaces, reads other processes' /proc entries")
 	base := t.TempDir()
 	// A tmpfs of its own: the upper layer needs a filesystem with trusted xattrs, and the unmount in
 	// Cleanup then removes every trace.

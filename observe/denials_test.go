@@ -7,8 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/sbx-dev/sbx/report"
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/report"
 )
 
 func TestParseAuditRecord(t *testing.T) {

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/report"
 )
 
 // TestSnapshotVictim runs a small sandbox (a reaping init, a command that exits, a renamed daemon started
 // from a binary it then deletes, a double-forked sleeper) and checks what a snapshot reports of it.
 func TestSnapshotVictim(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "creates pid and net namespaces, reads other processes' /proc entries")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // TestSnapshotPartial checks that a part that cannot be read (here the sockets: no such namespace) is an
 // error beside a snapshot that still holds the processes.
 func TestSnapshotPartial(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "creates pid and net namespaces, reads other processes' /proc entries")
 	snap, err := Snapshot(SnapshotOptions{HostPids: []int{os.Getpid()}, NetNS: filepath.Join(t.TempDir(), "no-netns")})
 	if err == nil {
 		t.Error("Snapshot with a missing network namespace: no error")

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
@@ -22,7 +23,7 @@ import (
 // Kernel audit is a host setting that sbx never changes. SBX_TEST_AUDIT=enable lets this test turn it
 // on for its own duration (and restore it) to exercise the reporting path on a host where it is off.
 func TestKernelDenials(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	on, err := auditStatus()
 	if err != nil {
 		t.Fatalf("reading the audit status: %v", err)
@@ -64,7 +65,7 @@ func TestKernelDenials(t *testing.T) {
 // write: sbx's own records hold both whether kernel audit is on or off, and when it is on, audit adds no
 // duplicate of either (SBX_TEST_AUDIT=enable turns it on for the test, as above).
 func TestRecordedDenials(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	on, err := auditStatus()
 	if err != nil {
 		t.Fatalf("reading the audit status: %v", err)

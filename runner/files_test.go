@@ -63,7 +63,7 @@ func mkdirs(t *testing.T, dirs ...string) {
 // the root layer, then writes f in its working directory. The copy of the root layer recreates the links
 // in DIR; the copy of the working directory's layer must not follow them into HOST.
 func TestChangesDirNoEscape(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	base := tmpfsAt(t)
 	host := filepath.Join(t.TempDir(), "host") // stands for a host directory
 	cwd := filepath.Join(base, "dir", "proj")
@@ -94,7 +94,7 @@ func TestChangesDirNoEscape(t *testing.T) {
 // TestChangesDirInWritableShare: a --changes DIR the command can write into is refused before anything
 // is built.
 func TestChangesDirInWritableShare(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	share := t.TempDir()
 	p := plan(t)
 	p.Filesystem.Shares = []policy.Share{{Host: share, Sandbox: share, Writable: true}}
@@ -108,7 +108,7 @@ func TestChangesDirInWritableShare(t *testing.T) {
 // TestCwdThroughHostSymlink is issue 10's second class: a working directory reached through a host
 // symlink (LINK -> REAL, as /var/run -> /run) must not make sbx change the host's files below REAL.
 func TestCwdThroughHostSymlink(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	base := t.TempDir()
 	real := filepath.Join(base, "real")
 	mkdirs(t, filepath.Join(real, "x", "sub"))
@@ -153,7 +153,7 @@ func TestCwdThroughHostSymlink(t *testing.T) {
 // TestFileObservationNeverAborts: a path longer than PATH_MAX and a tree nested deeper than sbx walks
 // leave a report; what could not be read makes the run incomplete, the rest is listed.
 func TestFileObservationNeverAborts(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	script := `import os
 os.chdir("/tmp")
 for _ in range(20):
@@ -182,7 +182,7 @@ open("bottom", "w").write("y")
 // bytes in path_b64; a sparse file is copied as a hole; a same-size rewrite with its mtime restored in
 // the working directory is modified.
 func TestFilesBoundedAndKept(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	cwd := t.TempDir()
 	if err := os.WriteFile(filepath.Join(cwd, "data.txt"), []byte("aaaa\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestFilesBoundedAndKept(t *testing.T) {
 // TestChangesCopyStopsOnSignal: a signal while --changes copies ends the copy at once, and the report
 // says how far it got.
 func TestChangesCopyStopsOnSignal(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	p := plan(t)
 	p.Limits.MemoryBytes, p.Limits.DiskBytes = 768<<20, 512<<20
 	out := filepath.Join(t.TempDir(), "changes")

@@ -43,7 +43,7 @@ func poolRun(t *testing.T, p *Pool, o Options, args ...string) (*report.Report, 
 // wrote (in the working directory and in /tmp), not a process it left running, not a socket it left
 // listening, not a DNS answer or the address the contract learned from it, not a refused attempt.
 func TestPoolFreshSandbox(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	up, err := fakenet.New()
 	if err != nil {
 		t.Fatal(err)

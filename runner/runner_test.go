@@ -30,13 +30,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
-}
-
 // plan is a small plan built by hand, so that these tests do not depend on the profile parser.
 func plan(t *testing.T) *policy.Plan {
 	sc, err := seccomp.GetDefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}})
@@ -68,7 +61,7 @@ func runCmd(t *testing.T, p *policy.Plan, timeout time.Duration, args ...string)
 }
 
 func TestLeftRunning(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	res, out := runCmd(t, plan(t), 0, "sh", "-c", "nohup sleep 300 >/dev/null 2>&1 & python3 -m http.server 8765 >/dev/null 2>&1 & exit 0")
 	r := res.Report
 	if r.ExitCode != 0 {
@@ -91,7 +84,7 @@ func TestLeftRunning(t *testing.T) {
 }
 
 func TestTimeout(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	start := time.Now()
 	res, _ := runCmd(t, plan(t), 300*time.Millisecond, "sleep", "30")
 	if !res.Report.TimedOut {
@@ -103,7 +96,7 @@ func TestTimeout(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := runValid(t, ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: testutil.StateRoot(t)})
@@ -115,7 +108,7 @@ func TestCancel(t *testing.T) {
 // TestInitGone kills the sandbox's init from the host while the command runs: sbx loses track of the
 // command, yet the run still ends with a report, marked observe.incomplete, and nothing is left.
 func TestInitGone(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	var out bytes.Buffer
 	rep, err := runValid(t, context.Background(), Options{
 		Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: t.TempDir(), Stdout: &out, Stderr: &out,
