@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/sandbox"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
@@ -46,6 +47,11 @@ func plan(t *testing.T) *policy.Plan {
 		Limits: policy.Limits{MemoryBytes: 256 << 20, Pids: 128},
 	}
 }
+
+// Result wraps a report for assertions.
+type Result struct{ Report *report.Report }
+
+func itoa(i int) string { return strconv.Itoa(i) }
 
 func runCmd(t *testing.T, p *policy.Plan, timeout time.Duration, args ...string) (*Result, string) {
 	t.Helper()
