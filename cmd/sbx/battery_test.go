@@ -1,7 +1,7 @@
 package main
 
-// The regression battery (testdata/battery at the top of the repository). The testscript commands its
-// cases and the scripts use are in scriptcmds_test.go.
+// The regression battery (testdata/battery). The testscript commands its cases and the scripts use are
+// in scriptcmds_test.go.
 
 import (
 	"bytes"
@@ -16,13 +16,13 @@ import (
 // TestBattery runs the regression battery: one txtar file per known-bad or known-good command in
 // testdata/battery, each saying in its header what it must produce (detected, blocked or pass).
 func TestBattery(t *testing.T) {
-	testscript.Run(t, scriptParams(filepath.Join("..", "..", "testdata", "battery"), "battery-"))
+	testscript.Run(t, scriptParams(filepath.Join("testdata", "battery"), "battery-"))
 }
 
 // TestBatteryManifest checks that every battery case is named for what it is (bad_ or good_) and says
 // what it must produce, so that the battery stays a readable list of known-bad and known-good commands.
 func TestBatteryManifest(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "testdata", "battery", "*.txtar"))
+	files, err := filepath.Glob(filepath.Join("testdata", "battery", "*.txtar"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no battery cases: %v", err)
 	}

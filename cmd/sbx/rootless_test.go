@@ -31,7 +31,7 @@ func TestRootless(t *testing.T) { runRootless(t, "testdata/rootless", "rootless-
 // scripts is the user's (a wrapper first in PATH). Cases that need what sbx refuses without root (the
 // network contract) skip on [rootless].
 func TestBatteryRootless(t *testing.T) {
-	runRootless(t, filepath.Join("..", "..", "testdata", "battery"), "battery-rootless-")
+	runRootless(t, filepath.Join("testdata", "battery"), "battery-rootless-")
 }
 
 func runRootless(t *testing.T, dir, prefix string) {
