@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // benchSandbox starts a pid+net namespace holding 20 processes besides its init and returns the options
@@ -33,14 +35,14 @@ func benchSnapshot(b *testing.B, opts SnapshotOptions) {
 
 // BenchmarkSnapshot is the after-snapshot of a sandbox with 20 processes. Target: 1 ms.
 func BenchmarkSnapshot(b *testing.B) {
-	requireRoot(b)
+	testutil.RequireRoot(b, "creates pid and net namespaces, reads other processes' /proc entries")
 	benchSnapshot(b, benchSandbox(b))
 }
 
 // BenchmarkSnapshotBusyHost is the same with 500 more idle processes on the host: the cost must not
 // grow, since the snapshot never walks the host's /proc.
 func BenchmarkSnapshotBusyHost(b *testing.B) {
-	requireRoot(b)
+	testutil.RequireRoot(b, "creates pid and net namespaces, reads other processes' /proc entries")
 	startIdleHostProcesses(b, 500)
 	benchSnapshot(b, benchSandbox(b))
 }
@@ -68,7 +70,7 @@ func startIdleHostProcesses(b *testing.B, n int) {
 // BenchmarkExecTrue measures what the event stream costs a command: run /bin/true with and without it
 // recording (and reading each exec from /proc, as the command is a descendant of this process).
 func BenchmarkExecTrue(b *testing.B) {
-	requireRoot(b)
+	testutil.RequireRoot(b, "creates pid and net namespaces, reads other processes' /proc entries")
 	run := func(b *testing.B) {
 		for b.Loop() {
 			if err := exec.Command("/bin/true").Run(); err != nil {
@@ -94,7 +96,7 @@ func BenchmarkExecTrue(b *testing.B) {
 
 // BenchmarkEventsStartStop is the fixed cost of the stream for one run.
 func BenchmarkEventsStartStop(b *testing.B) {
-	requireRoot(b)
+	testutil.RequireRoot(b, "creates pid and net namespaces, reads other processes' /proc entries")
 	for b.Loop() {
 		ev, err := StartEvents(EventsOptions{})
 		if err != nil {
@@ -108,7 +110,7 @@ func BenchmarkEventsStartStop(b *testing.B) {
 
 // BenchmarkSnapshotParts splits the after-snapshot's cost: the socket dump and the process walk alone.
 func BenchmarkSnapshotParts(b *testing.B) {
-	requireRoot(b)
+	testutil.RequireRoot(b, "creates pid and net namespaces, reads other processes' /proc entries")
 	opts := benchSandbox(b)
 	b.Run("sockets", func(b *testing.B) {
 		for b.Loop() {

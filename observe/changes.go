@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sbx-dev/sbx/report"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,45 +21,21 @@ const (
 	Deleted  = "deleted"
 )
 
-// FileChange is one path the sandbox created, modified or deleted, as seen inside the sandbox.
-type FileChange struct {
-	Path string `json:"path"` // absolute path inside the sandbox; invalid UTF-8 is replaced in JSON
-	// PathB64 is the path's bytes in standard base64, set only when Path is not valid UTF-8 (JSON
-	// would replace the invalid bytes, losing the real name).
-	PathB64 string    `json:"path_b64,omitempty"`
-	Size    int64     `json:"size"`   // bytes; 0 for directories; for a deletion, the size of the hidden file
-	Kind    string    `json:"kind"`   // file, dir, symlink, other (fifo, socket, device)
-	Change  string    `json:"change"` // created, modified or deleted
-	ModTime time.Time `json:"-"`      // mtime in the upper layer; tells a rewritten file from an untouched one
-	// CTime, Mode and Metacopy tell what size and mtime cannot: the command can restore an mtime, not a
-	// ctime; a metacopy file's data is still the lower layer's.
-	CTime    time.Time `json:"-"`
-	Mode     uint32    `json:"-"`
-	Metacopy bool      `json:"-"`
-}
-
 // FileChanges is the state of an overlay's upper layer, relative to its lower layer (or, read with
 // [ChangesSince], relative to an earlier reading).
 type FileChanges struct {
-	Created  []FileChange
-	Modified []FileChange
-	Deleted  []FileChange
+	Created  []report.FileChange
+	Modified []report.FileChange
+	Deleted  []report.FileChange
 	// Total counts every change found, also those beyond the bound of the lists; Truncated says that a
 	// list was cut.
-	Total     Totals
+	Total     report.Totals
 	Truncated bool
 	// Problems says what could not be read (an unreadable directory, a tree nested too deep): the lists
 	// are then incomplete. Notes says what was read but judged conservatively (listed as modified
 	// without a content comparison).
 	Problems []string
 	Notes    []string
-}
-
-// Totals counts changes per class.
-type Totals struct {
-	Created  int `json:"created"`
-	Modified int `json:"modified"`
-	Deleted  int `json:"deleted"`
 }
 
 // Limits bound one reading of the changes. Zero fields take the defaults.
@@ -308,8 +285,8 @@ func orRoot(rel string) string {
 }
 
 // change describes the entry st at p.
-func change(p string, st *unix.Stat_t, class string) FileChange {
-	c := FileChange{Path: p, Kind: kindOf(st.Mode), Size: st.Size, Change: class,
+func change(p string, st *unix.Stat_t, class string) report.FileChange {
+	c := report.FileChange{Path: p, Kind: kindOf(st.Mode), Size: st.Size, Change: class,
 		ModTime: time.Unix(st.Mtim.Unix()), CTime: time.Unix(st.Ctim.Unix()), Mode: st.Mode}
 	if c.Kind == "dir" {
 		c.Size = 0
@@ -408,7 +385,7 @@ func openRegularAt(dir *os.File, name string) (*os.File, error) {
 // DiffChanges returns what changed between two readings of the same upper layer: sbx puts whiteouts and
 // opaque directories (and a few files) there before the command runs, and those are not the command's.
 // [ChangesSince] does the same while it reads, within bounds; see it for the rules.
-func DiffChanges(before, after *FileChanges) (created, modified, deleted []FileChange) {
+func DiffChanges(before, after *FileChanges) (created, modified, deleted []report.FileChange) {
 	d := newDiffer(before, unbounded)
 	for _, c := range slices.Concat(after.Created, after.Modified) {
 		d.entry(c, nil)
@@ -422,7 +399,7 @@ func DiffChanges(before, after *FileChanges) (created, modified, deleted []FileC
 
 // prior is an entry of the earlier reading, and whether the later one saw its path.
 type prior struct {
-	c    FileChange
+	c    report.FileChange
 	seen bool
 }
 
@@ -442,7 +419,7 @@ type differ struct {
 func newDiffer(before *FileChanges, lim Limits) *differ {
 	d := &differ{before: map[string]*prior{}, out: &FileChanges{}, lim: lim, budget: lim.ContentBytes}
 	if before != nil {
-		for _, s := range [][]FileChange{before.Created, before.Modified, before.Deleted} {
+		for _, s := range [][]report.FileChange{before.Created, before.Modified, before.Deleted} {
 			for _, c := range s {
 				d.before[c.Path] = &prior{c: c}
 			}
@@ -465,7 +442,7 @@ func (d *differ) seen(p string) {
 
 // entry takes a created or modified entry of the later reading. cmp compares its content with lower's
 // (nil: cannot).
-func (d *differ) entry(c FileChange, cmp func(budget *int64) (same, ok bool)) {
+func (d *differ) entry(c report.FileChange, cmp func(budget *int64) (same, ok bool)) {
 	pr := d.before[c.Path]
 	if pr == nil {
 		d.add(c)
@@ -486,7 +463,7 @@ func (d *differ) entry(c FileChange, cmp func(budget *int64) (same, ok bool)) {
 }
 
 // unchanged tells, for an entry whose kind, size and mtime match, whether anything else moved.
-func (d *differ) unchanged(prev, c FileChange, cmp func(budget *int64) (same, ok bool)) bool {
+func (d *differ) unchanged(prev, c report.FileChange, cmp func(budget *int64) (same, ok bool)) bool {
 	if prev.Mode != c.Mode {
 		return false
 	}
@@ -508,7 +485,7 @@ func (d *differ) unchanged(prev, c FileChange, cmp func(budget *int64) (same, ok
 	return false
 }
 
-func (d *differ) whiteout(c FileChange) {
+func (d *differ) whiteout(c report.FileChange) {
 	pr := d.before[c.Path]
 	if pr != nil {
 		pr.seen = true
@@ -541,8 +518,8 @@ func (d *differ) finish() {
 			d.add(c)
 		}
 	}
-	for _, s := range [][]FileChange{d.out.Created, d.out.Modified, d.out.Deleted} {
-		slices.SortFunc(s, func(a, b FileChange) int { return cmpString(a.Path, b.Path) })
+	for _, s := range [][]report.FileChange{d.out.Created, d.out.Modified, d.out.Deleted} {
+		slices.SortFunc(s, func(a, b report.FileChange) int { return cmpString(a.Path, b.Path) })
 	}
 	if d.dropped > 0 {
 		d.out.Problems = append(d.out.Problems, fmt.Sprintf("%d more problems not listed", d.dropped))
@@ -559,7 +536,7 @@ func (d *differ) inSkipped(p string) bool {
 }
 
 // add counts c and keeps it while the bounds allow.
-func (d *differ) add(c FileChange) {
+func (d *differ) add(c report.FileChange) {
 	list, total := &d.out.Created, &d.out.Total.Created
 	switch c.Change {
 	case Modified:
@@ -595,7 +572,7 @@ func (d *differ) note(format string, args ...any) {
 	}
 }
 
-func sameEntry(a, b FileChange) bool {
+func sameEntry(a, b report.FileChange) bool {
 	return a.Change == b.Change && a.Kind == b.Kind && a.Size == b.Size && a.ModTime.Equal(b.ModTime)
 }
 

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/report"
 )
 
 // testOverlay is a real overlay mount on a private tmpfs, prepared the way sbx prepares its rootfs.
@@ -26,7 +29,7 @@ func newTestOverlay(t *testing.T) *testOverlay {
 // newTestOverlayOpts is newTestOverlay with more mount options (",metacopy=on").
 func newTestOverlayOpts(t *testing.T, more string) *testOverlay {
 	t.Helper()
-	requireRoot(t)
+	testutil.RequireRoot(t, "creates pid and net namespaces, reads other processes' /proc entries")
 	base := t.TempDir()
 	// A tmpfs of its own: the upper layer needs a filesystem with trusted xattrs, and the unmount in
 	// Cleanup then removes every trace.
@@ -111,7 +114,7 @@ func TestChanges(t *testing.T) {
 
 	tests := []struct {
 		name string
-		got  []FileChange
+		got  []report.FileChange
 		want []string // "path kind size"
 	}{
 		{"created", created, []string{"/etc/new.conf file 4", "/etc/shadow file 29", "/tmp/a dir 0",
@@ -162,8 +165,8 @@ func TestChanges(t *testing.T) {
 
 // TestDiffChanges covers the classification rules on synthetic readings.
 func TestDiffChanges(t *testing.T) {
-	f := func(p, kind, change string, size int64) FileChange {
-		return FileChange{Path: p, Kind: kind, Change: change, Size: size}
+	f := func(p, kind, change string, size int64) report.FileChange {
+		return report.FileChange{Path: p, Kind: kind, Change: change, Size: size}
 	}
 	tests := []struct {
 		name                              string
@@ -172,38 +175,38 @@ func TestDiffChanges(t *testing.T) {
 	}{
 		{
 			name:   "unchanged entries left out",
-			before: FileChanges{Created: []FileChange{f("/run/x", "file", Created, 3)}},
-			after:  FileChanges{Created: []FileChange{f("/run/x", "file", Created, 3)}},
+			before: FileChanges{Created: []report.FileChange{f("/run/x", "file", Created, 3)}},
+			after:  FileChanges{Created: []report.FileChange{f("/run/x", "file", Created, 3)}},
 		},
 		{
 			name:    "sbx's file rewritten is modified",
-			before:  FileChanges{Created: []FileChange{f("/run/x", "file", Created, 3)}},
-			after:   FileChanges{Created: []FileChange{f("/run/x", "file", Created, 9)}},
+			before:  FileChanges{Created: []report.FileChange{f("/run/x", "file", Created, 3)}},
+			after:   FileChanges{Created: []report.FileChange{f("/run/x", "file", Created, 9)}},
 			wantMod: []string{"/run/x"},
 		},
 		{
 			name:        "sbx's file removed is deleted",
-			before:      FileChanges{Created: []FileChange{f("/run/x", "file", Created, 3)}},
+			before:      FileChanges{Created: []report.FileChange{f("/run/x", "file", Created, 3)}},
 			wantDeleted: []string{"/run/x"},
 		},
 		{
 			name:   "pre-existing dir with a new child is not modified",
-			before: FileChanges{Created: []FileChange{f("/run", "dir", Created, 0)}},
-			after: FileChanges{Created: []FileChange{
+			before: FileChanges{Created: []report.FileChange{f("/run", "dir", Created, 0)}},
+			after: FileChanges{Created: []report.FileChange{
 				{Path: "/run", Kind: "dir", Change: Created, ModTime: timeAt(5)},
 				f("/run/new", "file", Created, 1)}},
 			wantCreated: []string{"/run/new"},
 		},
 		{
 			name:        "hidden path recreated is created",
-			before:      FileChanges{Deleted: []FileChange{f("/etc/shadow", "file", Deleted, 10)}},
-			after:       FileChanges{Modified: []FileChange{f("/etc/shadow", "file", Modified, 2)}},
+			before:      FileChanges{Deleted: []report.FileChange{f("/etc/shadow", "file", Deleted, 10)}},
+			after:       FileChanges{Modified: []report.FileChange{f("/etc/shadow", "file", Modified, 2)}},
 			wantCreated: []string{"/etc/shadow"},
 		},
 		{
 			name:   "whiteout present before is not a deletion",
-			before: FileChanges{Deleted: []FileChange{f("/etc/shadow", "file", Deleted, 10)}},
-			after:  FileChanges{Deleted: []FileChange{f("/etc/shadow", "file", Deleted, 10)}},
+			before: FileChanges{Deleted: []report.FileChange{f("/etc/shadow", "file", Deleted, 10)}},
+			after:  FileChanges{Deleted: []report.FileChange{f("/etc/shadow", "file", Deleted, 10)}},
 		},
 	}
 	for _, tt := range tests {
@@ -222,7 +225,7 @@ func TestDiffChanges(t *testing.T) {
 	}
 }
 
-func paths(cs []FileChange) []string {
+func paths(cs []report.FileChange) []string {
 	var out []string
 	for _, c := range cs {
 		out = append(out, c.Path)

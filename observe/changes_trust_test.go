@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/safefs"
+	"github.com/sbx-dev/sbx/report"
 )
 
 func openRoot(t *testing.T, dir string) *os.File {
@@ -41,7 +42,7 @@ func TestCopyNeverFollowsLinks(t *testing.T) {
 	writeFile(t, host+"/secret", "host\n")
 
 	cp := &Copier{Budget: 1 << 20}
-	changes := []FileChange{
+	changes := []report.FileChange{
 		{Path: "/x/proj/f", Kind: "file", Change: Created},
 		{Path: "/dir/proj/f", Kind: "file", Change: Created},
 		{Path: "/link/secret", Kind: "file", Change: Created},
@@ -78,7 +79,7 @@ func TestCopySparseSpecialBudgetStop(t *testing.T) {
 	f.Close()
 	mustOK(t, unix.Mkfifo(src+"/fifo", 0o644))
 	writeFile(t, src+"/big", strings.Repeat("x", 64<<10))
-	changes := []FileChange{
+	changes := []report.FileChange{
 		{Path: "/sparse", Kind: "file", Change: Created},
 		{Path: "/fifo", Kind: "other", Change: Created},
 		{Path: "/big", Kind: "file", Change: Created},

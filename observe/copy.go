@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/safefs"
+	"github.com/sbx-dev/sbx/report"
 )
 
 // ErrCopyStopped is returned by [Copier.Copy] when its Stop channel closed: the copy ended at once.
@@ -43,7 +44,7 @@ type Copier struct {
 // Copy copies the created and modified entries of changes from the layer src into dst, both root
 // handles, at their paths relative to the layer; deletions are listed one path a line in DELETED.txt
 // at dst's top. Failures of single entries are Problems; the error is ErrCopyStopped or nil.
-func (cp *Copier) Copy(src, dst *os.File, changes []FileChange) error {
+func (cp *Copier) Copy(src, dst *os.File, changes []report.FileChange) error {
 	var deleted []string
 	for _, c := range changes {
 		if cp.stopped() {
@@ -103,7 +104,7 @@ func (cp *Copier) stopped() bool {
 
 // entry copies one created or modified entry. An entry that vanished from src since it was listed is
 // skipped: the list was right when it was made.
-func (cp *Copier) entry(src, dst *os.File, c FileChange) error {
+func (cp *Copier) entry(src, dst *os.File, c report.FileChange) error {
 	rel := strings.Trim(c.Path, "/")
 	if rel == "" {
 		return nil

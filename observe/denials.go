@@ -16,28 +16,10 @@ import (
 	"time"
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"github.com/sbx-dev/sbx/report"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 )
-
-// Denials is what the sandbox refused its processes, from two kinds of source: sbx's own recording
-// (seccomp user notification of the deny list, and writes outside the write paths; see
-// sandbox/seccompnotify.go) and the kernel's audit records (syscalls refused by the seccomp filter and
-// accesses refused by Landlock), merged without duplicates. Sources says per source what was recorded
-// and what could not be. When no source records anything, Available is false and Reason says why, so
-// that an empty list is never mistaken for "nothing denied". Reason may also be set when only part is
-// reported.
-type Denials struct {
-	Available bool   `json:"available"`
-	Reason    string `json:"reason,omitempty"`
-	// Lost counts records dropped (queue overflow, bounds, a failed read): the lists may be incomplete.
-	Lost     int              `json:"lost,omitempty"`
-	Seccomp  []SeccompDenial  `json:"seccomp"`
-	Landlock []LandlockDenial `json:"landlock"`
-	// Writes are writes outside the profile's write paths that sbx recorded (refused by Landlock).
-	Writes  []WriteDenial  `json:"writes"`
-	Sources []DenialSource `json:"sources"`
-}
 
 // Names of the sources of denials.
 const (
@@ -45,48 +27,6 @@ const (
 	SourceWriteNotify   = "write-notify"   // sbx sees each write outside the write paths
 	SourceAudit         = "audit"          // the kernel's audit records
 )
-
-// DenialSource says what one source recorded, or why it could not.
-type DenialSource struct {
-	Name     string `json:"name"`             // SourceSeccompNotify, SourceWriteNotify or SourceAudit
-	Recorded bool   `json:"recorded"`         // the source recorded this run
-	Covers   string `json:"covers"`           // what it records
-	Reason   string `json:"reason,omitempty"` // why it did not record, or what it missed
-}
-
-// SeccompDenial is one syscall the filter refused a process, with how many times.
-type SeccompDenial struct {
-	Pid     int    `json:"pid"`      // pid inside the sandbox, 0 when unknown
-	HostPid int    `json:"host_pid"` // pid in the host's pid namespace
-	Exe     string `json:"exe"`
-	Syscall string `json:"syscall"`        // name, or "#N" when the number is unknown
-	Args    string `json:"args,omitempty"` // decoded arguments (seccomp-notify only), e.g. "CLONE_NEWUSER"
-	Action  string `json:"action"`         // errno, kill_process, kill_thread, trap, log, ...
-	Source  string `json:"source"`         // SourceSeccompNotify or SourceAudit
-	Count   int    `json:"count"`
-}
-
-// WriteDenial is one write outside the write paths, with how many times: an open for writing, mkdir,
-// rename, link, symlink or unlink whose path Landlock refuses.
-type WriteDenial struct {
-	Pid     int    `json:"pid"`      // pid inside the sandbox, 0 when unknown
-	HostPid int    `json:"host_pid"` // pid in the host's pid namespace
-	Exe     string `json:"exe"`
-	Syscall string `json:"syscall"` // openat, mkdir, renameat2, ...
-	Path    string `json:"path"`    // absolute, cleaned, as seen inside the sandbox
-	Flags   string `json:"flags,omitempty"`
-	Count   int    `json:"count"`
-}
-
-// LandlockDenial is one access Landlock refused, with how many times.
-type LandlockDenial struct {
-	Pid     int    `json:"pid"`      // pid inside the sandbox, 0 when unknown
-	HostPid int    `json:"host_pid"` // pid in the host's pid namespace, 0 when audit did not say
-	Exe     string `json:"exe"`
-	Access  string `json:"access"` // the kernel's blockers, e.g. "fs.write_file", "fs.make_reg"
-	Path    string `json:"path"`   // the object, as the kernel names it; may be the parent directory
-	Count   int    `json:"count"`
-}
 
 // ErrAuditUnavailable is matched (errors.Is) by the reasons a DenialsCollector cannot report denials.
 var ErrAuditUnavailable = errors.New("kernel denials unavailable")
@@ -361,7 +301,7 @@ type DenialsScope struct {
 
 // ScopeOf gathers the sandbox's processes from what a run observed: the init's host pid, the process
 // tree of the exec events (forks that never exec'd included), the execs and the processes left running.
-func ScopeOf(initHostPid int, ev *Events, execs []Exec, left []Process) DenialsScope {
+func ScopeOf(initHostPid int, ev *Events, execs []report.Exec, left []report.Process) DenialsScope {
 	s := DenialsScope{HostPids: []int{initHostPid}, SandboxPid: map[int]int{initHostPid: 1}}
 	if ev != nil {
 		s.HostPids = append(s.HostPids, ev.tree(initHostPid)...)
@@ -404,17 +344,17 @@ func (e *Events) tree(root int) []int {
 // through audit and waiting for it to come back, at most 250 ms), ends the collection and returns the
 // denials of the processes in scope. The marker is an AUDIT_TRUSTED_APP record, so a host that runs
 // auditd keeps one "sbx-denials-end=..." line per run in its log.
-func (c *DenialsCollector) Stop(scope DenialsScope) Denials {
-	d := Denials{Seccomp: []SeccompDenial{}, Landlock: []LandlockDenial{}, Writes: []WriteDenial{}}
+func (c *DenialsCollector) Stop(scope DenialsScope) report.Denials {
+	d := report.Denials{Seccomp: []report.SeccompDenial{}, Landlock: []report.LandlockDenial{}, Writes: []report.WriteDenial{}}
 	if c.reason != nil {
 		d.Reason = strings.TrimPrefix(c.reason.Error(), ErrAuditUnavailable.Error()+": ")
-		d.Sources = []DenialSource{{Name: SourceAudit, Covers: auditCovers, Reason: d.Reason}}
+		d.Sources = []report.DenialSource{{Name: SourceAudit, Covers: auditCovers, Reason: d.Reason}}
 		return d
 	}
 	c.stopped.Do(c.stop)
 	d = c.collect(scope)
-	d.Writes = []WriteDenial{}
-	d.Sources = []DenialSource{{Name: SourceAudit, Recorded: true, Covers: auditCovers, Reason: d.Reason}}
+	d.Writes = []report.WriteDenial{}
+	d.Sources = []report.DenialSource{{Name: SourceAudit, Recorded: true, Covers: auditCovers, Reason: d.Reason}}
 	return d
 }
 
@@ -425,9 +365,9 @@ const auditCovers = "syscalls the seccomp filter refused, accesses Landlock refu
 // records already holds is dropped: seccomp refusals that went through user notification (action
 // user_notif, or the same process and syscall), and Landlock refusals of a write sbx recorded (the same
 // process and path, or its parent directory, which Landlock names for a refused create).
-func MergeDenials(own, audit Denials) Denials {
-	out := Denials{Available: own.Available || audit.Available, Lost: own.Lost + audit.Lost, Seccomp: slices.Clone(own.Seccomp),
-		Landlock: []LandlockDenial{}, Writes: slices.Clone(own.Writes),
+func MergeDenials(own, audit report.Denials) report.Denials {
+	out := report.Denials{Available: own.Available || audit.Available, Lost: own.Lost + audit.Lost, Seccomp: slices.Clone(own.Seccomp),
+		Landlock: []report.LandlockDenial{}, Writes: slices.Clone(own.Writes),
 		Sources: slices.Concat(own.Sources, audit.Sources)}
 	type call struct {
 		pid  int
@@ -466,20 +406,20 @@ func MergeDenials(own, audit Denials) Denials {
 		out.Reason = strings.Join(reasons, "; ")
 	}
 	if out.Seccomp == nil {
-		out.Seccomp = []SeccompDenial{}
+		out.Seccomp = []report.SeccompDenial{}
 	}
 	if out.Writes == nil {
-		out.Writes = []WriteDenial{}
+		out.Writes = []report.WriteDenial{}
 	}
 	if out.Sources == nil {
-		out.Sources = []DenialSource{}
+		out.Sources = []report.DenialSource{}
 	}
 	return out
 }
 
 // collect filters and counts what was recorded.
-func (c *DenialsCollector) collect(scope DenialsScope) Denials {
-	d := Denials{Available: true, Reason: c.partial}
+func (c *DenialsCollector) collect(scope DenialsScope) report.Denials {
+	d := report.Denials{Available: true, Reason: c.partial}
 	in := make(map[int]bool, len(scope.HostPids))
 	for _, p := range scope.HostPids {
 		in[p] = true
@@ -522,8 +462,8 @@ func ignoredSeccomp(name string, code uint64) bool {
 	return name == "clone3" && code&0xffff0000 == 0x00050000
 }
 
-func (c *DenialsCollector) seccompDenials(in map[int]bool, sandboxPid map[int]int) []SeccompDenial {
-	out := []SeccompDenial{}
+func (c *DenialsCollector) seccompDenials(in map[int]bool, sandboxPid map[int]int) []report.SeccompDenial {
+	out := []report.SeccompDenial{}
 	for k, n := range c.seccomp {
 		if !in[k.pid] {
 			continue
@@ -532,16 +472,16 @@ func (c *DenialsCollector) seccompDenials(in map[int]bool, sandboxPid map[int]in
 		if ignoredSeccomp(name, k.code) {
 			continue
 		}
-		out = append(out, SeccompDenial{Pid: sandboxPid[k.pid], HostPid: k.pid, Exe: k.exe, Syscall: name, Source: SourceAudit,
+		out = append(out, report.SeccompDenial{Pid: sandboxPid[k.pid], HostPid: k.pid, Exe: k.exe, Syscall: name, Source: SourceAudit,
 			Action: seccompAction(k.code), Count: n})
 	}
-	slices.SortFunc(out, func(a, b SeccompDenial) int {
+	slices.SortFunc(out, func(a, b report.SeccompDenial) int {
 		return cmpFirst(a.HostPid-b.HostPid, strings.Compare(a.Syscall, b.Syscall), strings.Compare(a.Action, b.Action))
 	})
 	return out
 }
 
-func (c *DenialsCollector) landlockDenials(in map[int]bool, sandboxPid map[int]int) []LandlockDenial {
+func (c *DenialsCollector) landlockDenials(in map[int]bool, sandboxPid map[int]int) []report.LandlockDenial {
 	type key struct {
 		pid               int
 		exe, access, path string
@@ -561,9 +501,9 @@ func (c *DenialsCollector) landlockDenials(in map[int]bool, sandboxPid map[int]i
 		}
 		counts[k]++
 	}
-	out := []LandlockDenial{}
+	out := []report.LandlockDenial{}
 	for _, k := range order {
-		out = append(out, LandlockDenial{Pid: sandboxPid[k.pid], HostPid: k.pid, Exe: k.exe, Access: k.access,
+		out = append(out, report.LandlockDenial{Pid: sandboxPid[k.pid], HostPid: k.pid, Exe: k.exe, Access: k.access,
 			Path: k.path, Count: counts[k]})
 	}
 	return out

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/report"
 )
 
 func TestParseAuditRecord(t *testing.T) {
@@ -61,12 +63,12 @@ func TestDenialsCollect(t *testing.T) {
 	feed(auditLandlockDomain, `audit(1.0:7): domain=abc status=allocated mode=enforcing pid=555 uid=0 exe="/usr/bin/other" comm="other"`)
 
 	got := c.collect(DenialsScope{HostPids: []int{100, 101, 102, 103}, SandboxPid: map[int]int{100: 1, 101: 2, 102: 3}})
-	want := Denials{Available: true,
-		Seccomp: []SeccompDenial{
+	want := report.Denials{Available: true,
+		Seccomp: []report.SeccompDenial{
 			{Pid: 3, HostPid: 102, Exe: "/usr/bin/unshare", Syscall: "unshare", Action: "errno", Source: SourceAudit, Count: 2},
 			{Pid: 0, HostPid: 103, Exe: "/tmp/x", Syscall: "#9999", Action: "kill_process", Source: SourceAudit, Count: 1},
 		},
-		Landlock: []LandlockDenial{{Pid: 2, HostPid: 101, Exe: "/usr/bin/dash", Access: "fs.make_reg", Path: "/usr", Count: 2}},
+		Landlock: []report.LandlockDenial{{Pid: 2, HostPid: 101, Exe: "/usr/bin/dash", Access: "fs.make_reg", Path: "/usr", Count: 2}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("collect (-want +got):\n%s", diff)
@@ -125,22 +127,22 @@ func BenchmarkDenialsStartStop(b *testing.B) {
 // (user_notif records, the same process and syscall, a Landlock refusal of a recorded write or of its
 // parent directory); sources and availability say who recorded what.
 func TestMergeDenials(t *testing.T) {
-	own := Denials{Available: true,
-		Seccomp: []SeccompDenial{{HostPid: 10, Syscall: "unshare", Args: "CLONE_NEWUSER", Source: SourceSeccompNotify, Count: 1}},
-		Writes:  []WriteDenial{{HostPid: 11, Syscall: "openat", Path: "/etc/cron.d/x", Count: 1}},
-		Sources: []DenialSource{{Name: SourceSeccompNotify, Recorded: true}, {Name: SourceWriteNotify, Recorded: true}},
+	own := report.Denials{Available: true,
+		Seccomp: []report.SeccompDenial{{HostPid: 10, Syscall: "unshare", Args: "CLONE_NEWUSER", Source: SourceSeccompNotify, Count: 1}},
+		Writes:  []report.WriteDenial{{HostPid: 11, Syscall: "openat", Path: "/etc/cron.d/x", Count: 1}},
+		Sources: []report.DenialSource{{Name: SourceSeccompNotify, Recorded: true}, {Name: SourceWriteNotify, Recorded: true}},
 	}
-	audit := Denials{Available: true,
-		Seccomp: []SeccompDenial{
+	audit := report.Denials{Available: true,
+		Seccomp: []report.SeccompDenial{
 			{HostPid: 10, Syscall: "unshare", Action: "errno", Source: SourceAudit, Count: 1},
 			{HostPid: 12, Syscall: "mount", Action: "user_notif", Source: SourceAudit, Count: 1},
 			{HostPid: 13, Syscall: "#9999", Action: "kill_process", Source: SourceAudit, Count: 1},
 		},
-		Landlock: []LandlockDenial{
+		Landlock: []report.LandlockDenial{
 			{HostPid: 11, Access: "fs.make_reg", Path: "/etc/cron.d", Count: 1},
 			{HostPid: 11, Access: "fs.read_file", Path: "/etc/shadow-x", Count: 1},
 		},
-		Sources: []DenialSource{{Name: SourceAudit, Recorded: true}},
+		Sources: []report.DenialSource{{Name: SourceAudit, Recorded: true}},
 	}
 	got := MergeDenials(own, audit)
 	if !got.Available || got.Reason != "" {
@@ -157,13 +159,13 @@ func TestMergeDenials(t *testing.T) {
 	}
 
 	// audit off, own recording on: available, and the audit source keeps its reason
-	off := Denials{Reason: "kernel audit is off", Sources: []DenialSource{{Name: SourceAudit, Reason: "kernel audit is off"}}}
+	off := report.Denials{Reason: "kernel audit is off", Sources: []report.DenialSource{{Name: SourceAudit, Reason: "kernel audit is off"}}}
 	got = MergeDenials(own, off)
 	if !got.Available || got.Reason != "" || got.Sources[2].Reason != "kernel audit is off" {
 		t.Errorf("audit off: %+v", got)
 	}
 	// nothing recorded at all: unavailable with audit's reason, lists not null
-	got = MergeDenials(Denials{}, off)
+	got = MergeDenials(report.Denials{}, off)
 	if got.Available || got.Reason != "kernel audit is off" || got.Seccomp == nil || got.Writes == nil || got.Landlock == nil {
 		t.Errorf("nothing recorded: %+v", got)
 	}

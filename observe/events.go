@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sbx-dev/sbx/report"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,7 +42,7 @@ var ErrHostNetNS = errors.New("process events need a socket in the host network 
 
 // EventsOptions tunes the event stream.
 type EventsOptions struct {
-	// IgnoreExe drops execs of this executable (sbx's own shim, re-exec'd inside the sandbox).
+	// IgnoreExe drops execs of this executable (sbx's supervisor, pid 1 of the sandbox).
 	IgnoreExe string
 	// Track lists the host pids whose descendants' events are recorded, their execs read from /proc as
 	// they happen. Events of other processes are not recorded, which keeps the cost and the memory on a
@@ -77,7 +78,7 @@ type event struct {
 	what        uint32
 	ts          uint64
 	pid, parent int // exec/exit: pid; fork: child and parent tgids
-	info        *Exec
+	info        *report.Exec
 }
 
 // StartEvents subscribes to the kernel's process events and starts recording. Call it before the command
@@ -307,14 +308,14 @@ func (e *Events) onExit(pid int) bool {
 // executed; nil for an untracked one. The event itself carries only the pid and the time: that is all a
 // process that exited before it could be read keeps (marked Incomplete), and so do the execs past
 // maxDetailedExecs. The command line is kept up to MaxArgvBytes and MaxArgs.
-func (e *Events) onExec(pid int) *Exec {
+func (e *Events) onExec(pid int) *report.Exec {
 	e.mu.Lock()
 	tracked := e.tracked[pid]
 	e.mu.Unlock()
 	if !tracked {
 		return nil
 	}
-	x := &Exec{HostPid: pid, Incomplete: true}
+	x := &report.Exec{HostPid: pid, Incomplete: true}
 	if e.detailed >= maxDetailedExecs {
 		return x
 	}
@@ -385,7 +386,7 @@ func (e *Events) sandboxParent(ppid, depth int) int {
 // command's host pids. A root's pid counts from its own fork on, if that was seen: an earlier process
 // with the same pid is not it. Execs of IgnoreExe are dropped. Calling Stop again filters the same
 // recording for other roots.
-func (e *Events) Stop(roots []int) ([]Exec, error) {
+func (e *Events) Stop(roots []int) ([]report.Exec, error) {
 	e.stopOnce.Do(func() {
 		_, _ = unix.Write(e.wake[1], []byte{0})
 		<-e.done
@@ -403,7 +404,7 @@ func (e *Events) Stop(roots []int) ([]Exec, error) {
 func (e *Events) Dropped() int { return e.dropped }
 
 // filter walks the log in order, keeping the set of processes in the tree.
-func (e *Events) filter(roots []int) []Exec {
+func (e *Events) filter(roots []int) []report.Exec {
 	born := make(map[int]int) // root -> index of the fork that created it
 	for i, ev := range e.log {
 		if ev.what == procEventFork && slices.Contains(roots, ev.pid) {
@@ -416,7 +417,7 @@ func (e *Events) filter(roots []int) []Exec {
 			in[r] = true
 		}
 	}
-	var execs []Exec
+	var execs []report.Exec
 	e.dropped = 0
 	parent := make(map[int]int)     // host pid -> host pid of its parent, from the fork events
 	sandboxPid := make(map[int]int) // host pid -> sandbox pid, from the execs that could be read

@@ -8,12 +8,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // TestEvents runs `sh -c '/bin/true; /bin/echo x'` and an unrelated process while the stream records, and
 // checks what Stop returns for the sh as root.
 func TestEvents(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "creates pid and net namespaces, reads other processes' /proc entries")
 	sh, err := exec.LookPath("sh")
 	if err != nil {
 		t.Skip("needs sh")
@@ -98,7 +100,7 @@ func TestEvents(t *testing.T) {
 
 // TestEventsSandboxPids checks that execs inside a pid namespace carry sandbox pids.
 func TestEventsSandboxPids(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "creates pid and net namespaces, reads other processes' /proc entries")
 	ev, err := StartEvents(EventsOptions{})
 	if err != nil {
 		t.Fatal(err)

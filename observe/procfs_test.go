@@ -3,6 +3,8 @@ package observe
 import (
 	"slices"
 	"testing"
+
+	"github.com/sbx-dev/sbx/report"
 )
 
 func TestParseStat(t *testing.T) {
@@ -98,11 +100,11 @@ func TestNewFD(t *testing.T) {
 }
 
 func TestLeftRunning(t *testing.T) {
-	p := func(host int, start uint64, state string) Process {
-		return Process{HostPid: host, Start: start, State: state}
+	p := func(host int, start uint64, state string) report.Process {
+		return report.Process{HostPid: host, Start: start, State: state}
 	}
-	before := &Snap{Processes: []Process{p(10, 100, "S"), p(11, 100, "S")}}
-	after := &Snap{Processes: []Process{
+	before := &Snap{Processes: []report.Process{p(10, 100, "S"), p(11, 100, "S")}}
+	after := &Snap{Processes: []report.Process{
 		p(10, 100, "S"), // there before: not left by the command
 		p(11, 555, "S"), // same pid, new start time: a reused pid, new
 		p(12, 600, "S"), // new

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sbx-dev/sbx/report"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,12 +34,12 @@ type SnapshotOptions struct {
 
 // Snap is what one snapshot saw.
 type Snap struct {
-	Processes   []Process // sorted by sandbox pid; the init is not included
-	Listening   []Socket  // TCP LISTEN, bound unconnected UDP, unix LISTEN
-	Established []Socket  // TCP ESTABLISHED, with the remote end
-	Taken       time.Time // when the snapshot started
+	Processes   []report.Process // sorted by sandbox pid; the init is not included
+	Listening   []report.Socket  // TCP LISTEN, bound unconnected UDP, unix LISTEN
+	Established []report.Socket  // TCP ESTABLISHED, with the remote end
+	Taken       time.Time        // when the snapshot started
 	// Sockets holds every socket of the namespace, including those no fd holds (inode 0).
-	Sockets []Socket
+	Sockets []report.Socket
 }
 
 // Snapshot reads the given processes and the sockets of the sandbox's network namespace. Processes that
@@ -95,7 +96,7 @@ func Snapshot(opts SnapshotOptions) (*Snap, error) {
 		s.Sockets = sd.d.socks
 	}
 	s.Processes = resolveParents(raw, opts.InitHostPid)
-	s.attachSockets()
+	s.attachSockets(extraSockets(raw))
 	return s, errors.Join(errs...)
 }
 
@@ -212,7 +213,7 @@ func readProcRange(pids []int) ([]rawProc, error) {
 				p.Argv = []string{}
 			}
 			if p.FDs == nil {
-				p.FDs = []FD{}
+				p.FDs = []report.FD{}
 			}
 		}
 		raw = append(raw, p)
@@ -222,8 +223,10 @@ func readProcRange(pids []int) ([]rawProc, error) {
 
 // rawProc is a process as read, before its parent is resolved to a sandbox pid.
 type rawProc struct {
-	Process
+	report.Process
 	hostPPid int
+	// sockets past MaxFDs, kept only to name the owner of a socket.
+	extraSockets []uint32
 }
 
 // readProc reads one process. An error for which gone() holds means it exited meanwhile.
@@ -274,10 +277,10 @@ func (r *procReader) readProc(pid int) (rawProc, error) {
 	if st.state == 'Z' && view == dir {
 		// Every thread exited: the process holds no file any more (they close at exit), and without
 		// root its fd directory cannot even be opened (EACCES).
-		p.FDs = []FD{}
+		p.FDs = []report.FD{}
 		return p, nil
 	}
-	if err = r.readFDs(view+"/fd", &p.Process); err != nil {
+	if err = r.readFDs(view+"/fd", &p); err != nil {
 		return p, wrapProc(pid, err)
 	}
 	return p, nil
@@ -319,7 +322,7 @@ func wrapProc(pid int, err error) error {
 
 // readFDs lists the open fds of a process with their targets: the lowest MaxFDs of them, with the total.
 // Socket inodes past the bound are kept apart, only to name the owner of a socket.
-func (r *procReader) readFDs(dir string, p *Process) error {
+func (r *procReader) readFDs(dir string, p *rawProc) error {
 	names, err := r.readdirnames(dir)
 	if err != nil {
 		return err
@@ -332,7 +335,7 @@ func (r *procReader) readFDs(dir string, p *Process) error {
 	}
 	names = nil
 	slices.Sort(nums)
-	p.FDs = make([]FD, 0, min(len(nums), MaxFDs))
+	p.FDs = make([]report.FD, 0, min(len(nums), MaxFDs))
 	for _, n := range nums {
 		target, err := r.readlink(dir + "/" + strconv.Itoa(n))
 		if err != nil {
@@ -354,8 +357,8 @@ func (r *procReader) readFDs(dir string, p *Process) error {
 
 // newFD classifies one fd. The kernel marks files unlinked while open with " (deleted)"; memfds always
 // carry it, so for them it says nothing and is only stripped.
-func newFD(n int, target string) FD {
-	fd := FD{FD: n, Target: target, Kind: fdKind(target)}
+func newFD(n int, target string) report.FD {
+	fd := report.FD{FD: n, Target: target, Kind: fdKind(target)}
 	if fd.Kind == "file" || fd.Kind == "memfd" || fd.Kind == "dev" {
 		var deleted bool
 		fd.Target, deleted = splitDeleted(target)
@@ -395,7 +398,7 @@ func (r *procReader) readdirnames(dir string) ([]string, error) {
 // (sandbox pid 1) or outside the sandbox (0). Processes whose parent is the init were reparented to it:
 // sbx starts the command as a separate process, so nothing the command runs has the init as its parent
 // unless its own parent exited.
-func resolveParents(raw []rawProc, initHostPid int) []Process {
+func resolveParents(raw []rawProc, initHostPid int) []report.Process {
 	sandboxPid := make(map[int]int, len(raw)+1)
 	for _, p := range raw {
 		sandboxPid[p.HostPid] = p.Pid
@@ -403,26 +406,37 @@ func resolveParents(raw []rawProc, initHostPid int) []Process {
 	if initHostPid != 0 {
 		sandboxPid[initHostPid] = 1
 	}
-	procs := make([]Process, len(raw))
+	procs := make([]report.Process, len(raw))
 	for i, p := range raw {
 		p.PPid = sandboxPid[p.hostPPid]
 		p.Orphaned = p.PPid == 1 && p.HostPid != initHostPid
 		procs[i] = p.Process
 	}
-	slices.SortFunc(procs, func(a, b Process) int { return a.Pid - b.Pid })
+	slices.SortFunc(procs, func(a, b report.Process) int { return a.Pid - b.Pid })
 	return procs
+}
+
+// extraSockets maps the sandbox pid of each process with sockets past MaxFDs to their inodes.
+func extraSockets(raw []rawProc) map[int][]uint32 {
+	extra := make(map[int][]uint32)
+	for _, p := range raw {
+		if len(p.extraSockets) > 0 {
+			extra[p.Pid] = p.extraSockets
+		}
+	}
+	return extra
 }
 
 // attachSockets describes socket fds and names the owners of listening and established sockets. The
 // owner is the lowest sandbox pid holding the socket (sockets are shared across fork).
-func (s *Snap) attachSockets() {
-	byInode := make(map[uint32]*Socket, len(s.Sockets))
+func (s *Snap) attachSockets(extra map[int][]uint32) {
+	byInode := make(map[uint32]*report.Socket, len(s.Sockets))
 	for i := range s.Sockets {
 		if s.Sockets[i].Inode != 0 {
 			byInode[s.Sockets[i].Inode] = &s.Sockets[i]
 		}
 	}
-	owner := make(map[uint32]*Process)
+	owner := make(map[uint32]*report.Process)
 	for i := range s.Processes {
 		p := &s.Processes[i]
 		for j := range p.FDs {
@@ -438,7 +452,7 @@ func (s *Snap) attachSockets() {
 				fd.Socket = sock.Describe()
 			}
 		}
-		for _, ino := range p.extraSockets {
+		for _, ino := range extra[p.Pid] {
 			if _, ok := owner[ino]; !ok {
 				owner[ino] = p
 			}
@@ -450,7 +464,7 @@ func (s *Snap) attachSockets() {
 			sock.Pid, sock.Exe = p.Pid, p.Exe
 		}
 		switch {
-		case sock.listening():
+		case listening(*sock):
 			s.Listening = append(s.Listening, *sock)
 		case strings.HasPrefix(sock.Proto, "tcp") && sock.State == "ESTABLISHED":
 			s.Established = append(s.Established, *sock)
@@ -460,8 +474,8 @@ func (s *Snap) attachSockets() {
 	sortSockets(s.Established)
 }
 
-func sortSockets(socks []Socket) {
-	slices.SortFunc(socks, func(a, b Socket) int {
+func sortSockets(socks []report.Socket) {
+	slices.SortFunc(socks, func(a, b report.Socket) int {
 		if a.Proto != b.Proto {
 			if a.Proto < b.Proto {
 				return -1
@@ -485,7 +499,7 @@ func sortSockets(socks []Socket) {
 // and still alive once the command exited. A process is the same when its host pid and start time match,
 // so a reused pid counts as new. Zombies are not running and are left out. The command itself is left out when it is still listed (a zombie not yet
 // reaped, or a caller snapshotting too early); the init is never in a Snap.
-func LeftRunning(before, after *Snap, commandHostPid int) []Process {
+func LeftRunning(before, after *Snap, commandHostPid int) []report.Process {
 	type key struct {
 		pid   int
 		start uint64
@@ -496,7 +510,7 @@ func LeftRunning(before, after *Snap, commandHostPid int) []Process {
 			old[key{p.HostPid, p.Start}] = true
 		}
 	}
-	var left []Process
+	var left []report.Process
 	for _, p := range after.Processes {
 		// A zombie has exited already; the init reaps it.
 		if p.HostPid == commandHostPid || p.State == "Z" || p.State == "X" || old[key{p.HostPid, p.Start}] {

@@ -9,12 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/report"
 )
 
 // TestSnapshotVictim runs a small sandbox (a reaping init, a command that exits, a renamed daemon started
 // from a binary it then deletes, a double-forked sleeper) and checks what a snapshot reports of it.
 func TestSnapshotVictim(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "creates pid and net namespaces, reads other processes' /proc entries")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -27,8 +30,8 @@ func TestSnapshotVictim(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := settledSnapshot(t, s, 2) // the daemon and the sleeper, once the command and middle exited
-	daemon := findProc(t, snap, func(p Process) bool { return p.Comm == "renamed-daemon" })
-	sleeper := findProc(t, snap, func(p Process) bool { return p.Comm == "sleep" })
+	daemon := findProc(t, snap, func(p report.Process) bool { return p.Comm == "renamed-daemon" })
+	sleeper := findProc(t, snap, func(p report.Process) bool { return p.Comm == "sleep" })
 
 	t.Run("process", func(t *testing.T) {
 		tests := []struct {
@@ -36,7 +39,7 @@ func TestSnapshotVictim(t *testing.T) {
 			got  any
 			want any
 		}{
-			{"init left out", slices.ContainsFunc(snap.Processes, func(p Process) bool { return p.Pid == 1 }), false},
+			{"init left out", slices.ContainsFunc(snap.Processes, func(p report.Process) bool { return p.Pid == 1 }), false},
 			{"daemon real exe despite rename", daemon.Exe, bin},
 			{"daemon exe deleted", daemon.Deleted, true},
 			{"daemon orphaned", daemon.Orphaned, true},
@@ -72,7 +75,7 @@ func TestSnapshotVictim(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				i := slices.IndexFunc(daemon.FDs, func(fd FD) bool {
+				i := slices.IndexFunc(daemon.FDs, func(fd report.FD) bool {
 					if tt.target != "" {
 						return fd.Target == tt.target
 					}
@@ -98,7 +101,7 @@ func TestSnapshotVictim(t *testing.T) {
 			{"abstract unix", "unix", ready.Unix, 0},
 		}
 		for _, tt := range tests {
-			i := slices.IndexFunc(snap.Listening, func(s Socket) bool {
+			i := slices.IndexFunc(snap.Listening, func(s report.Socket) bool {
 				return s.Proto == tt.proto && s.Address == tt.address && s.Port == tt.port
 			})
 			if i < 0 {
@@ -127,7 +130,7 @@ func TestSnapshotVictim(t *testing.T) {
 	})
 
 	t.Run("left running", func(t *testing.T) {
-		before := &Snap{Processes: []Process{sleeper}}
+		before := &Snap{Processes: []report.Process{sleeper}}
 		left := LeftRunning(before, snap, 0)
 		if len(left) != 1 || left[0].HostPid != daemon.HostPid {
 			t.Errorf("LeftRunning = %v, want only the daemon %d", left, daemon.HostPid)
@@ -150,7 +153,7 @@ func settledSnapshot(t *testing.T, s *sandboxUnderTest, want int) *Snap {
 		if err != nil {
 			t.Fatalf("Snapshot: %v", err)
 		}
-		zombie := slices.ContainsFunc(snap.Processes, func(p Process) bool { return p.State == "Z" })
+		zombie := slices.ContainsFunc(snap.Processes, func(p report.Process) bool { return p.State == "Z" })
 		if !zombie && len(snap.Processes) == want {
 			return snap
 		}
@@ -160,7 +163,7 @@ func settledSnapshot(t *testing.T, s *sandboxUnderTest, want int) *Snap {
 	return nil
 }
 
-func findProc(t *testing.T, s *Snap, f func(Process) bool) Process {
+func findProc(t *testing.T, s *Snap, f func(report.Process) bool) report.Process {
 	t.Helper()
 	i := slices.IndexFunc(s.Processes, f)
 	if i < 0 {
@@ -169,7 +172,7 @@ func findProc(t *testing.T, s *Snap, f func(Process) bool) Process {
 	return s.Processes[i]
 }
 
-func describeFDs(fds []FD) []string {
+func describeFDs(fds []report.FD) []string {
 	var out []string
 	for _, fd := range fds {
 		out = append(out, fd.Describe())
@@ -182,7 +185,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // TestSnapshotPartial checks that a part that cannot be read (here the sockets: no such namespace) is an
 // error beside a snapshot that still holds the processes.
 func TestSnapshotPartial(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "creates pid and net namespaces, reads other processes' /proc entries")
 	snap, err := Snapshot(SnapshotOptions{HostPids: []int{os.Getpid()}, NetNS: filepath.Join(t.TempDir(), "no-netns")})
 	if err == nil {
 		t.Error("Snapshot with a missing network namespace: no error")

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/sbx-dev/sbx/report"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,7 +48,7 @@ func stateName(s uint8) string {
 
 // readSockets returns every TCP, UDP and unix socket of the network namespace at nsPath. Sockets that
 // no fd holds (in an accept queue, in TIME_WAIT) have inode 0.
-func readSockets(nsPath string) ([]Socket, error) {
+func readSockets(nsPath string) ([]report.Socket, error) {
 	d, err := openSockDump(nsPath)
 	if err != nil {
 		return nil, err
@@ -69,7 +70,7 @@ func readSockets(nsPath string) ([]Socket, error) {
 // first step did not find.
 type sockDump struct {
 	fd    int
-	socks []Socket
+	socks []report.Socket
 }
 
 func openSockDump(nsPath string) (*sockDump, error) {
@@ -80,7 +81,7 @@ func openSockDump(nsPath string) (*sockDump, error) {
 	return &sockDump{fd: fd}, nil
 }
 
-func (d *sockDump) add(s Socket) { d.socks = append(d.socks, s) }
+func (d *sockDump) add(s report.Socket) { d.socks = append(d.socks, s) }
 
 func (d *sockDump) close() { unix.Close(d.fd) }
 
@@ -164,7 +165,7 @@ func openInNetns(nsPath string) (fd int, restored bool, err error) {
 // dumpTCP dumps the TCP sockets of both families in the given states (a bit mask of 1<<state). The old
 // TCPDIAG_GETSOCK request asks for both families in one walk of the kernel's hashes, where
 // SOCK_DIAG_BY_FAMILY needs one walk per family.
-func dumpTCP(fd int, states uint32, add func(Socket)) error {
+func dumpTCP(fd int, states uint32, add func(report.Socket)) error {
 	req := make([]byte, sizeofInetDiagReqV1)
 	binary.NativeEndian.PutUint32(req[52:], states)
 	return dump(fd, tcpDiagGetSock, req, func(msg []byte) {
@@ -179,7 +180,7 @@ func dumpTCP(fd int, states uint32, add func(Socket)) error {
 }
 
 // dumpUDP dumps the UDP sockets of one family; the UDP hash tables are small, a dump costs ~10 µs.
-func dumpUDP(fd int, family uint8, name string, add func(Socket)) error {
+func dumpUDP(fd int, family uint8, name string, add func(report.Socket)) error {
 	req := make([]byte, sizeofInetDiagReqV2)
 	req[0] = family
 	req[1] = unix.IPPROTO_UDP
@@ -192,9 +193,9 @@ func dumpUDP(fd int, family uint8, name string, add func(Socket)) error {
 }
 
 // parseInetDiag decodes an inet_diag_msg. Ports and addresses are in network byte order.
-func parseInetDiag(b []byte, proto string) (Socket, bool) {
+func parseInetDiag(b []byte, proto string) (report.Socket, bool) {
 	if len(b) < sizeofInetDiagMsg {
-		return Socket{}, false
+		return report.Socket{}, false
 	}
 	family, state := b[0], b[1]
 	sport := int(binary.BigEndian.Uint16(b[4:]))
@@ -205,7 +206,7 @@ func parseInetDiag(b []byte, proto string) (Socket, bool) {
 	}
 	src := net.IP(append([]byte(nil), b[8:8+alen]...))
 	dst := net.IP(append([]byte(nil), b[24:24+alen]...))
-	s := Socket{
+	s := report.Socket{
 		Proto:   proto,
 		Address: src.String(),
 		Port:    sport,
@@ -219,7 +220,7 @@ func parseInetDiag(b []byte, proto string) (Socket, bool) {
 }
 
 // dumpUnix dumps the unix sockets with their names.
-func dumpUnix(fd int, add func(Socket)) error {
+func dumpUnix(fd int, add func(report.Socket)) error {
 	req := make([]byte, sizeofUnixDiagReq)
 	req[0] = unix.AF_UNIX
 	binary.NativeEndian.PutUint32(req[4:], ^uint32(0)) // all states
@@ -233,11 +234,11 @@ func dumpUnix(fd int, add func(Socket)) error {
 
 // parseUnixDiag decodes a unix_diag_msg and its UNIX_DIAG_NAME attribute. An abstract name starts with a
 // NUL byte and is shown as "@name"; a path name ends with a NUL.
-func parseUnixDiag(b []byte) (Socket, bool) {
+func parseUnixDiag(b []byte) (report.Socket, bool) {
 	if len(b) < sizeofUnixDiagMsg || b[0] != unix.AF_UNIX {
-		return Socket{}, false
+		return report.Socket{}, false
 	}
-	s := Socket{Proto: "unix", Type: unixType(b[1]), State: stateName(b[2]),
+	s := report.Socket{Proto: "unix", Type: unixType(b[1]), State: stateName(b[2]),
 		Inode: binary.NativeEndian.Uint32(b[4:])}
 	for attrs := b[sizeofUnixDiagMsg:]; len(attrs) >= 4; {
 		l := int(binary.NativeEndian.Uint16(attrs))

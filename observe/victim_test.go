@@ -324,13 +324,6 @@ func waitFile(tb testing.TB, path string) []byte {
 	return nil
 }
 
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root: creates pid and net namespaces, reads other processes' /proc entries")
-	}
-}
-
 func copyFile(tb testing.TB, src, dst string) {
 	tb.Helper()
 	in, err := os.Open(src)

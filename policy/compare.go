@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/report"
 )
 
@@ -121,7 +120,7 @@ func dnsWhy(q report.DNSQuery) string {
 
 // listenerAllowed: tcp matches tcp and tcp6, udp matches udp and udp6, port 0 any port, unix any unix
 // socket.
-func listenerAllowed(allowed []Listener, s observe.Socket) bool {
+func listenerAllowed(allowed []Listener, s report.Socket) bool {
 	proto := strings.TrimSuffix(s.Proto, "6")
 	for _, l := range allowed {
 		if l.Proto == proto && (l.Port == 0 || l.Port == s.Port || proto == "unix") {
@@ -152,7 +151,7 @@ func commandLine(argv []string, exe, comm string) string {
 	return truncate(s, 80)
 }
 
-func socketAddr(s observe.Socket) string {
+func socketAddr(s report.Socket) string {
 	if s.Proto == "unix" {
 		if s.Address == "" {
 			return "an unnamed socket"
@@ -169,7 +168,7 @@ func hostPort(addr string, port int) string {
 	return addr + ":" + strconv.Itoa(port)
 }
 
-func owner(s observe.Socket) string {
+func owner(s report.Socket) string {
 	if s.Pid == 0 {
 		return "an unknown process"
 	}

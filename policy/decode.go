@@ -13,7 +13,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // MaxProfileSize bounds a profile file; a larger file is refused before it is parsed.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 const destHint = `write a destination as host:port, ip:port, [v6]:port, cidr:port or udp:host:port; ports may be a range 8000-8100 or *`

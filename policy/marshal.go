@@ -3,7 +3,7 @@ package policy
 import (
 	"bytes"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Marshal writes the profile as YAML that Parse reads back to the same profile: fields in schema

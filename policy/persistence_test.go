@@ -3,7 +3,6 @@ package policy
 import (
 	"testing"
 
-	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/report"
 )
 
@@ -87,8 +86,8 @@ func TestComparePersistence(t *testing.T) {
 		r := report.New("default", []string{"sh"})
 		r.Files.Created = []string{"/tmp/.ssh", "/tmp/.ssh/authorized_keys", "/tmp/notes.txt"}
 		r.Files.Modified = []string{"/tmp/.bashrc"}
-		r.Files.Details = []observe.FileChange{{Path: "/tmp/.ssh", Change: "created", Kind: "dir"}}
-		r.Denials.Writes = []observe.WriteDenial{{Path: "/etc/cron.d/x", Syscall: "openat"}, {Path: "/etc/passwd", Syscall: "openat"},
+		r.Files.Details = []report.FileChange{{Path: "/tmp/.ssh", Change: "created", Kind: "dir"}}
+		r.Denials.Writes = []report.WriteDenial{{Path: "/etc/cron.d/x", Syscall: "openat"}, {Path: "/etc/passwd", Syscall: "openat"},
 			{Path: "/tmp/.bashrc", Syscall: "openat"}} // landed after all: listed once, as modified
 		return r
 	}

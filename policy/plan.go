@@ -25,7 +25,7 @@ type Plan struct {
 
 // Filesystem is the file-system side of the sandbox.
 type Filesystem struct {
-	// Landlock rules applied by the shim before execve. Paths are as seen inside the sandbox; a path that
+	// Landlock rules the supervisor applies before it starts the command. Paths are as seen inside the sandbox; a path that
 	// does not exist there is skipped.
 	Read  []string // read and execute
 	Write []string // read, write, create, remove (includes Read rights)

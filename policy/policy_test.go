@@ -178,7 +178,7 @@ func checkSeccompPlan(t *testing.T, sc *specs.LinuxSeccomp) {
 			t.Errorf("%s: actions %v, want errno", n, actions[n])
 		}
 	}
-	for _, n := range shimSyscalls {
+	for _, n := range landlockSyscalls {
 		if !slices.Equal(actions[n], []specs.LinuxSeccompAction{specs.ActAllow}) {
 			t.Errorf("%s: actions %v, want allow", n, actions[n])
 		}

@@ -28,8 +28,9 @@ var BuiltinDeny = []string{
 	"quotactl", "lookup_dcookie",
 }
 
-// shimSyscalls stay allowed whatever the profile says: the shim applies Landlock with them.
-var shimSyscalls = []string{"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}
+// landlockSyscalls stay allowed whatever the profile says: the supervisor applies Landlock with them
+// before it starts the command.
+var landlockSyscalls = []string{"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}
 
 // extraSyscalls are valid names absent from Docker's profile (obsolete or never allowed there).
 var extraSyscalls = []string{
@@ -47,7 +48,7 @@ var knownSyscalls = sync.OnceValue(func() map[string]bool {
 			}
 		}
 	}
-	for _, n := range slices.Concat(BuiltinDeny, shimSyscalls, extraSyscalls) {
+	for _, n := range slices.Concat(BuiltinDeny, landlockSyscalls, extraSyscalls) {
 		known[n] = true
 	}
 	return known
@@ -102,7 +103,7 @@ func compileSeccomp(sc SyscallsConfig) (*specs.LinuxSeccomp, error) {
 		base = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Architectures: base.Architectures, Flags: base.Flags}
 		allow = nil // everything not denied is allowed already
 	} else {
-		allow = append(allow, shimSyscalls...)
+		allow = append(allow, landlockSyscalls...)
 	}
 	out := removeNames(base, slices.Concat(deny, allow))
 	// Only the native architecture: syscalls made through a compat ABI (int 0x80 on x86_64) then hit

@@ -145,7 +145,7 @@ func (p *Profile) validateSyscalls() error {
 		if slices.Contains(sc.Allow, name) {
 			return p.invalid(fmt.Sprintf("syscalls.deny[%d]", i), "remove it from one of the two lists", "%q is both denied and allowed", name)
 		}
-		if slices.Contains(shimSyscalls, name) {
+		if slices.Contains(landlockSyscalls, name) {
 			return p.invalid(fmt.Sprintf("syscalls.deny[%d]", i), "remove it: sbx's shim applies Landlock with it before the command starts", "%q cannot be denied", name)
 		}
 	}

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-
-	"github.com/sbx-dev/sbx/observe"
 )
 
 // TestListsNeverNull: after FillLists, a report whose lists were left nil, at the top (files.details) and inside
@@ -14,7 +12,7 @@ func TestListsNeverNull(t *testing.T) {
 	for name, r := range map[string]*Report{
 		"zero":   {},
 		"new":    New("default", nil),
-		"nested": {Processes: Processes{Execs: []observe.Exec{{Pid: 2, Incomplete: true}}, LeftRunning: []observe.Process{{Pid: 3}}}},
+		"nested": {Processes: Processes{Execs: []Exec{{Pid: 2, Incomplete: true}}, LeftRunning: []Process{{Pid: 3}}}},
 	} {
 		r.FillLists()
 		b, err := json.Marshal(r)
@@ -25,7 +23,7 @@ func TestListsNeverNull(t *testing.T) {
 			t.Errorf("%s: %s", name, b)
 		}
 	}
-	r := &Report{Processes: Processes{Execs: []observe.Exec{{Pid: 2, Incomplete: true}}}}
+	r := &Report{Processes: Processes{Execs: []Exec{{Pid: 2, Incomplete: true}}}}
 	r.FillLists()
 	b, _ := json.Marshal(r)
 	for _, want := range []string{`"argv":[]`, `"details":[]`, `"violations":[]`, `"notes":[]`} {

@@ -2,13 +2,12 @@
 //
 // Field names are a contract: fields may be added, never removed or renamed. The package is plain data
 // with no behaviour beyond construction helpers; observe fills the observations, policy.Compare adds the
-// verdict and violations, and cmd/sbx renders it.
+// verdict and violations, and cmd/sbx renders it. It imports nothing else of sbx and builds without cgo,
+// so that tools reading reports can use it alone.
 package report
 
 import (
 	"slices"
-
-	"github.com/sbx-dev/sbx/observe"
 )
 
 // Schema is the value of the schema field of every report.
@@ -64,7 +63,7 @@ type Report struct {
 	Persistence []Persistence `json:"persistence"`
 	Timings     Timings       `json:"timings_ms"`
 	// Denials are the syscalls and accesses the kernel (seccomp, Landlock) reported refusing.
-	Denials observe.Denials `json:"denials"`
+	Denials Denials `json:"denials"`
 	// Notes say what sbx could not observe in this run ("exec events unavailable: ..."), so that an
 	// empty list is never mistaken for "nothing happened".
 	Notes []string `json:"notes"`
@@ -102,8 +101,8 @@ type Violation struct {
 
 // Processes is what ran and what stayed.
 type Processes struct {
-	Execs       []observe.Exec    `json:"execs"`
-	LeftRunning []observe.Process `json:"left_running"`
+	Execs       []Exec    `json:"execs"`
+	LeftRunning []Process `json:"left_running"`
 	// ExecsTotal counts every exec seen; Execs keeps the first observe.MaxExecs (ExecsTruncated).
 	ExecsTotal     int  `json:"execs_total"`
 	ExecsTruncated bool `json:"execs_truncated"`
@@ -115,8 +114,8 @@ type Processes struct {
 
 // Sockets lists the sandbox's sockets at the after snapshot.
 type Sockets struct {
-	Listening   []observe.Socket `json:"listening"`
-	Established []observe.Socket `json:"established"`
+	Listening   []Socket `json:"listening"`
+	Established []Socket `json:"established"`
 	// ListeningTotal and EstablishedTotal count every socket; each list keeps the first
 	// observe.MaxSockets (Truncated).
 	ListeningTotal   int  `json:"listening_total"`
@@ -175,11 +174,11 @@ type Files struct {
 	Deleted  []string `json:"deleted"`
 	// Details has one entry per path above, with its kind and size (and path_b64 when the path is not
 	// valid UTF-8).
-	Details []observe.FileChange `json:"details"`
+	Details []FileChange `json:"details"`
 	// Total counts every change found; each list above keeps only its first entries (10,000 by
 	// default), and Truncated says that one was cut.
-	Total     observe.Totals `json:"total"`
-	Truncated bool           `json:"truncated"`
+	Total     Totals `json:"total"`
+	Truncated bool   `json:"truncated"`
 }
 
 // Persistence is one file change or refused write that would make something run later, outside the
@@ -207,15 +206,15 @@ func New(profile string, command []string) *Report {
 		Command:     command,
 		Verdict:     VerdictPass,
 		Violations:  []Violation{},
-		Processes:   Processes{Execs: []observe.Exec{}, LeftRunning: []observe.Process{}},
-		Sockets:     Sockets{Listening: []observe.Socket{}, Established: []observe.Socket{}},
+		Processes:   Processes{Execs: []Exec{}, LeftRunning: []Process{}},
+		Sockets:     Sockets{Listening: []Socket{}, Established: []Socket{}},
 		Network:     Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
-		Files:       Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []observe.FileChange{}},
+		Files:       Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []FileChange{}},
 		Notes:       []string{},
 		Incomplete:  []string{},
 		Persistence: []Persistence{},
 		Limits:      Limits{Enforced: []Enforced{}},
-		Denials: observe.Denials{Reason: "not collected", Seccomp: []observe.SeccompDenial{},
-			Landlock: []observe.LandlockDenial{}, Writes: []observe.WriteDenial{}, Sources: []observe.DenialSource{}},
+		Denials: Denials{Reason: "not collected", Seccomp: []SeccompDenial{},
+			Landlock: []LandlockDenial{}, Writes: []WriteDenial{}, Sources: []DenialSource{}},
 	}
 }

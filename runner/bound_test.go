@@ -11,9 +11,9 @@ import (
 // short lists are left alone.
 func TestBound(t *testing.T) {
 	rep := report.New("p", []string{"true"})
-	rep.Processes.LeftRunning = make([]observe.Process, observe.MaxLeftRunning+5)
-	rep.Sockets.Listening = make([]observe.Socket, observe.MaxSockets+1)
-	rep.Sockets.Established = make([]observe.Socket, 3)
+	rep.Processes.LeftRunning = make([]report.Process, observe.MaxLeftRunning+5)
+	rep.Sockets.Listening = make([]report.Socket, observe.MaxSockets+1)
+	rep.Sockets.Established = make([]report.Socket, 3)
 	rep.Violations = make([]report.Violation, report.MaxViolations+7)
 	rep.ViolationsTotal = len(rep.Violations)
 	bound(rep)

@@ -10,8 +10,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
 )
 
 // TestKernelDenials runs a command that the seccomp filter refuses a syscall (unshare) and Landlock
@@ -21,7 +23,7 @@ import (
 // Kernel audit is a host setting that sbx never changes. SBX_TEST_AUDIT=enable lets this test turn it
 // on for its own duration (and restore it) to exercise the reporting path on a host where it is off.
 func TestKernelDenials(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	on, err := auditStatus()
 	if err != nil {
 		t.Fatalf("reading the audit status: %v", err)
@@ -42,12 +44,12 @@ func TestKernelDenials(t *testing.T) {
 	if !d.Available {
 		t.Fatalf("audit on, yet denials unavailable: %s", d.Reason)
 	}
-	if !slices.ContainsFunc(d.Seccomp, func(s observe.SeccompDenial) bool {
+	if !slices.ContainsFunc(d.Seccomp, func(s report.SeccompDenial) bool {
 		return s.Syscall == "unshare" && s.Exe == "/usr/bin/unshare" && s.Pid > 0 && s.Count == 1
 	}) {
 		t.Errorf("seccomp denials = %+v, want unshare by /usr/bin/unshare (output: %s)", d.Seccomp, out)
 	}
-	if !slices.ContainsFunc(d.Landlock, func(l observe.LandlockDenial) bool {
+	if !slices.ContainsFunc(d.Landlock, func(l report.LandlockDenial) bool {
 		return strings.Contains(l.Access, "fs.make_reg") && strings.HasPrefix(l.Path, "/usr")
 	}) {
 		t.Errorf("landlock denials = %+v, want fs.make_reg under /usr (output: %s)", d.Landlock, out)
@@ -63,7 +65,7 @@ func TestKernelDenials(t *testing.T) {
 // write: sbx's own records hold both whether kernel audit is on or off, and when it is on, audit adds no
 // duplicate of either (SBX_TEST_AUDIT=enable turns it on for the test, as above).
 func TestRecordedDenials(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	on, err := auditStatus()
 	if err != nil {
 		t.Fatalf("reading the audit status: %v", err)
@@ -100,7 +102,7 @@ func TestRecordedDenials(t *testing.T) {
 	if notified != 1 || audited != 0 {
 		t.Errorf("seccomp denials = %+v, want unshare once, from seccomp-notify (audit on: %v)", d.Seccomp, on)
 	}
-	if !slices.ContainsFunc(d.Writes, func(w observe.WriteDenial) bool { return w.Path == "/usr/sbx-denied" }) {
+	if !slices.ContainsFunc(d.Writes, func(w report.WriteDenial) bool { return w.Path == "/usr/sbx-denied" }) {
 		t.Errorf("writes = %+v, want /usr/sbx-denied", d.Writes)
 	}
 	for _, l := range d.Landlock {

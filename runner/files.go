@@ -12,6 +12,7 @@ import (
 	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
 )
 
 // ErrChangesDir is matched by the error of a --changes DIR that cannot be used.
@@ -58,8 +59,8 @@ func (r *run) fileChanges() {
 	defer release()
 	lim := observe.Limits{Stop: stop}
 	cp := &observe.Copier{Stop: stop, Budget: r.sb.DiskBytes()}
-	var created, modified, deleted []observe.FileChange
-	var total observe.Totals
+	var created, modified, deleted []report.FileChange
+	var total report.Totals
 	truncated := false
 	collect := func(fc *observe.FileChanges, at string) {
 		created = append(created, under(at, fc.Created)...)
@@ -84,7 +85,7 @@ func (r *run) fileChanges() {
 	}
 	r.copyNotes(cp)
 	// Each layer's reading is bounded; so is the report, across layers.
-	for _, l := range []*[]observe.FileChange{&created, &modified, &deleted} {
+	for _, l := range []*[]report.FileChange{&created, &modified, &deleted} {
 		if len(*l) > observe.DefaultMaxEntries {
 			*l, truncated = keepFirst(*l, observe.DefaultMaxEntries), true
 		}
@@ -112,7 +113,7 @@ func persistenceIn(at string) func(string) bool {
 
 // keepFirst cuts cs to its first n entries, and keeps beyond them (up to n more) those that could be a
 // persistence mechanism: the report judges each of those, whatever came before it.
-func keepFirst(cs []observe.FileChange, n int) []observe.FileChange {
+func keepFirst(cs []report.FileChange, n int) []report.FileChange {
 	out := cs[:n:n]
 	for _, c := range cs[n:] {
 		if len(out) < 2*n && c.Change != observe.Deleted && policy.MaybePersistence(c.Path) {
@@ -153,7 +154,7 @@ func (r *run) fileNotes(at string, fc *observe.FileChanges, err error) {
 
 // copyLayer copies one layer's changes into its place below --changes DIR, through the root handle
 // opened before the command ran. src is the layer's tree: a path of sbx's own, or an open handle.
-func (r *run) copyLayer(cp *observe.Copier, srcPath string, src *os.File, at string, changes []observe.FileChange) {
+func (r *run) copyLayer(cp *observe.Copier, srcPath string, src *os.File, at string, changes []report.FileChange) {
 	if r.changesDir == nil || len(changes) == 0 {
 		return
 	}
@@ -195,7 +196,7 @@ func (r *run) copyNotes(cp *observe.Copier) {
 }
 
 // under puts the paths of a layer mounted at at into the sandbox's view.
-func under(at string, cs []observe.FileChange) []observe.FileChange {
+func under(at string, cs []report.FileChange) []report.FileChange {
 	if at == "/" {
 		return cs
 	}
@@ -246,7 +247,7 @@ func (r *run) initAlive() bool {
 	return err == nil && slices.Contains(pids, r.sb.InitPid())
 }
 
-func paths(cs []observe.FileChange) []string {
+func paths(cs []report.FileChange) []string {
 	out := make([]string, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, c.Path)

@@ -26,7 +26,7 @@ import (
 func runIn(t *testing.T, p *policy.Plan, cwd, changes string, args ...string) (*report.Report, string) {
 	t.Helper()
 	var out bytes.Buffer
-	rep, err := Run(context.Background(), Options{
+	rep, err := runValid(t, context.Background(), Options{
 		Plan: p, Args: args, Cwd: cwd, Stdout: &out, Stderr: &out, StateRoot: testutil.StateRoot(t), Changes: changes,
 	})
 	if err != nil {
@@ -63,7 +63,7 @@ func mkdirs(t *testing.T, dirs ...string) {
 // the root layer, then writes f in its working directory. The copy of the root layer recreates the links
 // in DIR; the copy of the working directory's layer must not follow them into HOST.
 func TestChangesDirNoEscape(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	base := tmpfsAt(t)
 	host := filepath.Join(t.TempDir(), "host") // stands for a host directory
 	cwd := filepath.Join(base, "dir", "proj")
@@ -94,11 +94,11 @@ func TestChangesDirNoEscape(t *testing.T) {
 // TestChangesDirInWritableShare: a --changes DIR the command can write into is refused before anything
 // is built.
 func TestChangesDirInWritableShare(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	share := t.TempDir()
 	p := plan(t)
 	p.Filesystem.Shares = []policy.Share{{Host: share, Sandbox: share, Writable: true}}
-	_, err := Run(context.Background(), Options{Plan: p, Args: []string{"true"}, Cwd: "/", StateRoot: testutil.StateRoot(t),
+	_, err := runValid(t, context.Background(), Options{Plan: p, Args: []string{"true"}, Cwd: "/", StateRoot: testutil.StateRoot(t),
 		Changes: filepath.Join(share, "review")})
 	if !errors.Is(err, ErrChangesDir) {
 		t.Fatalf("err = %v, want ErrChangesDir", err)
@@ -108,7 +108,7 @@ func TestChangesDirInWritableShare(t *testing.T) {
 // TestCwdThroughHostSymlink is issue 10's second class: a working directory reached through a host
 // symlink (LINK -> REAL, as /var/run -> /run) must not make sbx change the host's files below REAL.
 func TestCwdThroughHostSymlink(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	base := t.TempDir()
 	real := filepath.Join(base, "real")
 	mkdirs(t, filepath.Join(real, "x", "sub"))
@@ -153,7 +153,7 @@ func TestCwdThroughHostSymlink(t *testing.T) {
 // TestFileObservationNeverAborts: a path longer than PATH_MAX and a tree nested deeper than sbx walks
 // leave a report; what could not be read makes the run incomplete, the rest is listed.
 func TestFileObservationNeverAborts(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	script := `import os
 os.chdir("/tmp")
 for _ in range(20):
@@ -182,7 +182,7 @@ open("bottom", "w").write("y")
 // bytes in path_b64; a sparse file is copied as a hole; a same-size rewrite with its mtime restored in
 // the working directory is modified.
 func TestFilesBoundedAndKept(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	cwd := t.TempDir()
 	if err := os.WriteFile(filepath.Join(cwd, "data.txt"), []byte("aaaa\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func TestFilesBoundedAndKept(t *testing.T) {
 		t.Errorf("modified = %v, want the same-size rewrite of data.txt", f.Modified)
 	}
 	want := base64.StdEncoding.EncodeToString([]byte("/tmp/caf\xe9"))
-	if !slices.ContainsFunc(f.Details, func(c observe.FileChange) bool { return c.PathB64 == want }) {
+	if !slices.ContainsFunc(f.Details, func(c report.FileChange) bool { return c.PathB64 == want }) {
 		t.Errorf("no detail keeps the non-UTF-8 name in path_b64")
 	}
 	var st unix.Stat_t
@@ -230,7 +230,7 @@ func TestFilesBoundedAndKept(t *testing.T) {
 // TestChangesCopyStopsOnSignal: a signal while --changes copies ends the copy at once, and the report
 // says how far it got.
 func TestChangesCopyStopsOnSignal(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	p := plan(t)
 	p.Limits.MemoryBytes, p.Limits.DiskBytes = 768<<20, 512<<20
 	out := filepath.Join(t.TempDir(), "changes")
@@ -246,7 +246,7 @@ func TestChangesCopyStopsOnSignal(t *testing.T) {
 		}
 	}()
 	var output bytes.Buffer
-	rep, err := Run(context.Background(), Options{
+	rep, err := runValid(t, context.Background(), Options{
 		Plan: p, Args: []string{"sh", "-c", "head -c 400M /dev/zero | tr '\\0' x > /tmp/big"}, Cwd: t.TempDir(),
 		Stdout: &output, Stderr: &output, StateRoot: testutil.StateRoot(t), Changes: out, Signals: sigs,
 	})

@@ -18,7 +18,7 @@ import (
 
 // A Pool keeps sandboxes built ahead for one plan and working directory (its key), so that a run of a
 // long-running sbx (the MCP server) skips the build: namespaces, cgroup, overlay, seccomp, the network
-// contract and the supervisor waiting for "go" are in place when the command arrives.
+// contract and the waiting supervisor are in place when the command arrives.
 //
 // Every run still gets a fresh sandbox: a pooled one serves exactly one run and is then destroyed, as a
 // cold one is. The run's result is returned once the sandbox is dead and its output passed on; the rest

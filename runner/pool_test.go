@@ -12,7 +12,6 @@ import (
 
 	"github.com/sbx-dev/sbx/internal/fakenet"
 	"github.com/sbx-dev/sbx/internal/testutil"
-	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 )
@@ -33,7 +32,7 @@ func poolRun(t *testing.T, p *Pool, o Options, args ...string) (*report.Report, 
 	var out bytes.Buffer
 	o.Args, o.Stdout, o.Stderr = args, &out, &out
 	served := p.served.Load()
-	rep, err := p.Run(context.Background(), o)
+	rep, err := valid(t)(p.Run(context.Background(), o))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -44,7 +43,7 @@ func poolRun(t *testing.T, p *Pool, o Options, args ...string) (*report.Report, 
 // wrote (in the working directory and in /tmp), not a process it left running, not a socket it left
 // listening, not a DNS answer or the address the contract learned from it, not a refused attempt.
 func TestPoolFreshSandbox(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	up, err := fakenet.New()
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +83,7 @@ except OSError as e: print("refused", e)`
 	if want := "from stdin\n" + fakenet.Public2 + "\nconnected\nrefused"; !strings.HasPrefix(out, want) {
 		t.Fatalf("run N printed %q, want it to start with %q", out, want)
 	}
-	if !slices.ContainsFunc(rep.Processes.Execs, func(e observe.Exec) bool { return strings.HasSuffix(e.Exe, "/sleep") }) {
+	if !slices.ContainsFunc(rep.Processes.Execs, func(e report.Exec) bool { return strings.HasSuffix(e.Exe, "/sleep") }) {
 		t.Errorf("the exec stream of a pooled run missed the command's sleep: %+v", rep.Processes.Execs)
 	}
 	if len(rep.Network.DNS) == 0 || len(rep.Network.Denied) == 0 || len(rep.Processes.LeftRunning) == 0 || len(rep.Sockets.Listening) == 0 {
@@ -114,7 +113,7 @@ except OSError as e: print("refused", e)`
 // not at the time the sandbox was built: a file that appears beside the way down to the working
 // directory (in a hidden directory) while the sandbox waits in the pool stays hidden.
 func TestPoolHiddenSince(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	pl := plan(t)
 	cwd, state := t.TempDir(), testutil.StateRoot(t)
 	for _, d := range []string{filepath.Dir(cwd), cwd} {

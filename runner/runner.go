@@ -335,9 +335,9 @@ func (r *run) observe(cmdPid int) {
 
 // notFilter drops the sockets of sbx's DNS filter, which sbx keeps in the sandbox's namespace without
 // root: they are not the command's.
-func (r *run) notFilter(socks []observe.Socket) []observe.Socket {
+func (r *run) notFilter(socks []report.Socket) []report.Socket {
 	n := r.sb.Network()
-	return slices.DeleteFunc(socks, func(s observe.Socket) bool { return n.FilterSocket(s.Address, s.Port, s.Pid != 0) })
+	return slices.DeleteFunc(socks, func(s report.Socket) bool { return n.FilterSocket(s.Address, s.Port, s.Pid != 0) })
 }
 
 // freeze freezes the sandbox unless nothing but its init is left, which can start nothing.
@@ -349,7 +349,7 @@ func (r *run) freeze() error {
 }
 
 // stopDenials ends the collection of kernel-reported denials and returns what concerns the sandbox.
-func (r *run) stopDenials() observe.Denials {
+func (r *run) stopDenials() report.Denials {
 	audit := r.denials.Stop(observe.ScopeOf(r.sb.InitPid(), r.events, r.rep.Processes.Execs, r.rep.Processes.LeftRunning))
 	if audit.Lost > 0 {
 		r.rep.MarkIncomplete("kernel denials", fmt.Errorf("%d audit records lost", audit.Lost))

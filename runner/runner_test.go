@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/sandbox"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
@@ -28,13 +29,6 @@ func TestMain(m *testing.M) {
 		return
 	}
 	os.Exit(m.Run())
-}
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
 }
 
 // plan is a small plan built by hand, so that these tests do not depend on the profile parser.
@@ -54,10 +48,15 @@ func plan(t *testing.T) *policy.Plan {
 	}
 }
 
+// Result wraps a report for assertions.
+type Result struct{ Report *report.Report }
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
 func runCmd(t *testing.T, p *policy.Plan, timeout time.Duration, args ...string) (*Result, string) {
 	t.Helper()
 	var out bytes.Buffer
-	rep, err := Run(context.Background(), Options{
+	rep, err := runValid(t, context.Background(), Options{
 		Plan: p, Args: args, Cwd: t.TempDir(), Stdout: &out, Stderr: &out, Timeout: timeout,
 		StateRoot: testutil.StateRoot(t),
 	})
@@ -68,7 +67,7 @@ func runCmd(t *testing.T, p *policy.Plan, timeout time.Duration, args ...string)
 }
 
 func TestLeftRunning(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	res, out := runCmd(t, plan(t), 0, "sh", "-c", "nohup sleep 300 >/dev/null 2>&1 & python3 -m http.server 8765 >/dev/null 2>&1 & exit 0")
 	r := res.Report
 	if r.ExitCode != 0 {
@@ -91,7 +90,7 @@ func TestLeftRunning(t *testing.T) {
 }
 
 func TestTimeout(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	start := time.Now()
 	res, _ := runCmd(t, plan(t), 300*time.Millisecond, "sleep", "30")
 	if !res.Report.TimedOut {
@@ -103,10 +102,10 @@ func TestTimeout(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := Run(ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: testutil.StateRoot(t)})
+	_, err := runValid(t, ctx, Options{Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: "/", StateRoot: testutil.StateRoot(t)})
 	if err == nil {
 		t.Fatal("Run returned no error for a cancelled context")
 	}
@@ -115,9 +114,9 @@ func TestCancel(t *testing.T) {
 // TestInitGone kills the sandbox's init from the host while the command runs: sbx loses track of the
 // command, yet the run still ends with a report, marked observe.incomplete, and nothing is left.
 func TestInitGone(t *testing.T) {
-	needRoot(t)
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	var out bytes.Buffer
-	rep, err := Run(context.Background(), Options{
+	rep, err := runValid(t, context.Background(), Options{
 		Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: t.TempDir(), Stdout: &out, Stderr: &out,
 		StateRoot: testutil.StateRoot(t),
 		OnStart: func(pid int) {

@@ -8,6 +8,7 @@ import (
 	"github.com/moby/profiles/seccomp"
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/policy"
 )
 
@@ -31,9 +32,7 @@ func testPlan(t *testing.T) *policy.Plan {
 // TestSandboxBasics: a command sees its own namespaces, an empty /root and /tmp, no capabilities, and
 // cannot write under /usr (Landlock), while its working directory is the caller's.
 func TestSandboxBasics(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	hostNet, err := os.Readlink("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)

@@ -7,15 +7,15 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // TestCwdOnOtherFS: a working directory on another file system than / (here a tmpfs) is visible in the
 // sandbox through an overlay of its own: its files are there and writable, nothing beside it on that
 // file system shows, and nothing the command writes reaches the host.
 func TestCwdOnOtherFS(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	fs := t.TempDir()
 	if err := unix.Mount("tmpfs", fs, "tmpfs", 0, "size=8m"); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 )
 
 // A deferred sandbox is built before its command is known, for a warm pool: namespaces, cgroup, overlay,
-// seccomp, the network contract and the supervisor waiting for "go" are all in place, and the command
+// seccomp, the network contract and the waiting supervisor are all in place, and the command
 // (argv, environment, stdio) arrives with Use. It serves exactly one command, like every sandbox.
 //
 // Its stdio are relays that exist from Create on and are bound to the caller's streams by Use: the

@@ -1,7 +1,7 @@
 // Package sandbox owns everything that changes kernel state for one run: the per-run state directory,
 // the overlay root file system, the libcontainer container (namespaces, cgroup, seccomp, mounts), the
-// pause init that reaps orphans, the Landlock shim that restricts the command before execve, and the
-// teardown and garbage collection of all of it.
+// supervisor init (pid 1: it applies Landlock, starts the command and reaps orphans; package
+// internal/supervisor), and the teardown and garbage collection of all of it.
 //
 // It also records what the sandbox refuses, without kernel audit: the seccomp filter notifies a
 // listener of sbx's (seccompnotify.go) of the deny list's syscalls and of writes by path, and
@@ -12,11 +12,13 @@
 //
 // # Re-execution
 //
-// The sbx binary is re-executed in three roles: libcontainer's "init" (namespace setup), the pause init
-// (pid 1 of the sandbox) and the shim (Landlock, then execve of the command). Every binary that creates
-// sandboxes, test binaries included, must call [Reexec] at the very start of main or TestMain, and lock
-// the main OS thread in an init function (a libcontainer goroutine can otherwise leave
-// the main thread in the container's mount namespace).
+// The sbx binary is re-executed in these roles: libcontainer's "init" (namespace setup), the supervisor
+// (pid 1 of the sandbox when no sbx-init lies next to sbx; it speaks with sbx over the control socket,
+// supervisor.Conn), the network contract's helper (netcontract.HelperRole), and roles a program
+// registers to run sbx itself inside a sandbox ([RegisterRole], [SelfCommand]: the network probe).
+// Every binary that creates sandboxes, test binaries included, must call [Reexec] at the very start of
+// main or TestMain, and lock the main OS thread in an init function (a libcontainer
+// goroutine can otherwise leave the main thread in the container's mount namespace).
 //
 // # User namespace
 //

@@ -17,9 +17,7 @@ import (
 // task list names every thread of it, that gc's thaw undoes a freeze, and that Destroy tears a frozen
 // sandbox down leaving neither process nor cgroup.
 func TestFreeze(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	sb, err := Create(Config{Plan: testPlan(t), StateRoot: testutil.StateRoot(t), Command: Command{
 		// A leftover with two threads: python's main thread and one sleeping in a thread of its own.
 		Args: []string{"sh", "-c", `python3 -c 'import threading, time; threading.Thread(target=time.sleep, args=(300,)).start(); time.sleep(300)' & sleep 1`},

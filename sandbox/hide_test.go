@@ -16,9 +16,7 @@ import (
 // else, however full the hidden directory is (it took one whiteout per entry, and one walk over them
 // in each snapshot of the layer).
 func TestHideAboveCwd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	hidden := t.TempDir()
 	cwd := filepath.Join(hidden, "way", "work")
 	if err := os.MkdirAll(cwd, 0o755); err != nil {

@@ -24,9 +24,7 @@ func runPlan(t *testing.T, plan *policy.Plan, cwd string, args ...string) (int, 
 // runPlanWith is runPlan with a given supervisor binary ("" = the default choice).
 func runPlanWith(t *testing.T, plan *policy.Plan, init, cwd string, args ...string) (int, string, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	var out, errb bytes.Buffer
 	sb, err := Create(Config{Plan: plan, StateRoot: testutil.StateRoot(t), InitBinary: init, Command: Command{
 		Args: args, Cwd: cwd, Stdout: &out, Stderr: &errb,
@@ -93,9 +91,7 @@ func removeSyscall(sc *specs.LinuxSeccomp, name string) {
 // TestStaticInit runs sandboxes with the small static supervisor (sbx-init, built here with cgo off) the
 // way make build ships it: status, Landlock, the user and fail-closed behave as with sbx itself.
 func TestStaticInit(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	bin := filepath.Join(t.TempDir(), InitName)
 	build := exec.Command("go", "build", "-o", bin, "github.com/sbx-dev/sbx/internal/cmd/sbx-init")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

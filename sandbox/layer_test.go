@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 func needRoot(tb testing.TB) {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root: loop devices and mounts")
-	}
+	testutil.RequireRoot(tb, "loop devices and mounts")
 	old := LayerDir
 	tb.Cleanup(func() { LayerDir = old })
 }

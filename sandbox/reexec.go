@@ -48,5 +48,5 @@ func RegisterRole(name string, main func(args []string) int) { roles[name] = mai
 // SelfCommand is the argv that runs this binary in role name inside a sandbox (the sandbox then
 // bind-mounts the binary in).
 func SelfCommand(role string, args ...string) []string {
-	return append([]string{shimPath, role}, args...)
+	return append([]string{selfPath, role}, args...)
 }

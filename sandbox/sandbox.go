@@ -1,11 +1,9 @@
 package sandbox
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -79,9 +76,7 @@ type Sandbox struct {
 	container *libcontainer.Container
 	init      *libcontainer.Process
 	initPid   int
-	ctl       *os.File // sbx's end of the supervisor's control socket
-	ctlMu     sync.Mutex
-	ctlIn     *bufio.Reader
+	ctl       *supervisor.Conn // sbx's end of the supervisor's control socket
 	console   *os.File
 	pidfd     int             // the command's, once started; 0 = none
 	tasks     [2]string       // cgroup dir and file name of the task list, once found (freeze.go)
@@ -294,7 +289,7 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		return err
 	}
 	defer ctlChild.Close()
-	s.ctl, s.ctlIn = ctl, bufio.NewReader(ctl)
+	s.ctl = supervisor.NewConn(ctl)
 	if s.init, err = s.initProcess(spec, ctlChild); err != nil {
 		return err
 	}
@@ -340,7 +335,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if s.rootfs.cwd != nil {
 		in.CwdOverlay = s.rootfs.cwd.merged
 	}
-	if len(cmd.Args) > 0 && cmd.Args[0] == shimPath {
+	if len(cmd.Args) > 0 && cmd.Args[0] == selfPath {
 		in.Binary = self // the command is sbx itself in another role (SelfCommand)
 	}
 	if s.net != nil {
@@ -408,12 +403,12 @@ func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
 
 // supervisorConfig is what the supervisor needs to start the command, sent over the control socket (no
 // size limit, unlike an environment variable or an argument).
-func (s *Sandbox) supervisorConfig() ([]byte, error) {
+func (s *Sandbox) supervisorConfig() supervisor.Config {
 	fs := s.cfg.Plan.Filesystem
 	sc := supervisor.Config{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal,
 		StdioFDs: !s.cfg.Command.Terminal,
 		Argv:     toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.ids.UID, GID: s.ids.GID}
-	return json.Marshal(sc)
+	return sc
 }
 
 // writePaths are the Landlock write paths of the command: the profile's and the working directory.
@@ -518,38 +513,27 @@ func (s *Sandbox) Start() (*Running, error) {
 			return nil, fmt.Errorf("%w: loading the network contract: %w", ErrSetup, err)
 		}
 	}
-	cfg, err := s.supervisorConfig()
-	if err != nil {
-		return nil, err
-	}
-	if err := s.send("go\n" + string(cfg)); err != nil {
+	if err := s.ctl.SendGo(s.supervisorConfig()); err != nil {
 		return nil, fmt.Errorf("starting the command: %w", err)
 	}
-	line, err := s.ctlIn.ReadString('\n')
+	st, err := s.ctl.ReadStarted()
+	if errors.Is(err, supervisor.ErrProtocol) {
+		return nil, fmt.Errorf("starting the command: %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("starting the command: the sandbox init is gone: %w", err)
 	}
-	var n int
-	if _, err := fmt.Sscanf(line, "fail %d %d", &n, &s.diagFD); err == nil {
-		return &Running{sb: s, code: n, pidfd: -1}, nil
+	s.diagFD = st.DiagFD
+	if st.Pid == 0 {
+		return &Running{sb: s, code: st.Code, pidfd: -1}, nil
 	}
-	if _, err := fmt.Sscanf(line, "pid %d %d", &n, &s.diagFD); err != nil {
-		return nil, fmt.Errorf("starting the command: unexpected answer %q", line)
-	}
-	r := &Running{Pid: s.hostPid(n), sb: s, started: true, pidfd: -1}
+	r := &Running{Pid: s.hostPid(st.Pid), sb: s, started: true, pidfd: -1}
 	if r.Pid > 0 {
 		if fd, err := unix.PidfdOpen(r.Pid, 0); err == nil {
 			r.pidfd, s.pidfd = fd, fd // closed by Destroy, not Wait: Signal may race with Wait
 		}
 	}
 	return r, nil
-}
-
-func (s *Sandbox) send(msg string) error {
-	s.ctlMu.Lock()
-	defer s.ctlMu.Unlock()
-	_, err := io.WriteString(s.ctl, msg+"\n")
-	return err
 }
 
 // hostPid maps a pid of the sandbox's pid namespace to the host's.
@@ -579,15 +563,13 @@ func (r *Running) Wait() (int, error) {
 	if !r.started {
 		return r.code, nil
 	}
-	line, err := r.sb.ctlIn.ReadString('\n')
+	ws, err := r.sb.ctl.ReadExit()
+	if errors.Is(err, supervisor.ErrProtocol) {
+		return -1, fmt.Errorf("waiting for the command: %w", err)
+	}
 	if err != nil {
 		return -1, fmt.Errorf("waiting for the command: the sandbox init is gone: %w", err)
 	}
-	var raw int
-	if _, err := fmt.Sscanf(line, "exit %d", &raw); err != nil {
-		return -1, fmt.Errorf("waiting for the command: unexpected answer %q", line)
-	}
-	ws := syscall.WaitStatus(raw)
 	if ws.Signaled() {
 		return 128 + int(ws.Signal()), nil
 	}

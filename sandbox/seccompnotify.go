@@ -42,6 +42,7 @@ import (
 
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
 )
 
 // notifySocket is the listener's socket in the run dir.
@@ -711,8 +712,8 @@ func openFlags(f uint64) string {
 }
 
 // records returns what was recorded so far (the listener keeps serving until stop).
-func (l *notifyListener) records(rec policy.Record) observe.Denials {
-	d := observe.Denials{Seccomp: []observe.SeccompDenial{}, Landlock: []observe.LandlockDenial{}, Writes: []observe.WriteDenial{}}
+func (l *notifyListener) records(rec policy.Record) report.Denials {
+	d := report.Denials{Seccomp: []report.SeccompDenial{}, Landlock: []report.LandlockDenial{}, Writes: []report.WriteDenial{}}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	recording := l.fd >= 0
@@ -725,19 +726,19 @@ func (l *notifyListener) records(rec policy.Record) observe.Denials {
 	}
 	for _, k := range l.order {
 		if k.write {
-			d.Writes = append(d.Writes, observe.WriteDenial{Pid: k.nsPid, HostPid: k.pid, Exe: k.exe, Syscall: k.syscall,
+			d.Writes = append(d.Writes, report.WriteDenial{Pid: k.nsPid, HostPid: k.pid, Exe: k.exe, Syscall: k.syscall,
 				Path: k.detail, Flags: k.flags, Count: l.written[k]})
 			continue
 		}
-		d.Seccomp = append(d.Seccomp, observe.SeccompDenial{Pid: k.nsPid, HostPid: k.pid, Exe: k.exe, Syscall: k.syscall,
+		d.Seccomp = append(d.Seccomp, report.SeccompDenial{Pid: k.nsPid, HostPid: k.pid, Exe: k.exe, Syscall: k.syscall,
 			Args: k.detail, Action: "errno", Source: observe.SourceSeccompNotify, Count: l.seccomp[k]})
 	}
 	if len(rec.Syscalls) > 0 {
-		d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceSeccompNotify, Recorded: recording,
+		d.Sources = append(d.Sources, report.DenialSource{Name: observe.SourceSeccompNotify, Recorded: recording,
 			Covers: coversSyscalls, Reason: reason})
 	}
 	if rec.Writes {
-		d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceWriteNotify, Recorded: recording,
+		d.Sources = append(d.Sources, report.DenialSource{Name: observe.SourceWriteNotify, Recorded: recording,
 			Covers: coversWrites, Reason: reason})
 	}
 	d.Available = recording
@@ -783,19 +784,19 @@ func (s *Sandbox) startNotify() error {
 // Denials returns what sbx recorded itself of what the sandbox refused so far (seccomp-notify and
 // write-notify); Available is false when it records nothing (the profile turned it off, the sandbox
 // has no seccomp filter, or libseccomp is too old: then Sources say so).
-func (s *Sandbox) Denials() observe.Denials {
+func (s *Sandbox) Denials() report.Denials {
 	if s.notify != nil {
 		return s.notify.records(s.cfg.Plan.Record)
 	}
-	d := observe.Denials{Seccomp: []observe.SeccompDenial{}, Landlock: []observe.LandlockDenial{},
-		Writes: []observe.WriteDenial{}, Sources: []observe.DenialSource{}}
+	d := report.Denials{Seccomp: []report.SeccompDenial{}, Landlock: []report.LandlockDenial{},
+		Writes: []report.WriteDenial{}, Sources: []report.DenialSource{}}
 	if s.notifyOff != "" {
 		rec := s.cfg.Plan.Record
 		if len(rec.Syscalls) > 0 {
-			d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceSeccompNotify, Covers: coversSyscalls, Reason: s.notifyOff})
+			d.Sources = append(d.Sources, report.DenialSource{Name: observe.SourceSeccompNotify, Covers: coversSyscalls, Reason: s.notifyOff})
 		}
 		if rec.Writes {
-			d.Sources = append(d.Sources, observe.DenialSource{Name: observe.SourceWriteNotify, Covers: coversWrites, Reason: s.notifyOff})
+			d.Sources = append(d.Sources, report.DenialSource{Name: observe.SourceWriteNotify, Covers: coversWrites, Reason: s.notifyOff})
 		}
 	}
 	return d

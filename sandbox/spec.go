@@ -18,7 +18,7 @@ import (
 // container's own, so the mount points leave no trace in the overlay's writable layer.
 const (
 	initPath = "/dev/.sbx-init"
-	shimPath = "/dev/.sbx"
+	selfPath = "/dev/.sbx"
 )
 
 // SpecInput is what Spec needs beyond the plan.
@@ -27,7 +27,7 @@ type SpecInput struct {
 	ID         string
 	Rootfs     string // host path of the sandbox's root
 	Init       string // host path of the supervisor binary, bind-mounted at initPath; "" = none
-	Binary     string // host path of the sbx binary, bind-mounted at shimPath; "" = none
+	Binary     string // host path of the sbx binary, bind-mounted at selfPath; "" = none
 	NetNS      string // path of a network namespace to join; "" = a new one with loopback only
 	ResolvConf string // host path bind-mounted at /etc/resolv.conf; "" = none
 	Hosts      string // host path bind-mounted at /etc/hosts (see hostsFile); "" = none
@@ -72,7 +72,7 @@ func Spec(in SpecInput) *specs.Spec {
 				Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
 		}
 	}
-	for _, b := range []struct{ src, dst string }{{in.Init, initPath}, {in.Binary, shimPath}} {
+	for _, b := range []struct{ src, dst string }{{in.Init, initPath}, {in.Binary, selfPath}} {
 		if b.src != "" {
 			s.Mounts = append(s.Mounts, specs.Mount{
 				Destination: b.dst, Type: "bind", Source: b.src,

@@ -17,9 +17,7 @@ import (
 // never root, and the command as its own uid; the command writes its root-owned working tree through
 // the idmapped lower layer while no file of the host or of the layer is chowned.
 func TestUserNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	cwd := t.TempDir()
 	if err := os.WriteFile(filepath.Join(cwd, "f"), []byte("x\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -82,9 +80,7 @@ func hostUID(t *testing.T, pid int) int {
 // is mounted: libcontainer runs as the sandbox's root, an unprivileged uid, so sbx prepares the mount
 // point and opens the way in the overlay.
 func TestShareBelowHidden(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	dir, err := os.MkdirTemp("/root", ".sbx-share-test-")
 	if err != nil {
 		t.Skipf("cannot make a directory in /root: %v", err)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // TestMCPHTTP serves `sbx mcp --http 127.0.0.1:0` and drives it over streamable HTTP with the SDK's
@@ -22,9 +24,7 @@ import (
 // report. A request without the token, with a wrong one, or from another origin is refused; a
 // non-loopback address is refused.
 func TestMCPHTTP(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: sbx creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "sbx creates namespaces, cgroups and mounts")
 	bin, err := exec.LookPath("sbx")
 	if err != nil {
 		t.Fatalf("sbx is not on PATH (testscript.Main puts it there): %v", err)

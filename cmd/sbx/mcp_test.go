@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // mcpSession starts `sbx mcp` (this test binary, which testscript.Main put on PATH as sbx) and connects
@@ -73,9 +75,7 @@ func callRun(ctx context.Context, t *testing.T, sess *mcp.ClientSession, args ma
 // whose empty directories go at the end.
 func mcpStateRoot(t *testing.T, prefix string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: sbx creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "sbx creates namespaces, cgroups and mounts")
 	root := filepath.Join(testStateParent(), prefix+filepath.Base(t.TempDir()))
 	t.Cleanup(func() {
 		// Only empty directories go: never RemoveAll a state root, a leaked run's mounts may be below it.

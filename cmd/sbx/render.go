@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/report"
 )
 
@@ -109,7 +108,7 @@ func (rr *renderer) verdict(r *report.Report) {
 
 // tree draws what was left running as a forest: a process under its parent when the parent is left
 // running too, else at the top level (its parent exited, or it is a child of the sandbox's init).
-func (rr *renderer) tree(procs []observe.Process) {
+func (rr *renderer) tree(procs []report.Process) {
 	if len(procs) == 0 {
 		return
 	}
@@ -118,8 +117,8 @@ func (rr *renderer) tree(procs []observe.Process) {
 	for _, p := range procs {
 		byPid[p.Pid] = true
 	}
-	children := make(map[int][]observe.Process)
-	var roots []observe.Process
+	children := make(map[int][]report.Process)
+	var roots []report.Process
 	for _, p := range procs {
 		if p.PPid != p.Pid && byPid[p.PPid] {
 			children[p.PPid] = append(children[p.PPid], p)
@@ -127,7 +126,7 @@ func (rr *renderer) tree(procs []observe.Process) {
 			roots = append(roots, p)
 		}
 	}
-	byPidOrder := func(a, b observe.Process) int { return a.Pid - b.Pid }
+	byPidOrder := func(a, b report.Process) int { return a.Pid - b.Pid }
 	slices.SortFunc(roots, byPidOrder)
 	for _, c := range children {
 		slices.SortFunc(c, byPidOrder)
@@ -140,7 +139,7 @@ func (rr *renderer) tree(procs []observe.Process) {
 
 // node draws p and, below it, its children. prefix is the indentation drawn so far; top marks a root,
 // which gets no branch of its own.
-func (rr *renderer) node(p observe.Process, prefix string, last, top bool, children map[int][]observe.Process, seen map[int]bool) {
+func (rr *renderer) node(p report.Process, prefix string, last, top bool, children map[int][]report.Process, seen map[int]bool) {
 	if seen[p.Pid] {
 		return // a pid loop in a broken report; draw each process once
 	}
@@ -170,7 +169,7 @@ func (rr *renderer) node(p observe.Process, prefix string, last, top bool, child
 }
 
 // processFlags says what is unusual about a process, and its age.
-func (rr *renderer) processFlags(p observe.Process) string {
+func (rr *renderer) processFlags(p report.Process) string {
 	var flags []string
 	if p.Orphaned {
 		flags = append(flags, rr.paint(sgrYellow, "orphaned"))
@@ -202,7 +201,7 @@ const commLen = 15
 // renamed reports whether a process calls itself something its executable does not explain. The kernel
 // names a process after the file it executed, which for a symlink (python3 -> python3.11) or a script
 // run through its interpreter is not the executable's base name: those names count as explained too.
-func renamed(p observe.Process) bool {
+func renamed(p report.Process) bool {
 	if p.Comm == "" || p.Exe == "" {
 		return false
 	}
@@ -227,7 +226,7 @@ func renamed(p observe.Process) bool {
 
 // fds lists the fds worth a look: files, sockets, pipes, memfds and anything deleted. stdio on
 // /dev/null or a terminal, devices and anonymous inodes (epoll, eventfd) are only counted.
-func (rr *renderer) fds(prefix string, fds []observe.FD) {
+func (rr *renderer) fds(prefix string, fds []report.FD) {
 	shown, hidden := 0, 0
 	for _, fd := range fds {
 		if !interesting(fd) {
@@ -253,7 +252,7 @@ func (rr *renderer) fds(prefix string, fds []observe.FD) {
 	}
 }
 
-func interesting(fd observe.FD) bool {
+func interesting(fd report.FD) bool {
 	if fd.Deleted {
 		return true
 	}
@@ -372,7 +371,7 @@ func (rr *renderer) table(title string, header []string, rows [][]string) {
 
 // sockets lists one socket a line, "proto address  pid N exe" (scripts match this form), with the
 // remote end for connected ones.
-func (rr *renderer) sockets(title string, socks []observe.Socket) {
+func (rr *renderer) sockets(title string, socks []report.Socket) {
 	if len(socks) == 0 {
 		return
 	}
@@ -436,7 +435,7 @@ func (rr *renderer) files(f report.Files) {
 	if len(f.Created)+len(f.Modified)+len(f.Deleted) == 0 {
 		return
 	}
-	detail := make(map[string]observe.FileChange, len(f.Details))
+	detail := make(map[string]report.FileChange, len(f.Details))
 	for _, d := range f.Details {
 		detail[d.Change+" "+d.Path] = d
 	}
@@ -472,7 +471,7 @@ func (rr *renderer) files(f report.Files) {
 	}
 }
 
-func fileSize(d observe.FileChange) string {
+func fileSize(d report.FileChange) string {
 	switch d.Kind {
 	case "dir":
 		return "dir"
@@ -500,7 +499,7 @@ func byteSize(n int64) string {
 }
 
 // denials lists what the kernel refused, or says in one line why it could not tell.
-func (rr *renderer) denials(d observe.Denials) {
+func (rr *renderer) denials(d report.Denials) {
 	if !d.Available {
 		if d.Reason != "" {
 			// The first clause is enough here; the JSON report has the whole reason and what to do.

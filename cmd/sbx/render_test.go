@@ -84,15 +84,15 @@ func TestRenderNoColor(t *testing.T) {
 func TestRenamed(t *testing.T) {
 	tests := []struct {
 		name string
-		p    observe.Process
+		p    report.Process
 		want bool
 	}{
-		{"same", observe.Process{Comm: "sleep", Exe: "/usr/bin/sleep", Argv: []string{"sleep", "9"}}, false},
-		{"symlink", observe.Process{Comm: "python3", Exe: "/usr/bin/python3.11", Argv: []string{"python3"}}, false},
-		{"script", observe.Process{Comm: "job.sh", Exe: "/usr/bin/dash", Argv: []string{"/bin/sh", "./job.sh"}}, false},
-		{"long name cut by the kernel", observe.Process{Comm: "a-very-long-nam", Exe: "/bin/a-very-long-name", Argv: []string{"x"}}, false},
-		{"prctl rename", observe.Process{Comm: "kworker/0:1", Exe: "/usr/bin/sleep", Argv: []string{"sleep", "9"}}, true},
-		{"unknown comm", observe.Process{Exe: "/usr/bin/sleep"}, false},
+		{"same", report.Process{Comm: "sleep", Exe: "/usr/bin/sleep", Argv: []string{"sleep", "9"}}, false},
+		{"symlink", report.Process{Comm: "python3", Exe: "/usr/bin/python3.11", Argv: []string{"python3"}}, false},
+		{"script", report.Process{Comm: "job.sh", Exe: "/usr/bin/dash", Argv: []string{"/bin/sh", "./job.sh"}}, false},
+		{"long name cut by the kernel", report.Process{Comm: "a-very-long-nam", Exe: "/bin/a-very-long-name", Argv: []string{"x"}}, false},
+		{"prctl rename", report.Process{Comm: "kworker/0:1", Exe: "/usr/bin/sleep", Argv: []string{"sleep", "9"}}, true},
+		{"unknown comm", report.Process{Exe: "/usr/bin/sleep"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,7 +111,7 @@ func baseReport() *report.Report {
 
 func passReport() *report.Report {
 	r := baseReport()
-	r.Denials = observe.Denials{Available: true, Seccomp: []observe.SeccompDenial{}, Landlock: []observe.LandlockDenial{}}
+	r.Denials = report.Denials{Available: true, Seccomp: []report.SeccompDenial{}, Landlock: []report.LandlockDenial{}}
 	return r
 }
 
@@ -124,10 +124,10 @@ func leftoversReport() *report.Report {
 		{Rule: report.RuleListening, Message: "tcp 0.0.0.0:8765 (python3, pid 8) is not an allowed listener"},
 	}
 	started := renderNow.Add(-1500 * time.Millisecond)
-	r.Processes.LeftRunning = []observe.Process{
+	r.Processes.LeftRunning = []report.Process{
 		{Pid: 9, PPid: 1, Exe: "/tmp/daemon", Comm: "[kworker/0:1]", Argv: []string{"./daemon", "--quiet"},
 			Started: renderNow.Add(-2 * time.Minute), Orphaned: true, Deleted: true, State: "S",
-			FDs: []observe.FD{
+			FDs: []report.FD{
 				{FD: 0, Target: "/dev/null", Kind: "dev"},
 				{FD: 1, Target: "/dev/null", Kind: "dev"},
 				{FD: 2, Target: "/dev/null", Kind: "dev"},
@@ -136,14 +136,14 @@ func leftoversReport() *report.Report {
 				{FD: 5, Target: "anon_inode:[eventpoll]", Kind: "anon"},
 			}},
 		{Pid: 7, PPid: 1, Exe: "/usr/bin/sleep", Comm: "sleep", Argv: []string{"sleep", "300"}, Started: started,
-			Orphaned: true, State: "S", FDs: []observe.FD{
+			Orphaned: true, State: "S", FDs: []report.FD{
 				{FD: 0, Target: "/dev/pts/0", Kind: "dev"},
 				{FD: 1, Target: "/tmp/nohup.out", Kind: "file"},
 				{FD: 2, Target: "/tmp/nohup.out", Kind: "file"},
 			}},
 		{Pid: 8, PPid: 1, Exe: "/usr/bin/python3.11", Comm: "python3",
 			Argv: []string{"python3", "-m", "http.server", "8765"}, Started: started, State: "S",
-			FDs: []observe.FD{
+			FDs: []report.FD{
 				{FD: 3, Target: "socket:[1001]", Kind: "socket", Socket: "tcp 0.0.0.0:8765 LISTEN"},
 				{FD: 4, Target: "socket:[1002]", Kind: "socket", Socket: "udp 0.0.0.0:5353 UNCONN"},
 				{FD: 5, Target: "socket:[1003]", Kind: "socket", Socket: "unix stream @sbx-test LISTEN"},
@@ -156,7 +156,7 @@ func leftoversReport() *report.Report {
 		{Pid: 14, PPid: 8, Exe: "/usr/bin/cat", Comm: "cat", Argv: []string{"cat"},
 			Started: renderNow.Add(-3*time.Hour - 5*time.Minute), State: "Z"},
 	}
-	r.Sockets.Listening = []observe.Socket{
+	r.Sockets.Listening = []report.Socket{
 		{Proto: "tcp", Address: "0.0.0.0", Port: 8765, State: "LISTEN", Pid: 8, Exe: "/usr/bin/python3.11"},
 		{Proto: "tcp6", Address: "::", Port: 8765, State: "LISTEN", Pid: 8, Exe: "/usr/bin/python3.11"},
 		{Proto: "udp", Address: "0.0.0.0", Port: 5353, State: "UNCONN", Pid: 8, Exe: "/usr/bin/python3.11"},
@@ -172,7 +172,7 @@ func networkReport() *report.Report {
 	r.Network.Mode = report.NetworkContract
 	r.Verdict = report.VerdictViolation
 	r.Violations = []report.Violation{{Rule: report.RuleDenied, Message: "2 destinations refused by the network contract"}}
-	r.Sockets.Established = []observe.Socket{
+	r.Sockets.Established = []report.Socket{
 		{Proto: "tcp", Address: "10.200.0.2", Port: 40112, Remote: "93.184.216.34:443", State: "ESTABLISHED", Pid: 3, Exe: "/usr/bin/curl"},
 		{Proto: "tcp6", Address: "fd00::2", Port: 40113, Remote: "[2606:2800:220:1::]:443", State: "ESTABLISHED"},
 	}
@@ -192,7 +192,7 @@ func filesReport() *report.Report {
 	r := baseReport()
 	r.Command = []string{"sh", "-c", "mkdir -p /tmp/a/b && seq 100000 > /tmp/a/b/big && rm /etc/motd"}
 	add := func(path, kind, change string, size int64) {
-		r.Files.Details = append(r.Files.Details, observe.FileChange{Path: path, Kind: kind, Change: change, Size: size})
+		r.Files.Details = append(r.Files.Details, report.FileChange{Path: path, Kind: kind, Change: change, Size: size})
 		switch change {
 		case "created":
 			r.Files.Created = append(r.Files.Created, path)
@@ -218,13 +218,13 @@ func denialsReport() *report.Report {
 	r := baseReport()
 	r.Command = []string{"sh", "-c", "unshare -n true; echo x > /usr/x"}
 	r.ExitCode = 2
-	r.Denials = observe.Denials{Available: true,
-		Seccomp: []observe.SeccompDenial{
+	r.Denials = report.Denials{Available: true,
+		Seccomp: []report.SeccompDenial{
 			{Pid: 3, HostPid: 4242, Exe: "/usr/bin/unshare", Syscall: "unshare", Action: "errno", Count: 1},
 			{Pid: 4, HostPid: 4243, Exe: "/usr/bin/unshare", Syscall: "unshare", Action: "errno", Count: 1},
 			{Pid: 5, HostPid: 4244, Exe: "/usr/bin/keyctl", Syscall: "keyctl", Action: "errno", Count: 3},
 		},
-		Landlock: []observe.LandlockDenial{
+		Landlock: []report.LandlockDenial{
 			{Pid: 2, HostPid: 4241, Exe: "/usr/bin/dash", Access: "fs.make_reg", Path: "/usr", Count: 1},
 		},
 	}
@@ -247,13 +247,13 @@ func persistenceReport() *report.Report {
 		{Mechanism: "git hook", Path: "/tmp/.git/hooks/\x1b[2Jx", Change: "created"},
 		{Mechanism: "cron", Path: "/etc/cron.d/x", Change: "refused"},
 	}
-	r.Denials = observe.Denials{Available: true,
-		Seccomp: []observe.SeccompDenial{{Pid: 3, HostPid: 4242, Exe: "/usr/bin/unshare", Syscall: "unshare",
+	r.Denials = report.Denials{Available: true,
+		Seccomp: []report.SeccompDenial{{Pid: 3, HostPid: 4242, Exe: "/usr/bin/unshare", Syscall: "unshare",
 			Args: "CLONE_NEWUSER", Action: "errno", Source: observe.SourceSeccompNotify, Count: 1}},
-		Landlock: []observe.LandlockDenial{},
-		Writes: []observe.WriteDenial{{Pid: 2, HostPid: 4241, Exe: "/usr/bin/dash", Syscall: "openat",
+		Landlock: []report.LandlockDenial{},
+		Writes: []report.WriteDenial{{Pid: 2, HostPid: 4241, Exe: "/usr/bin/dash", Syscall: "openat",
 			Path: "/etc/cron.d/x", Flags: "O_WRONLY|O_CREAT|O_TRUNC", Count: 1}},
-		Sources: []observe.DenialSource{
+		Sources: []report.DenialSource{
 			{Name: observe.SourceSeccompNotify, Recorded: true, Covers: "the deny list"},
 			{Name: observe.SourceAudit, Covers: "seccomp and Landlock", Reason: "kernel audit is off"},
 		},
@@ -274,7 +274,7 @@ func timeoutReport() *report.Report {
 // parent: both are drawn at the top level, each once.
 func unrelatedRootsReport() *report.Report {
 	r := baseReport()
-	r.Processes.LeftRunning = []observe.Process{
+	r.Processes.LeftRunning = []report.Process{
 		{Pid: 5, PPid: 5, Exe: "/usr/bin/sleep", Comm: "sleep", Argv: []string{"sleep", "5"}},
 		{Pid: 4, PPid: 40, Exe: "/usr/bin/sleep", Comm: "sleep", Argv: []string{"sleep", "4"}},
 		{Pid: 6, PPid: 1, Exe: "/usr/bin/sleep", Comm: "sleep"},
@@ -285,7 +285,7 @@ func unrelatedRootsReport() *report.Report {
 // hostileArgvReport has a command line with terminal escapes and one far too long for a line.
 func hostileArgvReport() *report.Report {
 	r := baseReport()
-	r.Processes.LeftRunning = []observe.Process{
+	r.Processes.LeftRunning = []report.Process{
 		{Pid: 2, PPid: 1, Exe: "/usr/bin/python3.11", Comm: "python3",
 			Argv: []string{"python3", "-c", "print('\x1b[2J\x1b[Hpwned')\n" + strings.Repeat("x = 1\n", 40)}},
 	}
@@ -298,7 +298,7 @@ func hostileArgvReport() *report.Report {
 func bidiReport() *report.Report {
 	r := baseReport()
 	r.Command = []string{"sh", "-c", "touch /tmp/\u202ehs.live"}
-	r.Processes.LeftRunning = []observe.Process{
+	r.Processes.LeftRunning = []report.Process{
 		{Pid: 2, PPid: 1, Exe: "/usr/bin/\u2066python3\u2069", Comm: "python3",
 			Argv: []string{"python3", "-c", "safe\u200b\u202e# )(lave"}},
 	}

@@ -145,7 +145,7 @@ Example:
 		return &exitError{code: exitSetup, err: err, hint: fmt.Sprintf("see '%s --help'", c.CommandPath())}
 	})
 	root.AddCommand(newExecCmd(io), newProbeCmd(io), newGCCmd(io), newVersionCmd(io), newProfileCmd(), newMCPCmd(io), newSpecCmd(io),
-		newExportCmd(io), newManCmd(io))
+		newExportCmd(io), newManCmd(io), newReportCmd())
 	groups(root)
 	completions(root)
 	return root

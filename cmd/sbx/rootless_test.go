@@ -17,6 +17,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // TestRootless runs the scripts in testdata/rootless with sbx started by an ordinary user, made for the
@@ -29,13 +31,11 @@ func TestRootless(t *testing.T) { runRootless(t, "testdata/rootless", "rootless-
 // scripts is the user's (a wrapper first in PATH). Cases that need what sbx refuses without root (the
 // network contract) skip on [rootless].
 func TestBatteryRootless(t *testing.T) {
-	runRootless(t, filepath.Join("..", "..", "testdata", "battery"), "battery-rootless-")
+	runRootless(t, filepath.Join("testdata", "battery"), "battery-rootless-")
 }
 
 func runRootless(t *testing.T, dir, prefix string) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates the ordinary user the scripts run sbx as")
-	}
+	testutil.RequireRoot(t, "creates the ordinary user the scripts run sbx as")
 	for _, tool := range []string{"useradd", "userdel", "setpriv"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is missing", tool)
@@ -221,9 +221,7 @@ func (u *testUser) checkGone(env *testscript.Env, state string) {
 // TestRootlessMCP drives `sbx mcp`, started by an ordinary user, with the SDK's client: a run reopens
 // its stdout, leaves a process behind (a violation), says it ran without root, and leaves no run.
 func TestRootlessMCP(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates the ordinary user sbx runs as")
-	}
+	testutil.RequireRoot(t, "creates the ordinary user sbx runs as")
 	u := newTestUser(t)
 	t.Cleanup(func() { u.checkNoProcesses(t) })
 	bin := installSbx(t)

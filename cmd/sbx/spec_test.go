@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // TestOCIVersion: a bundle says the lowest runtime-spec version that has every field it uses.
@@ -47,9 +49,7 @@ const crunHybrid = "cgroups in hybrid mode not supported"
 // (runc does the same in testdata/script/spec.txtar). Skipped, saying so, only where this host's cgroup
 // layout stops crun; the config has been read by then, so an ociVersion crun does not know still fails.
 func TestBundleUnderCrun(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("crun run needs root")
-	}
+	testutil.RequireRoot(t, "crun run")
 	crun, err := exec.LookPath("crun")
 	if err != nil {
 		t.Skip("crun is not installed (make deps installs Debian's)")

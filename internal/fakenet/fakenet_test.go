@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // The main thread stays with the main goroutine: see RunIn.
@@ -17,9 +19,7 @@ func init() { runtime.LockOSThread() }
 
 // TestFakeNet: the servers answer inside the namespace, the DNS server records names, Close removes it.
 func TestFakeNet(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("fakenet needs root to create a network namespace")
-	}
+	testutil.RequireRoot(t, "fakenet creates a network namespace")
 	n, err := New()
 	if err != nil {
 		t.Fatal(err)

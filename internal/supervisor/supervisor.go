@@ -1,6 +1,7 @@
-// Package supervisor is pid 1 of an sbx sandbox: it waits for sbx's go on a control socket, restricts
-// itself with Landlock (the command inherits the domain), starts the command as its child under the
-// command's user, reports the command's pid and status, and reaps orphans until the sandbox is destroyed.
+// Package supervisor is pid 1 of an sbx sandbox, and owns the control protocol sbx speaks with it
+// ([Conn], used by both sides): it waits for sbx's go on the control socket, restricts itself with
+// Landlock (the command inherits the domain), starts the command as its child under the command's user,
+// reports the command's pid and status, and reaps orphans until the sandbox is destroyed.
 //
 // It depends on nothing that needs cgo, so that it also builds as the small static sbx-init binary
 // (internal/cmd/sbx-init), which starts in a fraction of the time of the whole sbx binary. Without
@@ -8,7 +9,6 @@
 package supervisor
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,8 +44,8 @@ var stdio = []*os.File{os.Stdin, os.Stdout, os.Stderr}
 // Role is the first argument the supervisor is started with (sbx dispatches on it when it runs itself).
 const Role = "__sbx_supervise"
 
-// Config is what the supervisor applies before it starts the command; sbx sends it as one JSON line
-// after "go".
+// Config is what the supervisor applies before it starts the command; sbx sends it with go
+// ([Conn.SendGo]).
 type Config struct {
 	Read     []string `json:"read"`
 	Write    []string `json:"write"`
@@ -57,21 +57,17 @@ type Config struct {
 	UID, GID int      // the command's user; the supervisor is root with CAP_SETUID/CAP_SETGID when not 0
 }
 
-// superviseMain is pid 1 of the sandbox. It waits for sbx's "go" on the control socket, restricts
-// itself with Landlock (the command inherits the domain), starts the command, reports its pid and exit
-// status, and reaps every orphan until the sandbox is destroyed.
+// Main runs the supervisor as pid 1 of the sandbox. It waits for sbx's go on the control socket (the
+// protocol is in conn.go), restricts itself with Landlock (the command inherits the domain), starts the
+// command, reports its pid and exit status, and reaps every orphan until the sandbox is destroyed. It
+// returns only when the control socket fails before the command starts.
 //
 // Running the command as the init's child, rather than as a second process that joins the namespaces,
-// spares a whole libcontainer process start per run.
-//
-// Protocol, one line each: sbx sends "go" and the configuration as JSON; the supervisor answers "pid N D"
-// (D: the fd of its sock_diag socket, -1 for none) (or "fail CODE D" after printing
-// the reason on the command's stderr) and later "exit WAITSTATUS". sbx signals the command itself, from
-// outside: inside, Landlock keeps the supervisor's threads from signalling a child forked by another
-// thread (each thread has a domain of its own without TSYNC).
-// Main runs the supervisor; it returns only when the control socket fails before the command starts.
+// spares a whole libcontainer process start per run. sbx signals the command itself, from outside:
+// inside, Landlock keeps the supervisor's threads from signalling a child forked by another thread (each
+// thread has a domain of its own without TSYNC).
 func Main() int {
-	ctl := os.NewFile(ctlFD, "ctl")
+	ctl := NewConn(os.NewFile(ctlFD, "ctl"))
 	unix.CloseOnExec(ctlFD)
 	// Handled signals are reset to their default in the command, ignored ones would not be: catch and
 	// drop every signal a process inside could send pid 1.
@@ -85,15 +81,11 @@ func Main() int {
 	children := make(chan os.Signal, 16)
 	signal.Notify(children, unix.SIGCHLD)
 	// Go probes pidfd support, with a throwaway clone, at the first process start or lookup: probe now,
-	// while the sandbox waits (built ahead in a warm pool, or while sbx snapshots), not after "go".
+	// while the sandbox waits (built ahead in a warm pool, or while sbx snapshots), not after go.
 	if self, err := os.FindProcess(os.Getpid()); err == nil {
 		self.Release()
 	}
-	in := bufio.NewReader(ctl)
-	if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
-		return ExitSetup
-	}
-	cfg, err := in.ReadBytes('\n')
+	cfg, err := ctl.ReadGo()
 	if err != nil {
 		return ExitSetup
 	}
@@ -104,15 +96,11 @@ func Main() int {
 		diag = -1
 	}
 	pid, code := startCommand(cfg)
-	if pid == 0 {
-		fmt.Fprintf(ctl, "fail %d %d\n", code, diag)
-	} else {
-		fmt.Fprintf(ctl, "pid %d %d\n", pid, diag)
-	}
+	ctl.SendStarted(Started{Pid: pid, Code: code, DiagFD: diag})
 	detachStdio()
 	reap(children, func(p int, ws unix.WaitStatus) {
 		if p == pid {
-			fmt.Fprintf(ctl, "exit %d\n", int(ws))
+			ctl.SendExit(ws)
 		}
 	})
 	return 0
@@ -123,7 +111,7 @@ func Main() int {
 func startCommand(raw []byte) (int, int) {
 	var cfg Config
 	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
-		return 0, shimFail(ExitSetup, fmt.Sprintf("supervisor: bad configuration: %v", err), "")
+		return 0, failure(ExitSetup, fmt.Sprintf("supervisor: bad configuration: %v", err), "")
 	}
 	if cfg.StdioFDs {
 		stdio = []*os.File{os.NewFile(stdioFD, "stdin"), os.NewFile(stdioFD+1, "stdout"), os.NewFile(stdioFD+2, "stderr")}
@@ -141,7 +129,7 @@ func startCommand(raw []byte) (int, int) {
 	}
 	path, code, err := resolveCommand(args[0])
 	if err != nil {
-		return 0, shimFail(code, err.Error(), commandHint(code, args[0]))
+		return 0, failure(code, err.Error(), commandHint(code, args[0]))
 	}
 	// Under memory pressure the OOM killer should pick the command's processes, not pid 1 (whose binary
 	// makes it look big): raise the score the command inherits, and come back down after the fork, which
@@ -150,7 +138,7 @@ func startCommand(raw []byte) (int, int) {
 	defer setOOMScoreAdj("0")
 	if err := applyLandlock(cfg); err != nil {
 		if !cfg.Degrade {
-			return 0, shimFail(ExitSetup, err.Error(),
+			return 0, failure(ExitSetup, err.Error(),
 				"the profile requires Landlock; set filesystem.landlock: degrade to run without it")
 		}
 		fmt.Fprintf(stdio[2], "sbx: warning: running without Landlock: %v\n", err)
@@ -170,7 +158,7 @@ func startCommand(raw []byte) (int, int) {
 		if errors.Is(err, unix.ENOENT) {
 			code = ExitNotFound
 		}
-		return 0, shimFail(code, fmt.Sprintf("cannot execute %s: %v", args[0], errors.Unwrap(err)), commandHint(code, args[0]))
+		return 0, failure(code, fmt.Sprintf("cannot execute %s: %v", args[0], errors.Unwrap(err)), commandHint(code, args[0]))
 	}
 	return p.Pid, 0
 }
@@ -245,7 +233,9 @@ func commandHint(code int, name string) string {
 	return ""
 }
 
-func shimFail(code int, msg, hint string) int {
+// failure prints why the command could not be started, as sbx prints its own errors, and returns the
+// status a shell would give.
+func failure(code int, msg, hint string) int {
 	fmt.Fprintf(stdio[2], "sbx: error: %s\n", msg)
 	if hint != "" {
 		fmt.Fprintf(stdio[2], "sbx: hint: %s\n", hint)

@@ -20,3 +20,13 @@ func StateRoot(t testing.TB) string {
 	}
 	return dir
 }
+
+// RequireRoot skips the test unless it runs as root, saying why the test needs root ("needs root: why").
+// Tests run as root so that kernel features are really exercised; without root they are skipped, never
+// failed.
+func RequireRoot(tb testing.TB, why string) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: " + why)
+	}
+}

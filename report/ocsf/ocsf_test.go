@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/report"
 )
 
@@ -16,8 +15,8 @@ import (
 func TestConvert(t *testing.T) {
 	r := report.New("contract", []string{"sh", "-c", "x"})
 	r.Verdict = report.VerdictViolation
-	r.Processes.Execs = []observe.Exec{{Pid: 2, PPid: 1, Exe: "/usr/bin/curl", Argv: []string{"curl", "http://169.254.169.254/"}}}
-	r.Processes.LeftRunning = []observe.Process{{Pid: 3, PPid: 1, Exe: "/usr/bin/sleep", Argv: []string{"sleep", "300"}}}
+	r.Processes.Execs = []report.Exec{{Pid: 2, PPid: 1, Exe: "/usr/bin/curl", Argv: []string{"curl", "http://169.254.169.254/"}}}
+	r.Processes.LeftRunning = []report.Process{{Pid: 3, PPid: 1, Exe: "/usr/bin/sleep", Argv: []string{"sleep", "300"}}}
 	r.Network.Denied = []report.Denied{{Proto: "tcp", Address: "169.254.169.254", Port: 80, Count: 2},
 		{Proto: "tcp", Address: "10.199.0.5", Port: 8080, Count: 1, Direction: report.DirectionIn}}
 	r.Network.DNS = []report.DNSQuery{{Name: "evil.example", Type: "A"}, {Name: "pypi.org", Type: "A", Allowed: true}}

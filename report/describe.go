@@ -1,4 +1,4 @@
-package observe
+package report
 
 import (
 	"net"
@@ -31,20 +31,6 @@ func (s Socket) Local() string {
 		return s.Address
 	}
 	return net.JoinHostPort(s.Address, strconv.Itoa(s.Port))
-}
-
-// listening reports whether the socket waits for peers: TCP and unix sockets in LISTEN, and bound but
-// unconnected UDP and named unix datagram sockets (the datagram way of serving).
-func (s Socket) listening() bool {
-	switch {
-	case s.State == "LISTEN":
-		return true
-	case strings.HasPrefix(s.Proto, "udp"):
-		return s.State == "UNCONN" && s.Port != 0
-	case s.Proto == "unix" && s.Type == "dgram":
-		return s.State == "UNCONN" && s.Address != ""
-	}
-	return false
 }
 
 // Describe returns a one-line description of the fd for humans: its target, with what the socket is

@@ -1,0 +1,135 @@
+package supervisor
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// The control protocol between sbx and the supervisor, over a socket pair (the supervisor's end is its
+// fd 3). Every message is one line; both sides use [Conn], so the lines are written and parsed here only.
+//
+//	sbx (sandbox.Start, Running.Wait)                supervisor (Main, pid 1 of the sandbox)
+//	  |                                                  | waits, the sandbox built around it
+//	  |-- go ------------------------------------------->|
+//	  |-- {Config as JSON} ----------------------------->| Landlock, then starts the command
+//	  |<------------------------------- pid PID DIAGFD --| started (PID inside the sandbox)
+//	  |<------------------------------ fail CODE DIAGFD -|   or not (reason on the command's stderr)
+//	  |                                                  | reaps every orphan
+//	  |<---------------------------- exit WAITSTATUS ----| the command ended
+//
+// DIAGFD is the fd of the supervisor's sock_diag socket in its own process, -1 for none. sbx signals the
+// command itself, from outside, through a pidfd: nothing else crosses the socket.
+
+// Messages of the control protocol.
+const (
+	msgGo     = "go"
+	msgPid    = "pid"
+	msgFail   = "fail"
+	msgExit   = "exit"
+	msgFormat = "%s %d %d\n" // pid and fail
+)
+
+// ErrProtocol is matched (errors.Is) by a message the other side should not have sent.
+var ErrProtocol = errors.New("unexpected control message")
+
+// Started is the supervisor's answer to go: the command's pid, or the status a shell would give when it
+// could not be started.
+type Started struct {
+	Pid    int // inside the sandbox's pid namespace; 0 when the command could not be started
+	Code   int // 125, 126 or 127 when Pid is 0
+	DiagFD int // the supervisor's sock_diag socket, in its own process; -1 for none
+}
+
+// Conn is one end of the control socket.
+type Conn struct {
+	f  *os.File
+	in *bufio.Reader
+	mu sync.Mutex // writes
+}
+
+// NewConn speaks the control protocol over f, which it then owns.
+func NewConn(f *os.File) *Conn { return &Conn{f: f, in: bufio.NewReader(f)} }
+
+// Close closes the socket.
+func (c *Conn) Close() error { return c.f.Close() }
+
+// SendGo lets the supervisor start the command with cfg (sbx's side).
+func (c *Conn) SendGo(cfg Config) error {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("encoding the supervisor's configuration: %w", err)
+	}
+	return c.write(msgGo + "\n" + string(b) + "\n")
+}
+
+// ReadGo waits for go and returns the configuration as sent, still JSON (the supervisor's side): a
+// configuration it cannot decode is reported to the command's stderr, not on the socket.
+func (c *Conn) ReadGo() ([]byte, error) {
+	line, err := c.in.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	if line != msgGo+"\n" {
+		return nil, fmt.Errorf("%w: %q, want %s", ErrProtocol, line, msgGo)
+	}
+	return c.in.ReadBytes('\n')
+}
+
+// SendStarted answers go (the supervisor's side).
+func (c *Conn) SendStarted(s Started) error {
+	if s.Pid == 0 {
+		return c.write(fmt.Sprintf(msgFormat, msgFail, s.Code, s.DiagFD))
+	}
+	return c.write(fmt.Sprintf(msgFormat, msgPid, s.Pid, s.DiagFD))
+}
+
+// ReadStarted waits for the answer to go (sbx's side).
+func (c *Conn) ReadStarted() (Started, error) {
+	line, err := c.in.ReadString('\n')
+	if err != nil {
+		return Started{}, err
+	}
+	var s Started
+	var n int
+	if _, err := fmt.Sscanf(line, msgFail+" %d %d", &n, &s.DiagFD); err == nil {
+		s.Code = n
+		return s, nil
+	}
+	if _, err := fmt.Sscanf(line, msgPid+" %d %d", &n, &s.DiagFD); err != nil {
+		return Started{}, fmt.Errorf("%w: %q", ErrProtocol, line)
+	}
+	s.Pid = n
+	return s, nil
+}
+
+// SendExit says how the command ended (the supervisor's side).
+func (c *Conn) SendExit(ws unix.WaitStatus) error {
+	return c.write(fmt.Sprintf("%s %d\n", msgExit, int(ws)))
+}
+
+// ReadExit waits for the command's end (sbx's side).
+func (c *Conn) ReadExit() (unix.WaitStatus, error) {
+	line, err := c.in.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	var raw int
+	if _, err := fmt.Sscanf(line, msgExit+" %d", &raw); err != nil {
+		return 0, fmt.Errorf("%w: %q", ErrProtocol, line)
+	}
+	return unix.WaitStatus(raw), nil
+}
+
+func (c *Conn) write(msg string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := io.WriteString(c.f, msg)
+	return err
+}

@@ -1,0 +1,52 @@
+package report
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestSchemaAcceptsNewReport(t *testing.T) {
+	r := New("default", []string{"true"})
+	r.Processes.Execs = append(r.Processes.Execs, Exec{Pid: 2, Incomplete: true})
+	r.FillLists()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSchemaRefuses(t *testing.T) {
+	b, err := json.Marshal(New("default", []string{"true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(map[string]any){
+		"null list":        func(m map[string]any) { m["notes"] = nil },
+		"missing field":    func(m map[string]any) { delete(m, "verdict") },
+		"wrong schema":     func(m map[string]any) { m["schema"] = "sbx.report/v0" },
+		"wrong type":       func(m map[string]any) { m["exit_code"] = "0" },
+		"null nested list": func(m map[string]any) { m["files"].(map[string]any)["details"] = nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var m map[string]any
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			edit(m)
+			doc, _ := json.Marshal(m)
+			if err := Validate(doc); err == nil {
+				t.Fatalf("a report with a %s validates", name)
+			}
+		})
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	m["a_field_added_later"] = 1
+	doc, _ := json.Marshal(m)
+	if err := Validate(doc); err != nil {
+		t.Errorf("an added field is refused: %v", err)
+	}
+}
