@@ -3,12 +3,12 @@ package export
 import (
 	"net/netip"
 
-	"github.com/sbx-dev/sbx/sandbox/netcontract"
+	"github.com/sbx-dev/sbx/policy"
 )
 
 // alwaysDeny are the ranges sbx's network contract never reaches unless a profile names an exact
 // exception; metadata addresses come first.
-var alwaysDeny = netcontract.AlwaysDeny()
+var alwaysDeny = policy.AlwaysDeny()
 
 // metadataHosts are the cloud metadata names the DNS filter never resolves.
 var metadataHosts = []string{"metadata.google.internal"}

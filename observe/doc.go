@@ -4,8 +4,10 @@
 // What it finds it writes into the types of package report (report.Process, report.Socket,
 // report.Exec, report.FileChange, report.Denials, ...), which own the report's format.
 //
-// It changes nothing: it reads /proc and asks netlink sock_diag inside the sandbox's network namespace.
-// It only walks the sandbox's own processes (given by pid), never the whole host, so its cost does not
+// It changes nothing in the sandbox: it reads /proc and asks netlink sock_diag inside the sandbox's
+// network namespace. It writes in two places only, both on the host: [Copier] copies the changed files
+// out (`sbx exec --changes DIR`), and the denials collector sends an end-of-run marker record to the
+// kernel's audit log. It only walks the sandbox's own processes (given by pid), never the whole host, so its cost does not
 // grow with the host.
 //
 // # What it offers

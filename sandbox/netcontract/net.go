@@ -11,11 +11,12 @@ import (
 	"sync/atomic"
 
 	"github.com/google/nftables"
-	"github.com/sbx-dev/sbx/policy"
-	"github.com/sbx-dev/sbx/report"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
 )
 
 // Net is the network of one running sandbox. Its methods are safe for concurrent use; Close ends it.
@@ -231,7 +232,8 @@ func (n *Net) loadContract(own []netip.Prefix) error {
 	}
 	a := n.link.addrs()
 	extra := append(append([]netip.Prefix{}, own...), a.peer4.Masked(), a.peer6.Masked())
-	n.pieces = neverPieces(append(append([]netip.Prefix{}, alwaysDeny...), outside(extra, alwaysDeny)...))
+	deny := policy.AlwaysDeny()
+	n.pieces = neverPieces(append(append([]netip.Prefix{}, deny...), outside(extra, deny)...))
 	n.sets, err = loadContract(c, contractInput{
 		dnsFilter: a.peer4.Addr(),
 		deny:      ruleSpans(n.cfg.Net.Deny),

@@ -113,3 +113,12 @@ func TestOutside(t *testing.T) {
 		t.Errorf("outside = %v, want %v", got, want)
 	}
 }
+
+// mustPrefixes parses a fixed list.
+func mustPrefixes(s ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(s))
+	for i, p := range s {
+		out[i] = netip.MustParsePrefix(p)
+	}
+	return out
+}

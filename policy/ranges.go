@@ -1,8 +1,8 @@
-package netcontract
+package policy
 
 import "net/netip"
 
-// alwaysDeny are the ranges a sandbox never reaches unless the profile names an exact exception. Cloud
+// alwaysDeny are the ranges a sandbox never reaches (the network contract enforces them) unless the profile names an exact exception. Cloud
 // metadata addresses are listed on their own although most sit inside a larger range, so that the list
 // reads as the promise it makes.
 var alwaysDeny = mustPrefixes(
@@ -39,6 +39,7 @@ func mustPrefixes(s ...string) []netip.Prefix {
 	return out
 }
 
-// AlwaysDeny returns the ranges the contract never lets a sandbox reach unless the profile names an exact
-// exception, cloud metadata first. Other renderings of a profile (Kubernetes NetworkPolicy) use it.
+// AlwaysDeny returns the ranges a sandbox never reaches unless the profile names an exact exception,
+// cloud metadata first. The network contract (sandbox/netcontract) enforces them; other renderings of a
+// profile (Kubernetes NetworkPolicy) use them too.
 func AlwaysDeny() []netip.Prefix { return append([]netip.Prefix(nil), alwaysDeny...) }
