@@ -24,15 +24,7 @@ import (
 // on for its own duration (and restore it) to exercise the reporting path on a host where it is off.
 func TestKernelDenials(t *testing.T) {
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
-	on, err := auditStatus()
-	if err != nil {
-		t.Fatalf("reading the audit status: %v", err)
-	}
-	if !on && os.Getenv("SBX_TEST_AUDIT") == "enable" {
-		setAudit(t, true)
-		t.Cleanup(func() { setAudit(t, false) })
-		on = true
-	}
+	on := auditForTest(t)
 	res, out := runCmd(t, plan(t), 30*time.Second, "sh", "-c", "unshare -n true; echo x > /usr/sbx-denied; exit 0")
 	d := res.Report.Denials
 	if !on {
@@ -66,15 +58,7 @@ func TestKernelDenials(t *testing.T) {
 // duplicate of either (SBX_TEST_AUDIT=enable turns it on for the test, as above).
 func TestRecordedDenials(t *testing.T) {
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
-	on, err := auditStatus()
-	if err != nil {
-		t.Fatalf("reading the audit status: %v", err)
-	}
-	if !on && os.Getenv("SBX_TEST_AUDIT") == "enable" {
-		setAudit(t, true)
-		t.Cleanup(func() { setAudit(t, false) })
-		on = true
-	}
+	on := auditForTest(t)
 	prof, err := policy.Load("default")
 	if err != nil {
 		t.Fatal(err)
@@ -177,4 +161,19 @@ func auditRequest(typ uint16, data []byte) ([]byte, error) {
 			}
 		}
 	}
+}
+
+// auditForTest says whether kernel audit is on; with SBX_TEST_AUDIT=enable it turns audit on for the
+// test's duration when it is off (and restores it afterwards).
+func auditForTest(t *testing.T) bool {
+	on, err := auditStatus()
+	if err != nil {
+		t.Fatalf("reading the audit status: %v", err)
+	}
+	if !on && os.Getenv("SBX_TEST_AUDIT") == "enable" {
+		setAudit(t, true)
+		t.Cleanup(func() { setAudit(t, false) })
+		on = true
+	}
+	return on
 }

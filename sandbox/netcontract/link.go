@@ -212,24 +212,28 @@ func waitUp(nsFd int) error {
 // uplink namespace when Close returns (the kernel's cleanup of a dropped namespace would remove it only
 // later, in the background). Already gone is fine.
 func (p plumbing) deletePeer() error {
-	h, err := p.uplinkHandle()
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	link, err := h.LinkByName(p.peerName)
-	if err != nil {
+	return p.withPeer(func(h *netlink.Handle, link netlink.Link) error {
+		if err := h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+			return fmt.Errorf("deleting veth peer %s: %w", p.peerName, err)
+		}
 		return nil
-	}
-	if err := h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
-		return fmt.Errorf("deleting veth peer %s: %w", p.peerName, err)
-	}
-	return nil
+	})
 }
 
 // unaddressPeer removes the peer's addresses so the slot can be reused at once while the kernel frees the
 // veth in the background. The peer may already be gone.
 func (p plumbing) unaddressPeer() error {
+	return p.withPeer(func(h *netlink.Handle, link netlink.Link) error {
+		for _, a := range []netip.Prefix{p.peer4, p.peer6} {
+			_ = h.AddrDel(link, &netlink.Addr{IPNet: ipNet(a)}) // gone with the link is fine too
+		}
+		return nil
+	})
+}
+
+// withPeer runs f on the veth's uplink end through a netlink handle of the uplink namespace; a peer that
+// is gone already is not an error.
+func (p plumbing) withPeer(f func(*netlink.Handle, netlink.Link) error) error {
 	h, err := p.uplinkHandle()
 	if err != nil {
 		return err
@@ -239,8 +243,5 @@ func (p plumbing) unaddressPeer() error {
 	if err != nil {
 		return nil
 	}
-	for _, a := range []netip.Prefix{p.peer4, p.peer6} {
-		_ = h.AddrDel(link, &netlink.Addr{IPNet: ipNet(a)}) // gone with the link is fine too
-	}
-	return nil
+	return f(h, link)
 }
