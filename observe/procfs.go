@@ -94,7 +94,12 @@ type procStat struct {
 	// argBytes is the size of the command line (arg_end - arg_start), 0 when unknown (zombies, old
 	// kernels): how long the argv is, without reading it.
 	argBytes int
+	// exiting: the kernel flag PF_EXITING (field 9): the thread is past exit() but not yet a zombie.
+	exiting bool
 }
+
+// pfExiting is the kernel's PF_EXITING task flag.
+const pfExiting = 0x4
 
 // parseStat parses /proc/PID/stat. The comm field is set by the process itself (prctl PR_SET_NAME) and
 // may hold spaces and parentheses, so it ends at the LAST ")" of the line, never at the first.
@@ -114,6 +119,9 @@ func parseStat(b []byte) (procStat, error) {
 	var err error
 	if st.ppid, err = strconv.Atoi(fields[1]); err != nil {
 		return procStat{}, fmt.Errorf("parse stat: ppid: %w", err)
+	}
+	if flags, err := strconv.ParseUint(fields[6], 10, 64); err == nil {
+		st.exiting = flags&pfExiting != 0
 	}
 	if st.start, err = strconv.ParseUint(fields[19], 10, 64); err != nil {
 		return procStat{}, fmt.Errorf("parse stat: start time: %w", err)

@@ -263,6 +263,12 @@ func (r *procReader) readProc(pid int) (rawProc, error) {
 			st.argBytes = live.argBytes
 		}
 	}
+	if st.state != 'Z' && st.exiting && view == dir && r.allExiting(dir) {
+		// Past exit() but not yet a zombie (a fork chain's parent caught mid-exit): its memory and files
+		// are gone already, and it is no more running than a zombie is.
+		p.State, p.FDs = "X", []report.FD{}
+		return p, nil
+	}
 	if b, err = r.readLimit(view+"/cmdline", MaxArgvBytes); err != nil {
 		return p, wrapProc(pid, err)
 	}
@@ -314,6 +320,30 @@ func (r *procReader) liveThread(dir string, pid int) (string, procStat, error) {
 		}
 	}
 	return "", procStat{}, nil
+}
+
+// allExiting reports whether every thread of the process at dir is past exit(): a process with one
+// thread still running is alive, whatever its main thread does. A thread that cannot be read counts
+// as alive, so that nothing is left out on a failed read.
+func (r *procReader) allExiting(dir string) bool {
+	tids, err := r.readdirnames(dir + "/task")
+	if err != nil {
+		return false
+	}
+	for _, tid := range tids {
+		b, err := r.read(dir + "/task/" + tid + "/stat")
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		st, err := parseStat(b)
+		if err != nil || !st.exiting && st.state != 'Z' && st.state != 'X' {
+			return false
+		}
+	}
+	return true
 }
 
 func wrapProc(pid int, err error) error {
