@@ -109,3 +109,26 @@ func TestStaticInit(t *testing.T) {
 		t.Errorf("unknown command: status %d, stderr %q", code, stderr)
 	}
 }
+
+// TestLandlockBindsCommand: the command, and whatever it forks, is held by Landlock where nothing else
+// would stop it. The hidden /tmp is an empty directory the command may write by its permissions; left
+// out of the write paths, only Landlock refuses the write. The supervisor restricts only the thread it
+// starts the command from, so this is what shows the command inherits that thread's domain.
+func TestLandlockBindsCommand(t *testing.T) {
+	p := testPlan(t)
+	p.Filesystem.Write, p.Filesystem.WriteCwd = []string{"/var/tmp"}, false
+	script := `ls -ld /tmp >&2; echo x > /tmp/a && echo wrote-a; sh -c 'echo y > /tmp/b' && echo wrote-b; ` +
+		`echo z > /var/tmp/c && echo wrote-c`
+	code, out, stderr := runPlan(t, p, "/", "sh", "-c", script)
+	if strings.Contains(out, "wrote-a") || strings.Contains(out, "wrote-b") {
+		t.Errorf("the command wrote outside its write paths: %q (stderr %q)", out, stderr)
+	}
+	if !strings.Contains(out, "wrote-c") || code != 0 {
+		t.Errorf("status %d, stdout %q, stderr %q: want a write to /var/tmp", code, out, stderr)
+	}
+	// The same plan with /tmp writable: the refusal above was Landlock's, not the directory's mode.
+	p.Filesystem.Write = []string{"/tmp", "/var/tmp"}
+	if _, out, stderr := runPlan(t, p, "/", "sh", "-c", script); !strings.Contains(out, "wrote-a") || !strings.Contains(out, "wrote-b") {
+		t.Errorf("with /tmp writable: stdout %q, stderr %q", out, stderr)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -35,15 +36,22 @@ var landlockConfigs = []landlock.Config{landlock.V1, landlock.V2, landlock.V3, l
 // devFiles are device files every program expects to read and write.
 var devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"}
 
-// applyLandlock restricts this process and what it execs. It never degrades silently: it checks the ABI
-// itself (BestEffort would apply nothing when seccomp answers ENOSYS) and applies the strict
-// configuration of the newest ABI it knows that the kernel has.
-func applyLandlock(cfg Config) error {
+// ruleset is a Landlock ruleset built for the command, enforced by restrictThread.
+type ruleset struct {
+	fd    int
+	flags uint32
+}
+
+// landlockRuleset builds the command's ruleset: the profile's read and write paths, the device files and
+// /proc. It never degrades silently: it checks the ABI itself (BestEffort would apply nothing when
+// seccomp answers ENOSYS) and uses the strict configuration of the newest ABI it knows that the kernel
+// has. The supervisor is made undumpable here too, Landlock or not.
+func landlockRuleset(cfg Config) (*ruleset, error) {
 	// pid 1's own /proc files are the one place procRule reaches that matters (a command running as
 	// root could otherwise write /proc/1/mem), and so is a run without Landlock: a process that is not
 	// dumpable has them owned by root with no access for a process lacking CAP_SYS_PTRACE.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("making the supervisor undumpable: %w", err)
+		return nil, fmt.Errorf("making the supervisor undumpable: %w", err)
 	}
 	abi, err := llsys.LandlockGetABIVersion()
 	if err != nil || abi < 1 {
@@ -51,7 +59,7 @@ func applyLandlock(cfg Config) error {
 		if err != nil {
 			have = "none (" + err.Error() + ")"
 		}
-		return fmt.Errorf("landlock: %w", &NotSupportedError{Feature: "landlock", Need: "ABI 1", Have: have})
+		return nil, fmt.Errorf("landlock: %w", &NotSupportedError{Feature: "landlock", Need: "ABI 1", Have: have})
 	}
 	ll := landlockConfigs[min(abi, len(landlockConfigs))-1]
 	if abi >= 7 {
@@ -71,14 +79,60 @@ func applyLandlock(cfg Config) error {
 		devs, devDirs,
 		procRule(abi),
 	}
-	if err := ll.RestrictPaths(rules...); err != nil {
-		return fmt.Errorf("landlock ABI %d: %w", abi, err)
+	fd, flags, err := ll.NewRulesetFD(rules...)
+	if err != nil {
+		return nil, fmt.Errorf("landlock ABI %d: %w", abi, err)
 	}
-	// No signal or abstract-socket scoping (ABI 6): without TSYNC (ABI 8) go-landlock restricts each
-	// thread on its own, each thread gets a domain of its own, and the command forked from one thread
-	// would be out of reach of the others. The pid and network namespaces already keep the command from
-	// the host's processes and sockets.
+	if fd < 0 {
+		return nil, fmt.Errorf("landlock ABI %d: the ruleset restricts nothing", abi)
+	}
+	// No signal or abstract-socket scoping (ABI 6): the pid and network namespaces already keep the
+	// command from the host's processes and sockets.
+	return &ruleset{fd: fd, flags: flags}, nil
+}
+
+// errRestrict marks a failure to enforce a ruleset that was built: the command must not start.
+var errRestrict = errors.New("enforcing the Landlock ruleset")
+
+// restrictThread enforces the ruleset on the calling thread only (with no_new_privs, which Landlock
+// needs): the caller holds runtime.LockOSThread and starts the command from this thread, so that the
+// command inherits the domain. The ruleset's fd is closed.
+func (r *ruleset) restrictThread() error {
+	defer unix.Close(r.fd)
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("%w: prctl(PR_SET_NO_NEW_PRIVS): %w", errRestrict, err)
+	}
+	if err := llsys.LandlockRestrictSelf(r.fd, r.flags); err != nil {
+		return fmt.Errorf("%w: landlock_restrict_self: %w", errRestrict, err)
+	}
 	return nil
+}
+
+// startRestricted starts the command from a thread of its own that Landlock restricts first; the
+// command inherits that thread's domain. Restricting the whole supervisor instead would cost a
+// stop-the-world per run: before Landlock ABI 8 (TSYNC) go-landlock enforces the ruleset thread by
+// thread from a signal handler (2-3 ms here). The supervisor's other threads stay unrestricted; they run
+// only its own code, which reads nothing the command controls but the control socket. The thread is
+// never unlocked, so the runtime ends it with the goroutine, and its domain with it.
+func startRestricted(rs *ruleset, path string, args []string, attr *os.ProcAttr) (*os.Process, error) {
+	type started struct {
+		p   *os.Process
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread()
+		if rs != nil {
+			if err := rs.restrictThread(); err != nil {
+				done <- started{err: err}
+				return
+			}
+		}
+		p, err := os.StartProcess(path, args, attr)
+		done <- started{p, err}
+	}()
+	s := <-done
+	return s.p, s.err
 }
 
 // writeRule grants full rights below the writable paths, with refer from ABI 2: without it every

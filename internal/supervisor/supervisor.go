@@ -1,7 +1,8 @@
 // Package supervisor is pid 1 of an sbx sandbox, and owns the control protocol sbx speaks with it
-// ([Conn], used by both sides): it waits for sbx's go on the control socket, restricts itself with
-// Landlock (the command inherits the domain), starts the command as its child under the command's user,
-// reports the command's pid and status, and reaps orphans until the sandbox is destroyed.
+// ([Conn], used by both sides): it waits for sbx's go on the control socket, restricts the thread it
+// starts the command from with Landlock (the command inherits the domain), starts the command as its
+// child under the command's user, reports the command's pid and status, and reaps orphans until the
+// sandbox is destroyed.
 //
 // It depends on nothing that needs cgo, so that it also builds as the small static sbx-init binary
 // (internal/cmd/sbx-init), which starts in a fraction of the time of the whole sbx binary. Without
@@ -58,14 +59,13 @@ type Config struct {
 }
 
 // Main runs the supervisor as pid 1 of the sandbox. It waits for sbx's go on the control socket (the
-// protocol is in conn.go), restricts itself with Landlock (the command inherits the domain), starts the
-// command, reports its pid and exit status, and reaps every orphan until the sandbox is destroyed. It
-// returns only when the control socket fails before the command starts.
+// protocol is in conn.go), builds the command's Landlock ruleset, starts the command from a thread
+// restricted by it, reports the command's pid and exit status, and reaps every orphan until the sandbox
+// is destroyed. It returns only when the control socket fails before the command starts.
 //
 // Running the command as the init's child, rather than as a second process that joins the namespaces,
-// spares a whole libcontainer process start per run. sbx signals the command itself, from outside:
-// inside, Landlock keeps the supervisor's threads from signalling a child forked by another thread (each
-// thread has a domain of its own without TSYNC).
+// spares a whole libcontainer process start per run. sbx signals the command itself, from outside,
+// through a pidfd.
 func Main() int {
 	ctl := NewConn(os.NewFile(ctlFD, "ctl"))
 	unix.CloseOnExec(ctlFD)
@@ -136,10 +136,10 @@ func startCommand(raw []byte) (int, int) {
 	// needs no privilege down to where it was.
 	setOOMScoreAdj("1000")
 	defer setOOMScoreAdj("0")
-	if err := applyLandlock(cfg); err != nil {
+	ruleset, err := landlockRuleset(cfg)
+	if err != nil {
 		if !cfg.Degrade {
-			return 0, failure(ExitSetup, err.Error(),
-				"the profile requires Landlock; set filesystem.landlock: degrade to run without it")
+			return 0, failure(ExitSetup, err.Error(), landlockHint)
 		}
 		fmt.Fprintf(stdio[2], "sbx: warning: running without Landlock: %v\n", err)
 	}
@@ -152,7 +152,10 @@ func startCommand(raw []byte) (int, int) {
 		// Dropping from root to another user clears every capability before the exec.
 		attr.Sys.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}}
 	}
-	p, err := os.StartProcess(path, args, attr)
+	p, err := startRestricted(ruleset, path, args, attr)
+	if errors.Is(err, errRestrict) {
+		return 0, failure(ExitSetup, err.Error(), landlockHint)
+	}
 	if err != nil {
 		code := ExitNotExecutable
 		if errors.Is(err, unix.ENOENT) {
@@ -232,6 +235,8 @@ func commandHint(code int, name string) string {
 	}
 	return ""
 }
+
+const landlockHint = "the profile requires Landlock; set filesystem.landlock: degrade to run without it"
 
 // failure prints why the command could not be started, as sbx prints its own errors, and returns the
 // status a shell would give.
