@@ -1,0 +1,100 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+)
+
+// cgroupPrimer keeps the wait that moving the sandbox's init into its cgroup would make off the critical
+// path.
+//
+// Every write to a cgroup.procs file takes the kernel's cgroup_threadgroup_rwsem for writing. When no
+// writer held it lately, that first waits for an RCU grace period (rcu_sync_enter): 5-20 ms on this
+// kind of machine, most of runc's own start-up time, and libcontainer's Apply pays it between starting
+// its init and letting it go on. A writer that comes while another one waits shares that grace period,
+// and one that comes within a grace period after the last one left waits for none. So while a sandbox
+// is built, sbx writes its own pid to the cgroup it is in (no process moves) every primeEvery: the grace
+// period runs while sbx mounts the overlays and starts libcontainer's init, and Apply finds the lock
+// ready. Where the kernel needs no grace period (cgroup v2 mounted with favordynmods) each write costs
+// microseconds. Without root there is nothing to prime: no cgroup is made.
+type cgroupPrimer struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+const (
+	primeEvery = 2 * time.Millisecond
+	primeMax   = 2 * time.Second // bounds the priming of a Create that hangs elsewhere
+)
+
+// startCgroupPrimer starts priming; nil when there is nothing to prime. Stop it once the container runs.
+func startCgroupPrimer() *cgroupPrimer {
+	if Rootless() {
+		return nil
+	}
+	procs := ownCgroupProcs()
+	if procs == "" {
+		return nil
+	}
+	p := &cgroupPrimer{stop: make(chan struct{}), done: make(chan struct{})}
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	go func() {
+		defer close(p.done)
+		deadline := time.After(primeMax)
+		tick := time.NewTicker(primeEvery)
+		defer tick.Stop()
+		for {
+			// Best effort: a failed write only leaves the grace period to Apply, as without priming.
+			_ = os.WriteFile(procs, pid, 0)
+			select {
+			case <-p.stop:
+				return
+			case <-deadline:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+// Stop ends the priming and waits for its last write.
+func (p *cgroupPrimer) Stop() {
+	if p == nil {
+		return
+	}
+	close(p.stop)
+	<-p.done
+}
+
+// ownCgroupProcs is the cgroup.procs file of the cgroup sbx runs in, in the unified hierarchy when it
+// is mounted (pure cgroup v2, or /sys/fs/cgroup/unified beside v1) or else in v1's pids hierarchy; ""
+// when neither is found.
+func ownCgroupProcs() string {
+	own, err := cgroups.ParseCgroupFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	var candidates []string
+	if p, ok := own[""]; ok {
+		if cgroups.IsCgroup2UnifiedMode() {
+			candidates = append(candidates, filepath.Join("/sys/fs/cgroup", p))
+		} else {
+			candidates = append(candidates, filepath.Join("/sys/fs/cgroup/unified", p))
+		}
+	}
+	if p, ok := own["pids"]; ok {
+		candidates = append(candidates, filepath.Join("/sys/fs/cgroup/pids", p))
+	}
+	for _, dir := range candidates {
+		f := filepath.Join(dir, "cgroup.procs")
+		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
+			return f
+		}
+	}
+	return ""
+}
