@@ -34,6 +34,7 @@ func main() {
 	rssOnly := flag.Bool("rss", false, "only the peak-memory floods")
 	rounds := flag.Int("rounds", 8, "rounds of runs started at once")
 	burstsOnly := flag.Bool("bursts", false, "only the rounds of runs started at once")
+	quick := flag.Bool("quick", false, "only the headline ratios: cold sbx exec, runc, bwrap and a warm sbx_run")
 	flag.Parse()
 
 	if *rssOnly {
@@ -44,13 +45,13 @@ func main() {
 		}
 		return
 	}
-	if err := benchmark(*sbx, *n, *rounds, *burstsOnly); err != nil {
+	if err := benchmark(*sbx, *n, *rounds, *burstsOnly, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func benchmark(sbx string, n, rounds int, burstsOnly bool) error {
+func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
 	sbx, _ = filepath.Abs(sbx)
 	dir, err := os.MkdirTemp("", "sbx-bench-")
 	if err != nil {
@@ -104,6 +105,23 @@ func benchmark(sbx string, n, rounds int, burstsOnly bool) error {
 			return []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"}
 		}},
 	}
+	if quick {
+		cs = slices.DeleteFunc(cs, func(c *contender) bool {
+			return c.name != "sbx exec -- true" && c.name != "runc run (busybox)" && c.name != "bwrap --unshare-all"
+		})
+		srv, err := startMCP(sbx, dir, "--warm", "2", "--concurrency", "1")
+		if err != nil {
+			return err
+		}
+		defer srv.close()
+		cs = append(cs, &contender{name: "sbx_run true, warm pool (MCP)", time: func(int) (float64, error) { return srv.call("true") }})
+		if err := runAll(cs, n, dir); err != nil {
+			return err
+		}
+		report(cs, n)
+		targets(cs)
+		return nil
+	}
 	notify, err := notifyContenders(sbx, dir)
 	if err != nil {
 		return err
@@ -138,13 +156,28 @@ func benchmark(sbx string, n, rounds int, burstsOnly bool) error {
 			return fmt.Errorf("%s: %w (make deps installs it)", c.name, err)
 		}
 	}
-	for i := -3; i < n; i++ { // three warm-up rounds, not counted
+	if err := runAll(cs, n, dir); err != nil {
+		return err
+	}
+	report(cs, n)
+	targets(cs)
+	fmt.Printf("peak RSS of the sbx mcp server (pool of 2): %.1f MB\n", float64(srv.peakRSS())/(1<<20))
+	if err := benchBursts(sbx, dir, runc, rounds); err != nil {
+		return err
+	}
+	return reportRSS(sbx, dir)
+}
+
+// runAll runs every contender n times, interleaved, after three warm-up rounds that are not counted.
+func runAll(cs []*contender, n int, dir string) error {
+	for i := -3; i < n; i++ {
 		for _, c := range cs {
 			wd := dir
 			if c.dir != "" {
 				wd = c.dir
 			}
 			var d float64
+			var err error
 			if c.time != nil {
 				d, err = c.time(i + 3)
 			} else {
@@ -158,13 +191,7 @@ func benchmark(sbx string, n, rounds int, burstsOnly bool) error {
 			}
 		}
 	}
-	report(cs, n)
-	targets(cs)
-	fmt.Printf("peak RSS of the sbx mcp server (pool of 2): %.1f MB\n", float64(srv.peakRSS())/(1<<20))
-	if err := benchBursts(sbx, dir, runc, rounds); err != nil {
-		return err
-	}
-	return reportRSS(sbx, dir)
+	return nil
 }
 
 // timeOne runs argv in dir (a scratch directory: sbx's overlay shows the working directory, and the
@@ -191,7 +218,11 @@ func report(cs []*contender, n int) {
 		m := median(c.ms)
 		fmt.Printf("%-40s %8.1f %8.1f %8.1f %9.2fx\n", c.name, m, pct(c.ms, 10), pct(c.ms, 90), m/base)
 	}
-	fmt.Printf("network contract adds %.1f ms to a run (median, contract vs none)\n", median(cs[1].ms)-base)
+	for _, c := range cs {
+		if c.name == "sbx exec --allow (contract)" {
+			fmt.Printf("network contract adds %.1f ms to a run (median, contract vs none)\n", median(c.ms)-base)
+		}
+	}
 	for _, c := range cs {
 		if c.off != nil {
 			fmt.Printf("recording refused syscalls and writes (seccomp notify) adds %.1f ms to %s\n", median(c.ms)-median(c.off.ms), c.name)
