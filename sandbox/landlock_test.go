@@ -117,14 +117,16 @@ func TestStaticInit(t *testing.T) {
 func TestLandlockBindsCommand(t *testing.T) {
 	p := testPlan(t)
 	p.Filesystem.Write, p.Filesystem.WriteCwd = []string{"/var/tmp"}, false
+	// Landlock holds the file system only: binding a TCP port stays the network namespace's business.
 	script := `ls -ld /tmp >&2; echo x > /tmp/a && echo wrote-a; sh -c 'echo y > /tmp/b' && echo wrote-b; ` +
-		`echo z > /var/tmp/c && echo wrote-c`
+		`echo z > /var/tmp/c && echo wrote-c; ` +
+		`python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 8765)); s.listen(); print("bound")'`
 	code, out, stderr := runPlan(t, p, "/", "sh", "-c", script)
 	if strings.Contains(out, "wrote-a") || strings.Contains(out, "wrote-b") {
 		t.Errorf("the command wrote outside its write paths: %q (stderr %q)", out, stderr)
 	}
-	if !strings.Contains(out, "wrote-c") || code != 0 {
-		t.Errorf("status %d, stdout %q, stderr %q: want a write to /var/tmp", code, out, stderr)
+	if !strings.Contains(out, "wrote-c") || !strings.Contains(out, "bound") || code != 0 {
+		t.Errorf("status %d, stdout %q, stderr %q: want a write to /var/tmp and a TCP port bound", code, out, stderr)
 	}
 	// The same plan with /tmp writable: the refusal above was Landlock's, not the directory's mode.
 	p.Filesystem.Write = []string{"/tmp", "/var/tmp"}

@@ -314,6 +314,9 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	if s.initPid, err = s.init.Pid(); err != nil {
 		return err
 	}
+	if err := s.ctl.SendPrepare(s.supervisorPrepare()); err != nil {
+		return fmt.Errorf("preparing the supervisor: %w", err)
+	}
 	if consoleParent != nil {
 		if s.console, err = recvFile(consoleParent); err != nil {
 			return fmt.Errorf("receiving the command's terminal: %w", err)
@@ -406,11 +409,16 @@ func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
 // supervisorConfig is what the supervisor needs to start the command, sent over the control socket (no
 // size limit, unlike an environment variable or an argument).
 func (s *Sandbox) supervisorConfig() supervisor.Config {
+	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal,
+		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.ids.UID, GID: s.ids.GID}
+}
+
+// supervisorPrepare is what the supervisor prepares as soon as it runs: the command's Landlock ruleset.
+// It depends only on what a deferred sandbox is built for (the plan but for env and timeout, and the
+// working directory).
+func (s *Sandbox) supervisorPrepare() supervisor.Prepare {
 	fs := s.cfg.Plan.Filesystem
-	sc := supervisor.Config{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade, Terminal: s.cfg.Command.Terminal,
-		StdioFDs: !s.cfg.Command.Terminal,
-		Argv:     toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.ids.UID, GID: s.ids.GID}
-	return sc
+	return supervisor.Prepare{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade}
 }
 
 // writePaths are the Landlock write paths of the command: the profile's and the working directory.

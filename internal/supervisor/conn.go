@@ -15,10 +15,13 @@ import (
 // The control protocol between sbx and the supervisor, over a socket pair (the supervisor's end is its
 // fd 3). Every message is one line; both sides use [Conn], so the lines are written and parsed here only.
 //
-//	sbx (sandbox.Start, Running.Wait)                supervisor (Main, pid 1 of the sandbox)
-//	  |                                                  | waits, the sandbox built around it
+//	sbx (sandbox.Create, Start, Running.Wait)        supervisor (Main, pid 1 of the sandbox)
+//	  |                                                  | starts, the sandbox built around it
+//	  |-- prep ----------------------------------------->|
+//	  |-- {Prepare as JSON} ---------------------------->| builds the Landlock ruleset and a thread
+//	  |                                                  |   restricted by it, then waits
 //	  |-- go ------------------------------------------->|
-//	  |-- {Config as JSON} ----------------------------->| Landlock, then starts the command
+//	  |-- {Config as JSON} ----------------------------->| starts the command from that thread
 //	  |<------------------------------- pid PID DIAGFD --| started (PID inside the sandbox)
 //	  |<------------------------------ fail CODE DIAGFD -|   or not (reason on the command's stderr)
 //	  |                                                  | reaps every orphan
@@ -29,6 +32,7 @@ import (
 
 // Messages of the control protocol.
 const (
+	msgPrep   = "prep"
 	msgGo     = "go"
 	msgPid    = "pid"
 	msgFail   = "fail"
@@ -60,24 +64,37 @@ func NewConn(f *os.File) *Conn { return &Conn{f: f, in: bufio.NewReader(f)} }
 // Close closes the socket.
 func (c *Conn) Close() error { return c.f.Close() }
 
+// SendPrepare sends what the supervisor prepares before the command is known (sbx's side): right after
+// the sandbox starts, so that the preparation runs while sbx goes on (or a warm pool waits).
+func (c *Conn) SendPrepare(p Prepare) error { return c.sendJSON(msgPrep, p) }
+
+// ReadPrepare waits for prep and returns the preparation as sent, still JSON (the supervisor's side).
+func (c *Conn) ReadPrepare() ([]byte, error) { return c.readJSON(msgPrep) }
+
 // SendGo lets the supervisor start the command with cfg (sbx's side).
-func (c *Conn) SendGo(cfg Config) error {
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		return fmt.Errorf("encoding the supervisor's configuration: %w", err)
-	}
-	return c.write(msgGo + "\n" + string(b) + "\n")
-}
+func (c *Conn) SendGo(cfg Config) error { return c.sendJSON(msgGo, cfg) }
 
 // ReadGo waits for go and returns the configuration as sent, still JSON (the supervisor's side): a
 // configuration it cannot decode is reported to the command's stderr, not on the socket.
-func (c *Conn) ReadGo() ([]byte, error) {
+func (c *Conn) ReadGo() ([]byte, error) { return c.readJSON(msgGo) }
+
+// sendJSON sends msg and v as a JSON line.
+func (c *Conn) sendJSON(msg string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding the supervisor's %s message: %w", msg, err)
+	}
+	return c.write(msg + "\n" + string(b) + "\n")
+}
+
+// readJSON waits for msg and returns the JSON line that follows it.
+func (c *Conn) readJSON(msg string) ([]byte, error) {
 	line, err := c.in.ReadString('\n')
 	if err != nil {
 		return nil, err
 	}
-	if line != msgGo+"\n" {
-		return nil, fmt.Errorf("%w: %q, want %s", ErrProtocol, line, msgGo)
+	if line != msg+"\n" {
+		return nil, fmt.Errorf("%w: %q, want %s", ErrProtocol, line, msg)
 	}
 	return c.in.ReadBytes('\n')
 }

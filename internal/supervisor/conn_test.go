@@ -34,12 +34,23 @@ func TestConnRun(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sbx, sup := pair(t)
-			cfg := Config{Read: []string{"/"}, Write: []string{"/tmp"}, Argv: [][]byte{[]byte("true"), {0xff}},
-				Env: [][]byte{[]byte("A=1")}, UID: 1000, GID: 1000}
+			prep := Prepare{Read: []string{"/"}, Write: []string{"/tmp"}, Degrade: true}
+			if err := sbx.SendPrepare(prep); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := sup.ReadPrepare()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gotPrep Prepare
+			if err := json.Unmarshal(raw, &gotPrep); err != nil || !reflect.DeepEqual(gotPrep, prep) {
+				t.Fatalf("preparation %+v (%v), want %+v", gotPrep, err, prep)
+			}
+			cfg := Config{Argv: [][]byte{[]byte("true"), {0xff}}, Env: [][]byte{[]byte("A=1")}, UID: 1000, GID: 1000}
 			if err := sbx.SendGo(cfg); err != nil {
 				t.Fatal(err)
 			}
-			raw, err := sup.ReadGo()
+			raw, err = sup.ReadGo()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,5 +97,12 @@ func TestConnUnexpected(t *testing.T) {
 	}
 	if _, err := sup.ReadGo(); !errors.Is(err, ErrProtocol) {
 		t.Errorf("ReadGo on stop: %v, want ErrProtocol", err)
+	}
+	sbx, sup = pair(t)
+	if err := sbx.SendGo(Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.ReadPrepare(); !errors.Is(err, ErrProtocol) {
+		t.Errorf("ReadPrepare on go: %v, want ErrProtocol", err)
 	}
 }

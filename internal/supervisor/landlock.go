@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -46,7 +47,7 @@ type ruleset struct {
 // /proc. It never degrades silently: it checks the ABI itself (BestEffort would apply nothing when
 // seccomp answers ENOSYS) and uses the strict configuration of the newest ABI it knows that the kernel
 // has. The supervisor is made undumpable here too, Landlock or not.
-func landlockRuleset(cfg Config) (*ruleset, error) {
+func landlockRuleset(cfg Prepare) (*ruleset, error) {
 	// pid 1's own /proc files are the one place procRule reaches that matters (a command running as
 	// root could otherwise write /proc/1/mem), and so is a run without Landlock: a process that is not
 	// dumpable has them owned by root with no access for a process lacking CAP_SYS_PTRACE.
@@ -62,6 +63,9 @@ func landlockRuleset(cfg Config) (*ruleset, error) {
 		return nil, fmt.Errorf("landlock: %w", &NotSupportedError{Feature: "landlock", Need: "ABI 1", Have: have})
 	}
 	ll := landlockConfigs[min(abi, len(landlockConfigs))-1]
+	// The file system only, as RestrictPaths would: the configurations of ABI 4 on also handle TCP
+	// bind and connect, which no rule here allows.
+	ll.HandledAccessNet, ll.Scoped = 0, 0
 	if abi >= 7 {
 		// Denials are logged (to audit, when it is on) for the command too, for the report's denials:
 		// by default Landlock stops logging at the first execve.
@@ -91,48 +95,92 @@ func landlockRuleset(cfg Config) (*ruleset, error) {
 	return &ruleset{fd: fd, flags: flags}, nil
 }
 
-// errRestrict marks a failure to enforce a ruleset that was built: the command must not start.
-var errRestrict = errors.New("enforcing the Landlock ruleset")
-
 // restrictThread enforces the ruleset on the calling thread only (with no_new_privs, which Landlock
 // needs): the caller holds runtime.LockOSThread and starts the command from this thread, so that the
 // command inherits the domain. The ruleset's fd is closed.
 func (r *ruleset) restrictThread() error {
 	defer unix.Close(r.fd)
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("%w: prctl(PR_SET_NO_NEW_PRIVS): %w", errRestrict, err)
+		return fmt.Errorf("landlock: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
 	}
 	if err := llsys.LandlockRestrictSelf(r.fd, r.flags); err != nil {
-		return fmt.Errorf("%w: landlock_restrict_self: %w", errRestrict, err)
+		return fmt.Errorf("landlock: landlock_restrict_self: %w", err)
 	}
 	return nil
 }
 
-// startRestricted starts the command from a thread of its own that Landlock restricts first; the
-// command inherits that thread's domain. Restricting the whole supervisor instead would cost a
-// stop-the-world per run: before Landlock ABI 8 (TSYNC) go-landlock enforces the ruleset thread by
-// thread from a signal handler (2-3 ms here). The supervisor's other threads stay unrestricted; they run
-// only its own code, which reads nothing the command controls but the control socket. The thread is
-// never unlocked, so the runtime ends it with the goroutine, and its domain with it.
-func startRestricted(rs *ruleset, path string, args []string, attr *os.ProcAttr) (*os.Process, error) {
-	type started struct {
-		p   *os.Process
-		err error
+// A starter starts the command from a thread of its own that the command's Landlock ruleset restricts;
+// the command inherits that thread's domain. prepare makes the thread before go, so that a run does not
+// wait for the ruleset (and a pooled sandbox has it ready).
+//
+// Restricting the whole supervisor instead would cost a stop-the-world per run: before Landlock ABI 8
+// (TSYNC) go-landlock enforces a ruleset thread by thread from a signal handler (2-3 ms here). The
+// supervisor's other threads stay unrestricted; they run only its own code, which reads nothing the
+// command controls but the control socket. The thread is never unlocked, so the runtime ends it with its
+// goroutine, and its domain with it.
+type starter struct {
+	fatal   error  // the command must not start: the ruleset could not be built or enforced
+	warning string // the profile allows running without Landlock, and Landlock could not be applied
+	req     chan startRequest
+}
+
+type startRequest struct {
+	path string
+	args []string
+	attr *os.ProcAttr
+	done chan<- startResult
+}
+
+type startResult struct {
+	p   *os.Process
+	err error
+}
+
+// prepare builds the ruleset of raw (a Prepare) and the restricted thread. Failures are kept for go,
+// which reports them on the command's stderr.
+func prepare(raw []byte) *starter {
+	s := &starter{req: make(chan startRequest, 1)}
+	var p Prepare
+	if err := json.Unmarshal(raw, &p); err != nil {
+		s.fatal = fmt.Errorf("supervisor: bad preparation: %w", err)
+		return s
 	}
-	done := make(chan started, 1)
-	go func() {
-		runtime.LockOSThread()
-		if rs != nil {
-			if err := rs.restrictThread(); err != nil {
-				done <- started{err: err}
-				return
-			}
+	rs, err := landlockRuleset(p)
+	if err != nil {
+		if !p.Degrade {
+			s.fatal = err
+			return s
 		}
-		p, err := os.StartProcess(path, args, attr)
-		done <- started{p, err}
-	}()
-	s := <-done
-	return s.p, s.err
+		s.warning = fmt.Sprintf("running without Landlock: %v", err)
+	}
+	ready := make(chan error, 1)
+	go s.thread(rs, ready)
+	s.fatal = <-ready
+	return s
+}
+
+// thread is the restricted thread: it enforces rs (nil: nothing to enforce), says so on ready, and
+// starts the one command it is asked to.
+func (s *starter) thread(rs *ruleset, ready chan<- error) {
+	runtime.LockOSThread()
+	if rs != nil {
+		if err := rs.restrictThread(); err != nil {
+			ready <- err
+			return
+		}
+	}
+	ready <- nil
+	r := <-s.req
+	p, err := os.StartProcess(r.path, r.args, r.attr)
+	r.done <- startResult{p, err}
+}
+
+// start starts the command from the restricted thread.
+func (s *starter) start(path string, args []string, attr *os.ProcAttr) (*os.Process, error) {
+	done := make(chan startResult, 1)
+	s.req <- startRequest{path, args, attr, done}
+	r := <-done
+	return r.p, r.err
 }
 
 // writeRule grants full rights below the writable paths, with refer from ABI 2: without it every

@@ -45,12 +45,16 @@ var stdio = []*os.File{os.Stdin, os.Stdout, os.Stderr}
 // Role is the first argument the supervisor is started with (sbx dispatches on it when it runs itself).
 const Role = "__sbx_supervise"
 
-// Config is what the supervisor applies before it starts the command; sbx sends it with go
-// ([Conn.SendGo]).
+// Prepare is what the supervisor prepares before the command is known: the command's Landlock ruleset.
+// sbx sends it as soon as the sandbox runs ([Conn.SendPrepare]).
+type Prepare struct {
+	Read    []string `json:"read"`
+	Write   []string `json:"write"`
+	Degrade bool     `json:"degrade"` // go on without Landlock when it cannot be applied
+}
+
+// Config is the command the supervisor starts; sbx sends it with go ([Conn.SendGo]).
 type Config struct {
-	Read     []string `json:"read"`
-	Write    []string `json:"write"`
-	Degrade  bool     `json:"degrade"`   // go on without Landlock when it cannot be applied
 	Terminal bool     `json:"terminal"`  // stdio is the sandbox's own terminal: give the command the foreground
 	StdioFDs bool     `json:"stdio_fds"` // the command's stdio are fds 4, 5 and 6, not the supervisor's own
 	Argv     [][]byte `json:"argv"`      // the command, bytes as given (JSON strings would mangle non-UTF-8)
@@ -85,6 +89,11 @@ func Main() int {
 	if self, err := os.FindProcess(os.Getpid()); err == nil {
 		self.Release()
 	}
+	prep, err := ctl.ReadPrepare()
+	if err != nil {
+		return ExitSetup
+	}
+	st := prepare(prep)
 	cfg, err := ctl.ReadGo()
 	if err != nil {
 		return ExitSetup
@@ -95,7 +104,7 @@ func Main() int {
 	if err != nil {
 		diag = -1
 	}
-	pid, code := startCommand(cfg)
+	pid, code := startCommand(cfg, st)
 	ctl.SendStarted(Started{Pid: pid, Code: code, DiagFD: diag})
 	detachStdio()
 	reap(children, func(p int, ws unix.WaitStatus) {
@@ -108,7 +117,7 @@ func Main() int {
 
 // startCommand resolves, restricts and starts the command. It returns its pid, or 0 and the status a
 // shell would give when it could not be started (the reason is printed on stderr).
-func startCommand(raw []byte) (int, int) {
+func startCommand(raw []byte, st *starter) (int, int) {
 	var cfg Config
 	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
 		return 0, failure(ExitSetup, fmt.Sprintf("supervisor: bad configuration: %v", err), "")
@@ -136,12 +145,11 @@ func startCommand(raw []byte) (int, int) {
 	// needs no privilege down to where it was.
 	setOOMScoreAdj("1000")
 	defer setOOMScoreAdj("0")
-	ruleset, err := landlockRuleset(cfg)
-	if err != nil {
-		if !cfg.Degrade {
-			return 0, failure(ExitSetup, err.Error(), landlockHint)
-		}
-		fmt.Fprintf(stdio[2], "sbx: warning: running without Landlock: %v\n", err)
+	if st.fatal != nil {
+		return 0, failure(ExitSetup, st.fatal.Error(), landlockHint)
+	}
+	if st.warning != "" {
+		fmt.Fprintf(stdio[2], "sbx: warning: %s\n", st.warning)
 	}
 	attr := &os.ProcAttr{Env: env, Files: stdio, Sys: &syscall.SysProcAttr{}}
 	if cfg.Terminal {
@@ -152,10 +160,7 @@ func startCommand(raw []byte) (int, int) {
 		// Dropping from root to another user clears every capability before the exec.
 		attr.Sys.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}}
 	}
-	p, err := startRestricted(ruleset, path, args, attr)
-	if errors.Is(err, errRestrict) {
-		return 0, failure(ExitSetup, err.Error(), landlockHint)
-	}
+	p, err := st.start(path, args, attr)
 	if err != nil {
 		code := ExitNotExecutable
 		if errors.Is(err, unix.ENOENT) {
