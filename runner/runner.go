@@ -93,31 +93,35 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 		defer changesDir.Close()
 	}
 	rep.Notes = append(rep.Notes, o.Plan.Notes...)
-	// The event stream starts before the sandbox so that it sees the command's first exec.
-	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
-	switch {
+	// The exec-event stream and the collector of kernel-reported denials (observe/denials.go) start
+	// while the sandbox is built: both run before the command starts, which is all they need.
+	cc := make(chan collectors, 1)
+	go func() { cc <- startCollectors() }()
+	sb, err := create()
+	c := <-cc
+	events := c.events
+	switch err := c.eventsErr; {
 	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || err != nil && sandbox.Rootless():
 		// Not root: the kernel gives the exec stream to root only, as it is for this kind of run.
 		rep.Notes = append(rep.Notes, "exec events unavailable: "+err.Error())
 	case err != nil:
 		rep.MarkIncomplete("exec events", err)
 	}
-	sb, err := create()
 	if err != nil {
+		c.denials.Stop(observe.DenialsScope{})
 		if events != nil {
 			events.Stop(nil)
 		}
 		return nil, err
 	}
 	if events != nil {
-		// A sandbox from a warm pool was forked before the stream started: name its init, whose
-		// descendants are the command's processes.
+		// The sandbox's init may have been forked before the stream started (always so for a sandbox
+		// from a warm pool): name it, whose descendants are the command's processes.
 		events.Track(sb.InitPid())
 	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
 	rep.Limits.Enforced = enforced(sb, o)
-	// Kernel-reported denials: observe/denials.go.
-	r := &run{ctx: ctx, opts: o, sb: sb, rep: rep, events: events, changesDir: changesDir, denials: observe.StartDenials()}
+	r := &run{ctx: ctx, opts: o, sb: sb, rep: rep, events: events, changesDir: changesDir, denials: c.denials}
 	err = r.execute(ctx, t0)
 	if !r.ran {
 		// End the collectors; the report is not used.
@@ -140,6 +144,18 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 	}
 	rep.FillLists() // lists are never null (report contract)
 	return rep, nil
+}
+
+// collectors are what observes a run from outside while it runs.
+type collectors struct {
+	events    *observe.Events // nil when eventsErr says why
+	eventsErr error
+	denials   *observe.DenialsCollector
+}
+
+func startCollectors() collectors {
+	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
+	return collectors{events: events, eventsErr: err, denials: observe.StartDenials()}
 }
 
 // enforced says how each limit of the run is held: the sandbox's limits, and the timeout by sbx.
