@@ -94,6 +94,7 @@ func Main() int {
 		return ExitSetup
 	}
 	st := prepare(prep)
+	openOOMScoreAdj()
 	cfg, err := ctl.ReadGo()
 	if err != nil {
 		return ExitSetup
@@ -263,6 +264,20 @@ func fromBytes(bs [][]byte) []string {
 
 const oomScoreAdj = "/proc/self/oom_score_adj"
 
+// oomScoreAdjFD is /proc/self/oom_score_adj, opened before go (openOOMScoreAdj): each open for writing
+// is a round trip to sbx's write recorder (seccomp notification), a write on an open fd is not.
+var oomScoreAdjFD = -1
+
+func openOOMScoreAdj() {
+	if fd, err := unix.Open(oomScoreAdj, unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+		oomScoreAdjFD = fd
+	}
+}
+
 // setOOMScoreAdj sets this process's oom_score_adj; failure only makes the supervisor a likelier OOM
 // victim, which the report then shows.
-func setOOMScoreAdj(v string) { os.WriteFile(oomScoreAdj, []byte(v), 0) }
+func setOOMScoreAdj(v string) {
+	if oomScoreAdjFD >= 0 {
+		unix.Pwrite(oomScoreAdjFD, []byte(v), 0)
+	}
+}
