@@ -139,6 +139,10 @@ func procConnectorSocket() (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("open process-events socket: %w", err)
 	}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, eventsFilter()); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("filter process events: %w", err)
+	}
 	// A burst of forks on the host fills the default buffer; FORCE ignores rmem_max (root only).
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, eventsRcvBuf) != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, eventsRcvBuf)
@@ -152,6 +156,43 @@ func procConnectorSocket() (int, error) {
 		return -1, fmt.Errorf("subscribe to process events: %w", err)
 	}
 	return fd, nil
+}
+
+// eventsFilter is a socket filter that keeps only what handle uses: execs, and forks and exits of whole
+// processes. Threads are most of a host's forks and exits (every Go program starts several), and each
+// event reaches every sbx run in progress: dropping them in the kernel spares each reader most of its
+// wake-ups when runs start in parallel. Classic BPF loads words in network byte order, so the event
+// codes are compared byte-swapped; pids are compared with each other, which the order does not change.
+func eventsFilter() *unix.SockFprog {
+	const (
+		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeqK = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jeqX = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_X
+		tax  = unix.BPF_MISC | unix.BPF_TAX
+		ret  = unix.BPF_RET | unix.BPF_K
+	)
+	swap := func(v uint32) uint32 { return v>>24 | v>>8&0xff00 | v<<8&0xff0000 | v<<24 }
+	d := uint32(procEventDataOff)
+	prog := []unix.SockFilter{
+		/* 0 */ {Code: ld, K: procEventOffset}, // what
+		/* 1 */ {Code: jeqK, K: swap(procEventExec), Jt: 11, Jf: 0},
+		/* 2 */ {Code: jeqK, K: swap(procEventFork), Jt: 2, Jf: 0},
+		/* 3 */ {Code: jeqK, K: swap(procEventExit), Jt: 5, Jf: 0},
+		/* 4 */ {Code: ret, K: 0},
+		// fork: child_pid == child_tgid
+		/* 5 */ {Code: ld, K: d + 8},
+		/* 6 */ {Code: tax},
+		/* 7 */ {Code: ld, K: d + 12},
+		/* 8 */ {Code: jeqX, Jt: 4, Jf: 5},
+		// exit: process_pid == process_tgid
+		/* 9 */ {Code: ld, K: d},
+		/* 10 */ {Code: tax},
+		/* 11 */ {Code: ld, K: d + 4},
+		/* 12 */ {Code: jeqX, Jt: 0, Jf: 1},
+		/* 13 */ {Code: ret, K: 0xffffffff},
+		/* 14 */ {Code: ret, K: 0},
+	}
+	return &unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 }
 
 func inHostNetNS() bool {
