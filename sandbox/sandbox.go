@@ -601,6 +601,8 @@ func (r *Running) Signal(sig syscall.Signal) error {
 // Destroy kills everything in the sandbox and removes the container, its cgroups, the overlay and the
 // run's state. It is safe on a partly built sandbox and reports every step that failed.
 func (s *Sandbox) Destroy() error {
+	tr := newTracer()
+	defer tr.done()
 	var errs []error
 	s.cfg.late.bind(nil, nil, nil) // an unused sandbox's stdio ends: nothing waits on it
 	if s.net != nil {
@@ -614,9 +616,17 @@ func (s *Sandbox) Destroy() error {
 			}
 			s.init.Wait()
 		}
+		tr.mark("kill")
+	}
+	// The overlays come down while libcontainer removes the cgroups (and waits for the last processes
+	// to exit): the two do not depend on each other, and the unmounts are detached anyway.
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- s.rootfs.unmount() }()
+	if s.container != nil {
 		if err := s.container.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("destroying the container: %w", err))
 		}
+		tr.mark("lc.destroy")
 	}
 	if s.notify != nil {
 		s.notify.stop() // every process of the sandbox is dead: none waits for an answer
@@ -632,18 +642,22 @@ func (s *Sandbox) Destroy() error {
 	if s.pidfd > 0 {
 		unix.Close(s.pidfd)
 	}
+	tr.mark("stdio")
 	if s.net != nil {
 		// After the container: a process still inside would keep the namespace and its veth alive.
 		if err := s.net.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("removing the network contract: %w", err))
 		}
 	}
-	if err := s.rootfs.unmount(); err != nil {
+	tr.mark("net")
+	if err := <-unmounted; err != nil {
 		errs = append(errs, err)
 	}
+	tr.mark("unmount")
 	if err := s.run.release(); err != nil {
 		errs = append(errs, err)
 	}
+	tr.mark("release")
 	return errors.Join(errs...)
 }
 
