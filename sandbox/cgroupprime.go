@@ -1,12 +1,14 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/opencontainers/cgroups"
+	"golang.org/x/sys/unix"
 )
 
 // cgroupPrimer keeps the wait that moving the sandbox's init into its cgroup would make off the critical
@@ -21,6 +23,10 @@ import (
 // period runs while sbx mounts the overlays and starts libcontainer's init, and Apply finds the lock
 // ready. Where the kernel needs no grace period (cgroup v2 mounted with favordynmods) each write costs
 // microseconds. Without root there is nothing to prime: no cgroup is made.
+//
+// Each write also holds up every fork and exit on the host for a moment, so the runs of one host prime
+// together: a write that another sbx made less than primeEvery ago (the time is in the state root's
+// primed file) is not repeated.
 type cgroupPrimer struct {
 	stop chan struct{}
 	done chan struct{}
@@ -31,8 +37,9 @@ const (
 	primeMax   = 2 * time.Second // bounds the priming of a Create that hangs elsewhere
 )
 
-// startCgroupPrimer starts priming; nil when there is nothing to prime. Stop it once the container runs.
-func startCgroupPrimer() *cgroupPrimer {
+// startCgroupPrimer starts priming for a sandbox under stateRoot; nil when there is nothing to prime.
+// Stop it once the container runs.
+func startCgroupPrimer(stateRoot string) *cgroupPrimer {
 	if Rootless() {
 		return nil
 	}
@@ -40,16 +47,26 @@ func startCgroupPrimer() *cgroupPrimer {
 	if procs == "" {
 		return nil
 	}
+	// The shared time of the last write; without it every run primes on its own.
+	last, err := os.OpenFile(filepath.Join(stateRoot, "primed"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		last = nil
+	}
 	p := &cgroupPrimer{stop: make(chan struct{}), done: make(chan struct{})}
 	pid := []byte(strconv.Itoa(os.Getpid()))
 	go func() {
 		defer close(p.done)
+		if last != nil {
+			defer last.Close()
+		}
 		deadline := time.After(primeMax)
 		tick := time.NewTicker(primeEvery)
 		defer tick.Stop()
 		for {
-			// Best effort: a failed write only leaves the grace period to Apply, as without priming.
-			_ = os.WriteFile(procs, pid, 0)
+			if due(last) {
+				// Best effort: a failed write only leaves the grace period to Apply, as without priming.
+				_ = os.WriteFile(procs, pid, 0)
+			}
 			select {
 			case <-p.stop:
 				return
@@ -60,6 +77,23 @@ func startCgroupPrimer() *cgroupPrimer {
 		}
 	}()
 	return p
+}
+
+// due says whether no sbx primed within primeEvery, and if so notes the time of the write to come.
+func due(last *os.File) bool {
+	if last == nil {
+		return true
+	}
+	var b [8]byte
+	now := time.Now().UnixNano()
+	if n, _ := last.ReadAt(b[:], 0); n == len(b) {
+		if t := int64(binary.NativeEndian.Uint64(b[:])); now-t < int64(primeEvery) && now >= t {
+			return false
+		}
+	}
+	binary.NativeEndian.PutUint64(b[:], uint64(now))
+	last.WriteAt(b[:], 0)
+	return true
 }
 
 // Stop ends the priming and waits for its last write.

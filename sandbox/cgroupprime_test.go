@@ -19,7 +19,7 @@ func TestCgroupPrimerMovesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startCgroupPrimer()
+	p := startCgroupPrimer(t.TempDir())
 	if p == nil {
 		t.Fatal("no primer although a cgroup.procs file was found")
 	}
@@ -34,4 +34,27 @@ func TestCgroupPrimerMovesNothing(t *testing.T) {
 	}
 	var nilPrimer *cgroupPrimer
 	nilPrimer.Stop() // a Create without a primer stops nothing
+}
+
+// TestPrimeDue: the runs of a host share their priming: a write another run made less than primeEvery
+// ago is not repeated.
+func TestPrimeDue(t *testing.T) {
+	f, err := os.OpenFile(t.TempDir()+"/primed", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !due(f) {
+		t.Fatal("first write not due")
+	}
+	if due(f) {
+		t.Error("a second write right after the first is due")
+	}
+	time.Sleep(primeEvery + time.Millisecond)
+	if !due(f) {
+		t.Error("a write primeEvery after the last is not due")
+	}
+	if !due(nil) {
+		t.Error("without the shared file every write is due")
+	}
 }

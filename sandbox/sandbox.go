@@ -97,12 +97,13 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, err
 	}
 	cfg.deferStdio()
-	primer := startCgroupPrimer() // until the container runs (cgroupprime.go)
-	defer primer.Stop()
+
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
 	tr := newTracer()
 	defer tr.done()
 	GC(cfg.StateRoot)
+	primer := startCgroupPrimer(cfg.StateRoot) // until the container runs (cgroupprime.go)
+	defer primer.Stop()
 	tr.mark("gc")
 	id, err := newID()
 	if err != nil {
