@@ -107,14 +107,18 @@ func (s *Sandbox) Use(cmd Command, plan *policy.Plan) error {
 	return nil
 }
 
-// Stop kills everything in the sandbox and waits until its init is gone and its output has been passed
-// on, so that a caller can answer with the command's complete output before the (slower) rest of the
-// teardown, Destroy, which must still follow.
+// Stop waits until the command's output has been passed on, killing what is left in the sandbox first,
+// so that a caller can answer with the command's complete output before the (slower) rest of the
+// teardown, Destroy, which must still follow. When the command was started and only the supervisor is
+// left (it lets go of the command's stdio once it has answered go), every writer is gone already and
+// nothing needs to die first: Destroy kills it.
 func (s *Sandbox) Stop() {
 	if s.container == nil || s.init == nil || s.initPid <= 0 {
 		return
 	}
-	s.Kill()
-	s.init.Wait()    // Destroy's own Wait then returns at once
+	if !s.answered || !s.OnlyInit() {
+		s.Kill()
+		s.init.Wait() // Destroy's own Wait then returns at once
+	}
 	s.relays.close() // every writer inside is dead: the relays pass on what is left and end
 }

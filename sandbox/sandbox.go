@@ -84,7 +84,8 @@ type Sandbox struct {
 	notifyOff string          // why the plan's recording could not be set up, for the report
 	ids       IDMap
 	relays    relays
-	diagFD    int // the supervisor's sock_diag socket, in its process; -1 = none
+	diagFD    int  // the supervisor's sock_diag socket, in its process; -1 = none
+	answered  bool // the supervisor answered go: it holds no stdio of the command from then on
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
@@ -534,7 +535,7 @@ func (s *Sandbox) Start() (*Running, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the command: the sandbox init is gone: %w", err)
 	}
-	s.diagFD = st.DiagFD
+	s.diagFD, s.answered = st.DiagFD, true
 	if st.Pid == 0 {
 		return &Running{sb: s, code: st.Code, pidfd: -1}, nil
 	}
