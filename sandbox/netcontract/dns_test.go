@@ -262,8 +262,10 @@ func TestDNSLogBounds(t *testing.T) {
 	}
 }
 
-// TestLabelsMatch: wildcards match whole labels below the suffix, never the suffix itself.
-func TestLabelsMatch(t *testing.T) {
+// TestWireNamesMatch: the names a query carries, read as the filter reads them (canonicalName), match
+// policy's patterns by whole labels below the suffix, never the suffix itself, nor a name whose label
+// holds an escaped dot.
+func TestWireNamesMatch(t *testing.T) {
 	tests := []struct {
 		pattern, name string
 		want          bool
@@ -278,7 +280,11 @@ func TestLabelsMatch(t *testing.T) {
 	}
 	for _, tc := range tests {
 		_, labels := canonicalName(tc.name)
-		if got := labels != nil && labelsMatch(tc.pattern, labels); got != tc.want {
+		pattern, err := policy.ParseName(tc.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := labels != nil && pattern.Matches(labels); got != tc.want {
 			t.Errorf("%s matches %s = %v, want %v", tc.name, tc.pattern, got, tc.want)
 		}
 	}

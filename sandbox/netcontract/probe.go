@@ -129,11 +129,11 @@ func allowTargets(nw policy.Network) []Target {
 	for i, r := range nw.Allow {
 		addr := r.Host
 		if r.CIDR != "" {
-			p, err := parsePrefix(r.CIDR)
+			d, err := r.Dest()
 			if err != nil {
 				continue
 			}
-			addr = probeAddr(p).String()
+			addr = probeAddr(d.Prefix).String()
 		}
 		if strings.HasPrefix(addr, "*") {
 			continue
