@@ -202,7 +202,7 @@ type Name struct {
 // ParseName parses a name pattern: a DNS name or "*." followed by one, of labels of letters, digits, -
 // and _ (no label starting or ending with -), in any case, with or without the final dot.
 func ParseName(s string) (Name, error) {
-	h := strings.TrimSuffix(strings.ToLower(s), ".")
+	h := strings.TrimSuffix(toLowerASCII(s), ".")
 	if err := checkHostName(h); err != nil {
 		return Name{}, err
 	}
@@ -282,6 +282,15 @@ func asciiEqualFold(a, b string) bool {
 		}
 	}
 	return true
+}
+
+// toLowerASCII lower-cases A-Z only: strings.ToLower would turn the Kelvin sign into k.
+func toLowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		b[i] = lowerASCII(c)
+	}
+	return string(b)
 }
 
 func lowerASCII(c byte) byte {
