@@ -233,6 +233,9 @@ func checkHostName(h string) error {
 // IsZero says whether n is the zero Name, which matches nothing.
 func (n Name) IsZero() bool { return n.labels == nil }
 
+// IsWildcard says whether n is a "*.suffix" pattern.
+func (n Name) IsWildcard() bool { return n.wild }
+
 // String writes the pattern as ParseName reads it, in lower case without the final dot.
 func (n Name) String() string {
 	s := strings.Join(n.labels, ".")
