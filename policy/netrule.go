@@ -210,14 +210,20 @@ func ParseName(s string) (Name, error) {
 	return Name{labels: strings.Split(rest, "."), wild: wild}, nil
 }
 
-// checkHostName accepts lower-case DNS names and "*.suffix" wildcards.
+// checkHostName accepts lower-case DNS names and "*.suffix" wildcards. A name whose last label is all
+// digits is refused: no top-level domain is (RFC 3696), and "10.0.0.1." would otherwise be a host rule
+// that reads like an address.
 func checkHostName(h string) error {
 	name := strings.TrimPrefix(h, "*.")
 	bad := badValue(destHint, "%q is not a host name, IP or CIDR", h)
 	if name == "" || len(name) > 253 || strings.Contains(name, "*") {
 		return bad
 	}
-	for _, label := range strings.Split(name, ".") {
+	labels := strings.Split(name, ".")
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return badValue("write an address without the final dot", "%q is not a host name: its last label is all digits", h)
+	}
+	for _, label := range labels {
 		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
 			return bad
 		}

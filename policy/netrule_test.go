@@ -236,3 +236,37 @@ func TestMetadataNames(t *testing.T) {
 		t.Error("AlwaysDeny lacks the cloud metadata address")
 	}
 }
+
+// FuzzDest: whatever ParseDest accepts, the contract reads (Dest), covers itself, and writes back the
+// same; whatever ParseName accepts matches its own labels.
+func FuzzDest(f *testing.F) {
+	for _, s := range []string{"pypi.org:443", "*.Example.com.:*", "udp:[2001:db8::/32]:53", "[::ffff:10.0.0.0/104]:1-2",
+		"203.0.113.7", "metadata.google.internal:80", "*.google.internal:80", "tcp:0.0.0.0/0:8000-8100"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if n, err := ParseName(s); err == nil {
+			back, err := ParseName(n.String())
+			if err != nil || back.String() != n.String() || !n.Covers(n) {
+				t.Errorf("name %q: %q does not read back or cover itself: %v", s, n, err)
+			}
+			if !n.IsWildcard() && !n.Matches(strings.Split(strings.ToUpper(n.String()), ".")) {
+				t.Errorf("name %q does not match itself in upper case", n)
+			}
+		}
+		r, err := ParseDest(s)
+		if err != nil {
+			return
+		}
+		d, err := r.Dest()
+		if err != nil {
+			t.Fatalf("ParseDest(%q) = %+v, which the contract refuses: %v", s, r, err)
+		}
+		if !d.Covers(d) || !AllowCovers([]NetRule{r}, r) {
+			t.Errorf("%q does not cover itself", s)
+		}
+		if back, err := ParseDest(r.String()); err != nil || back != r {
+			t.Errorf("%q: String() %q reads back as %+v, %v", s, r.String(), back, err)
+		}
+	})
+}

@@ -29,6 +29,7 @@ func TestParseDest(t *testing.T) {
 		{in: "[::ffff:10.0.0.0/104]:443", want: NetRule{CIDR: "10.0.0.0/8", Proto: "tcp", Port: 443}},
 		{in: "Pypi.ORG:443", want: NetRule{Host: "pypi.org", Proto: "tcp", Port: 443}},
 		{in: "\u212aey.test:443", wantErr: "not a host name"},
+		{in: "10.0.0.1.:443", wantErr: "last label is all digits"},
 		{in: "host.example:8000-8100", want: NetRule{Host: "host.example", Proto: "tcp", Port: 8000, PortEnd: 8100}},
 		{in: "example.com", wantErr: "has no port"},
 		{in: "example.com:0", wantErr: "is not a port"},
