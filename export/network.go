@@ -110,6 +110,13 @@ func ciliumPolicy(plan *policy.Plan, f *Fidelity) *CNPSpec {
 			e.ToPorts = []PortRule{{Ports: []PortProtocol{{Port: strconv.Itoa(r.Port), EndPort: r.PortEnd, Protocol: strings.ToUpper(r.Proto)}}}}
 		}
 		spec.Egress = append(spec.Egress, e)
+		if strings.HasPrefix(r.Host, "*.") {
+			// Cilium's matchPattern turns * into [-a-zA-Z0-9]*: one label, where sbx's wildcard matches
+			// names at any depth below the suffix (policy.Name).
+			f.add("network.allow "+r.String(), Partial, "CiliumNetworkPolicy toFQDNs matchPattern: Cilium's * matches one label below %s; "+
+				"sbx also resolves names deeper below it", strings.TrimPrefix(r.Host, "*."))
+			continue
+		}
 		f.add("network.allow "+r.String(), Translated, "CiliumNetworkPolicy toFQDNs with toPorts (needs Cilium; a plain NetworkPolicy cannot name hosts)")
 	}
 	var deny []CIDRRule
