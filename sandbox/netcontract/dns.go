@@ -356,11 +356,10 @@ func logName(name string) string {
 func canonicalName(name string) (string, []string) {
 	labels := dns.SplitDomainName(name)
 	for i, l := range labels {
-		l = strings.ToLower(l)
 		if !plainLabel(l) {
 			return "", nil
 		}
-		labels[i] = l
+		labels[i] = strings.ToLower(l) // only ASCII by now: no Unicode folding (the Kelvin sign to k)
 	}
 	if len(labels) == 0 {
 		return "", nil
@@ -368,14 +367,14 @@ func canonicalName(name string) (string, []string) {
 	return strings.Join(labels, ".") + ".", labels
 }
 
-// plainLabel: 1-63 of a-z, 0-9, - and _.
+// plainLabel: 1-63 of a-z, A-Z, 0-9, - and _.
 func plainLabel(l string) bool {
 	if l == "" || len(l) > 63 {
 		return false
 	}
 	for i := 0; i < len(l); i++ {
 		c := l[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 			return false
 		}
 	}

@@ -277,6 +277,10 @@ func TestWireNamesMatch(t *testing.T) {
 		{"*.allowed.test", `exfil\.allowed.test.`, false},
 		{"allowed.test", "ALLOWED.test.", true},
 		{"allowed.test", "a.allowed.test.", false},
+		// DNS folds ASCII case only. The library hands over other bytes escaped (\226\132\170), but the
+		// filter does not rely on that: the Kelvin sign lower-cases to k in Unicode.
+		{"*.allowed.test", "\u212a.allowed.test.", false},
+		{"k.allowed.test", "\u212a.allowed.test.", false},
 	}
 	for _, tc := range tests {
 		_, labels := canonicalName(tc.name)
