@@ -22,7 +22,10 @@
 // whose peer lives in the uplink namespace (the host's, or a named one), a per-run address pair from a pool
 // (10.199.0.0/16 split into /30s, and a ULA /64 per run), and one nftables batch in an inet table inside the
 // sandbox's namespace, loaded before anything runs there. The veth is one implementation of the uplink
-// interface (uplink.go); the contract and the DNS filter depend only on that interface.
+// interface (uplink.go); the contract and the DNS filter depend only on that interface. Without root
+// (SetupRootless, rootless.go), libcontainer makes the namespace with the sandbox's user namespace, pasta
+// is the uplink, and a helper inside hands sbx the sockets it needs; the contract and the DNS filter are
+// the same.
 //
 // # The contract, in order
 //
