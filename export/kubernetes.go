@@ -224,8 +224,8 @@ func writable(plan *policy.Plan, f *Fidelity) ([]Volume, []VolumeMount) {
 func exceptions(plan *policy.Plan) []netip.Prefix {
 	var out []netip.Prefix
 	for _, r := range plan.Network.Except {
-		if p, err := netip.ParsePrefix(r.CIDR); err == nil {
-			out = append(out, p)
+		if d, err := r.Dest(); err == nil && !d.IsHost() {
+			out = append(out, d.Prefix)
 		}
 	}
 	return out

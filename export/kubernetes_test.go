@@ -151,6 +151,8 @@ func TestKubernetes(t *testing.T) {
 		{"hosts", compile(t, "python-build"), KubeOptions{}, "ConfigMap,Pod,NetworkPolicy,CiliumNetworkPolicy",
 			map[string]string{"filesystem.landlock": NotExpressible, "network.dns": Partial, "network.allow tcp:pypi.org:443": Translated,
 				"network.metadata": Translated}},
+		{"wildcard", compile(t, "contract", "*.example.com:443", "api.example.com:443"), KubeOptions{}, "ConfigMap,Pod,NetworkPolicy,CiliumNetworkPolicy",
+			map[string]string{"network.allow tcp:*.example.com:443": Partial, "network.allow tcp:api.example.com:443": Translated}},
 		{"cidr", compile(t, "contract", "0.0.0.0/0:443", "10.1.2.3:5432"), KubeOptions{}, "ConfigMap,Pod,NetworkPolicy",
 			map[string]string{"network.allow tcp:0.0.0.0/0:443": Translated, "network.allow tcp:10.1.2.3:5432": NotExpressible}},
 		{"agent-sandbox", compile(t, "strict"), KubeOptions{AgentSandbox: true, RuntimeClass: "gvisor"}, "ConfigMap,SandboxTemplate,NetworkPolicy",

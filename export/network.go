@@ -1,7 +1,6 @@
 package export
 
 import (
-	"net/netip"
 	"strconv"
 	"strings"
 
@@ -36,16 +35,17 @@ func networkPolicy(plan *policy.Plan, f *Fidelity) NetworkPolicySpec {
 			hosts = true
 			continue
 		}
-		p, err := netip.ParsePrefix(r.CIDR)
+		d, err := r.Dest()
 		if err != nil {
 			continue
 		}
+		p := d.Prefix
 		if insideAlwaysDeny(p, exc) {
 			f.add("network.allow "+r.String(), NotExpressible, "inside an always-denied range; sbx refuses it too, so it is left out")
 			continue
 		}
 		except := exceptWithin(p, exc)
-		spec.Egress = append(spec.Egress, NPRule{To: []NPPeer{{IPBlock: &IPBlock{CIDR: p.String(), Except: except}}}, Ports: npPorts(r)})
+		spec.Egress = append(spec.Egress, NPRule{To: []NPPeer{{IPBlock: &IPBlock{CIDR: p.String(), Except: except}}}, Ports: npPorts(d)})
 		f.add("network.allow "+r.String(), Translated, "NetworkPolicy egress ipBlock %s with %d always-denied ranges in except", p, len(except))
 	}
 	if hosts {
@@ -64,15 +64,20 @@ func networkPolicy(plan *policy.Plan, f *Fidelity) NetworkPolicySpec {
 	return spec
 }
 
-func npPorts(r policy.NetRule) []NPPort {
-	proto := strings.ToUpper(r.Proto)
-	if proto == "" {
-		proto = "TCP"
+// npPorts is one NetworkPolicy port per protocol of d: no port for every port, else the port or range.
+func npPorts(d policy.Dest) []NPPort {
+	var out []NPPort
+	for _, proto := range d.Protos {
+		p := NPPort{Protocol: strings.ToUpper(proto)}
+		if d.PortLo != 0 {
+			p.Port = int(d.PortLo)
+		}
+		if d.PortHi != d.PortLo && d.PortLo != 0 {
+			p.EndPort = int(d.PortHi)
+		}
+		out = append(out, p)
 	}
-	if r.Port == 0 {
-		return []NPPort{{Protocol: proto}}
-	}
-	return []NPPort{{Protocol: proto, Port: r.Port, EndPort: r.PortEnd}}
+	return out
 }
 
 // ciliumPolicy is written when the plan allows host names: toFQDNs with their ports, a DNS rule that
@@ -105,6 +110,13 @@ func ciliumPolicy(plan *policy.Plan, f *Fidelity) *CNPSpec {
 			e.ToPorts = []PortRule{{Ports: []PortProtocol{{Port: strconv.Itoa(r.Port), EndPort: r.PortEnd, Protocol: strings.ToUpper(r.Proto)}}}}
 		}
 		spec.Egress = append(spec.Egress, e)
+		if strings.HasPrefix(r.Host, "*.") {
+			// Cilium's matchPattern turns * into [-a-zA-Z0-9]*: one label, where sbx's wildcard matches
+			// names at any depth below the suffix (policy.Name).
+			f.add("network.allow "+r.String(), Partial, "CiliumNetworkPolicy toFQDNs matchPattern: Cilium's * matches one label below %s; "+
+				"sbx also resolves names deeper below it", strings.TrimPrefix(r.Host, "*."))
+			continue
+		}
 		f.add("network.allow "+r.String(), Translated, "CiliumNetworkPolicy toFQDNs with toPorts (needs Cilium; a plain NetworkPolicy cannot name hosts)")
 	}
 	var deny []CIDRRule
@@ -117,8 +129,8 @@ func ciliumPolicy(plan *policy.Plan, f *Fidelity) *CNPSpec {
 	spec.EgressDeny = []CNPEgress{{ToCIDRSet: deny}}
 	f.add("network.dns", Partial, "Cilium's DNS proxy resolves only %s; sbx's per-query log (allowed/refused) is not kept: "+
 		"use Hubble for DNS visibility", strings.Join(n.DNS.Allow, ", "))
-	f.add("network.metadata", Translated, "egressDeny toCIDRSet for metadata and the always-denied ranges; %s never resolves",
-		strings.Join(metadataHosts, ", "))
+	f.add("network.metadata", Translated, "egressDeny toCIDRSet for metadata and the always-denied ranges; "+
+		"sbx resolves %s only when named exactly, never through a wildcard", strings.Join(policy.MetadataNames(), ", "))
 	return spec
 }
 

@@ -10,9 +10,6 @@ import (
 // exception; metadata addresses come first.
 var alwaysDeny = policy.AlwaysDeny()
 
-// metadataHosts are the cloud metadata names the DNS filter never resolves.
-var metadataHosts = []string{"metadata.google.internal"}
-
 // exceptWithin returns the always-denied ranges strictly inside p and of its family, as the API server
 // requires of an ipBlock's except. IPv4-mapped IPv6 ranges (::ffff:0:0/96) are never written: Kubernetes
 // reads them as IPv4 (Go's net.IPNet.Contains does), so they are no strict subset of any IPv6 block and the

@@ -3,7 +3,6 @@ package mcpserver
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/sbx-dev/sbx/policy"
@@ -19,7 +18,8 @@ type Network struct {
 }
 
 // narrow returns a copy of p with its network narrowed by n. It refuses, wrapping ErrWiden, a mode of
-// contract on a profile without one and any allow entry the profile's allow list does not cover.
+// contract on a profile without one and any allow entry the profile's allow list does not cover, as
+// policy.AllowCovers decides: the same reading of names, addresses and ports the contract enforces.
 func narrow(p *policy.Profile, n *Network) (*policy.Profile, error) {
 	if n == nil || (n.Mode == "" && n.Allow == nil) {
 		return p, nil
@@ -53,7 +53,7 @@ func narrow(p *policy.Profile, n *Network) (*policy.Profile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("network.allow %q: %w", s, err)
 		}
-		if !coveredByAny(r, p.Network.Allow) {
+		if !policy.AllowCovers(p.Network.Allow, r) {
 			return nil, fmt.Errorf("%w: %s is not in the allow list of profile %s (%s)", ErrWiden, s, p.Name, listRules(p.Network.Allow))
 		}
 		q.Network.Allow = append(q.Network.Allow, r)
@@ -70,67 +70,4 @@ func listRules(rs []policy.NetRule) string {
 		out[i] = r.String()
 	}
 	return strings.Join(out, ", ")
-}
-
-func coveredByAny(r policy.NetRule, allow []policy.NetRule) bool {
-	for _, a := range allow {
-		if covers(a, r) {
-			return true
-		}
-	}
-	return false
-}
-
-// covers reports whether every packet rule r lets through, a lets through too. A host name is covered
-// only by the same name or a wildcard over it (an address may resolve anywhere), a CIDR only by a CIDR
-// that contains it.
-func covers(a, r policy.NetRule) bool {
-	if proto(a) != proto(r) || !portsCover(a, r) {
-		return false
-	}
-	switch {
-	case a.Host != "" && r.Host != "":
-		return hostCovers(a.Host, r.Host)
-	case a.CIDR != "" && r.CIDR != "":
-		pa, err1 := netip.ParsePrefix(a.CIDR)
-		pr, err2 := netip.ParsePrefix(r.CIDR)
-		return err1 == nil && err2 == nil && pa.Bits() <= pr.Bits() && pa.Contains(pr.Addr())
-	}
-	return false
-}
-
-func proto(r policy.NetRule) string {
-	if r.Proto == "" {
-		return "tcp"
-	}
-	return r.Proto
-}
-
-func portRange(r policy.NetRule) (lo, hi int) {
-	if r.Port == 0 {
-		return 0, 65535
-	}
-	if r.PortEnd == 0 {
-		return r.Port, r.Port
-	}
-	return r.Port, r.PortEnd
-}
-
-func portsCover(a, r policy.NetRule) bool {
-	alo, ahi := portRange(a)
-	rlo, rhi := portRange(r)
-	return alo <= rlo && rhi <= ahi
-}
-
-// hostCovers: "example.com" covers itself; "*.example.com" covers "a.example.com" and "*.a.example.com"
-// but not "example.com".
-func hostCovers(a, r string) bool {
-	if a == r {
-		return true
-	}
-	suffix, ok := strings.CutPrefix(a, "*")
-	if !ok {
-		return false
-	}
-	return strings.HasSuffix(strings.TrimPrefix(r, "*"), suffix) && strings.TrimPrefix(r, "*") != suffix
 }

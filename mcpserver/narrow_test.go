@@ -83,3 +83,42 @@ func TestNarrow(t *testing.T) {
 		t.Errorf("narrow changed the profile it was given")
 	}
 }
+
+// TestNarrowReadsRulesAsTheContract: the cases where the MCP server's own copy of "does A cover B"
+// (case-sensitive names, no cloud metadata rule, IPv6 ranges of IPv4-mapped space) disagreed with what
+// the contract enforces. The check is now policy.AllowCovers, the code the contract's DNS filter and
+// sets are built from.
+func TestNarrowReadsRulesAsTheContract(t *testing.T) {
+	metadata := &policy.Profile{Name: "m", Network: policy.NetworkConfig{Mode: policy.NetContract}}
+	metadata.Network.Allow = rules(t, "*.google.internal:80", "[::/0]:443")
+	metadata.Network.Except = rules(t, "169.254.169.254:80")
+	// A profile made in code rather than parsed keeps names as written: the contract matches them
+	// without regard to case and the final dot.
+	written := &policy.Profile{Name: "w", Network: policy.NetworkConfig{Mode: policy.NetContract,
+		Allow: []policy.NetRule{{Host: "*.Example.COM", Port: 443}, {Host: "pypi.org.", Port: 443}}}}
+	tests := []struct {
+		name    string
+		profile *policy.Profile
+		allow   string
+		wantErr error
+	}{
+		// The old copy let this through: the narrowed profile names the metadata name exactly, which
+		// makes the DNS filter resolve it, where the profile's wildcard never does.
+		{"wildcard does not give a metadata name", metadata, "metadata.google.internal:80", ErrWiden},
+		{"wildcard still gives other names", metadata, "www.google.internal:80", nil},
+		// The old copy let this through as an IPv6 range inside ::/0; the contract reaches IPv4 with it.
+		{"ipv4-mapped space is ipv4, not inside ::/0", metadata, "[::ffff:0:0/96]:443", ErrWiden},
+		{"ipv6 inside ::/0", metadata, "[2001:db8::/32]:443", nil},
+		// The old copy refused these (a narrowing, not a widening) by comparing bytes.
+		{"wildcard in another case", written, "api.example.com:443", nil},
+		{"name with a final dot", written, "pypi.org:443", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := narrow(tt.profile, &Network{Allow: []string{tt.allow}})
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("narrow to %s: %v, want %v", tt.allow, err, tt.wantErr)
+			}
+		})
+	}
+}

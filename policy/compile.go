@@ -197,24 +197,18 @@ func compileNetwork(n NetworkConfig) Network {
 	if out.Mode == "" {
 		out.Mode = NetNone
 	}
-	withProto := func(r NetRule, proto string) NetRule {
-		if r.Proto == "" {
-			r.Proto = proto
-		}
-		return r
-	}
 	for _, r := range n.Allow {
-		out.Allow = appendNew(out.Allow, withProto(r, "tcp"))
+		out.Allow = appendNew(out.Allow, r.orProto("tcp"))
 	}
 	for _, r := range n.Except {
-		out.Except = appendNew(out.Except, withProto(r, "tcp"))
+		out.Except = appendNew(out.Except, r.orProto("tcp"))
 	}
 	for _, r := range n.Deny {
 		if r.Proto != "" {
 			out.Deny = appendNew(out.Deny, r)
 			continue
 		}
-		out.Deny = appendNew(out.Deny, withProto(r, "tcp"), withProto(r, "udp"))
+		out.Deny = appendNew(out.Deny, r.orProto("tcp"), r.orProto("udp"))
 	}
 	for _, name := range n.DNS.Allow {
 		out.DNS.Allow = appendNew(out.DNS.Allow, strings.TrimSuffix(strings.ToLower(name), "."))

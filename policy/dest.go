@@ -87,13 +87,16 @@ func splitTarget(s string) (target, port string, hasPort bool, err error) {
 	return target, port, true, nil
 }
 
+// setTarget sets Host or CIDR from what a person wrote; it is stricter than NetRule.Dest (a CIDR with
+// bits outside its mask is refused, with the masked form as a hint) and writes the canonical form: an
+// address as a /32 or /128, an IPv4-mapped address or range as IPv4, a name in lower case without the
+// final dot.
 func (r *NetRule) setTarget(t string) error {
 	if a, err := netip.ParseAddr(t); err == nil {
 		if a.Zone() != "" {
 			return badValue("", "address %q has a zone, which a contract cannot match", t)
 		}
-		a = a.Unmap()
-		r.CIDR = netip.PrefixFrom(a, a.BitLen()).String()
+		r.CIDR = unmapPrefix(netip.PrefixFrom(a, a.BitLen())).String()
 		return nil
 	}
 	if strings.Contains(t, "/") {
@@ -104,34 +107,14 @@ func (r *NetRule) setTarget(t string) error {
 		if p.Masked() != p {
 			return badValue(fmt.Sprintf("did you mean %s?", p.Masked()), "CIDR %q has bits set outside its mask", t)
 		}
-		r.CIDR = p.String()
+		r.CIDR = unmapPrefix(p).String()
 		return nil
 	}
-	h := strings.TrimSuffix(strings.ToLower(t), ".")
-	if err := checkHostName(h); err != nil {
+	n, err := ParseName(t)
+	if err != nil {
 		return err
 	}
-	r.Host = h
-	return nil
-}
-
-// checkHostName accepts DNS names and "*.suffix" wildcards.
-func checkHostName(h string) error {
-	name := strings.TrimPrefix(h, "*.")
-	bad := badValue(destHint, "%q is not a host name, IP or CIDR", h)
-	if name == "" || len(name) > 253 || strings.Contains(name, "*") {
-		return bad
-	}
-	for _, label := range strings.Split(name, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return bad
-		}
-		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return bad
-			}
-		}
-	}
+	r.Host = n.String()
 	return nil
 }
 

@@ -73,11 +73,12 @@ type Network struct {
 	UplinkNetNS string     // name or path of the namespace the veth peer goes into; "" = the host's
 }
 
-// NetRule is one destination: exactly one of Host, CIDR is set. An IP is a /32 or /128 CIDR.
+// NetRule is one destination as written: exactly one of Host, CIDR is set. An IP is a /32 or /128 CIDR.
+// What it lets through is its Dest; Compile fills in Proto.
 type NetRule struct {
-	Host  string // DNS name, resolved through the DNS filter
+	Host  string // DNS name or *.suffix, resolved through the DNS filter
 	CIDR  string // "203.0.113.7/32", "2001:db8::/64"
-	Proto string // "tcp" or "udp"
+	Proto string // "tcp" or "udp"; "": tcp and udp (in a profile's allow and except lists: tcp)
 	Port  int    // 0: any port
 	// PortEnd makes Port..PortEnd a range; 0 means a single port.
 	PortEnd int

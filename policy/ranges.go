@@ -1,6 +1,9 @@
 package policy
 
-import "net/netip"
+import (
+	"net/netip"
+	"strings"
+)
 
 // alwaysDeny are the ranges a sandbox never reaches (the network contract enforces them) unless the profile names an exact exception. Cloud
 // metadata addresses are listed on their own although most sit inside a larger range, so that the list
@@ -43,3 +46,31 @@ func mustPrefixes(s ...string) []netip.Prefix {
 // cloud metadata first. The network contract (sandbox/netcontract) enforces them; other renderings of a
 // profile (Kubernetes NetworkPolicy) use them too.
 func AlwaysDeny() []netip.Prefix { return append([]netip.Prefix(nil), alwaysDeny...) }
+
+// metadataNames are cloud metadata services' names. A wildcard never makes them resolve (Name.Matches):
+// only a profile that names one exactly (and opens its address with network.except) reaches it.
+var metadataNames = [][]string{
+	{"metadata", "google", "internal"},
+	{"metadata", "goog"},
+	{"instance-data", "ec2", "internal"},
+}
+
+// MetadataNames returns the cloud metadata names that no wildcard matches, as "metadata.google.internal".
+func MetadataNames() []string {
+	out := make([]string, len(metadataNames))
+	for i, n := range metadataNames {
+		out[i] = strings.Join(n, ".")
+	}
+	return out
+}
+
+// IsMetadataName says whether the name with these labels (without the root, in any case) is a cloud
+// metadata name.
+func IsMetadataName(labels []string) bool {
+	for _, n := range metadataNames {
+		if labelsEqual(labels, n) {
+			return true
+		}
+	}
+	return false
+}

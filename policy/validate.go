@@ -173,14 +173,9 @@ func (p *Profile) validateNetwork() error {
 	return p.validateNetworkEntries()
 }
 
-type netList struct {
-	field string
-	rules []NetRule
-}
-
 func (p *Profile) netLists() []netList {
 	n := p.Network
-	return []netList{{"network.allow", n.Allow}, {"network.deny", n.Deny}, {"network.except", n.Except}}
+	return ruleLists(n.Allow, n.Deny, n.Except)
 }
 
 // validateNetworkEntries checks each entry alone.
@@ -190,7 +185,7 @@ func (p *Profile) validateNetworkEntries() error {
 	}
 	for _, l := range p.netLists() {
 		for i, r := range l.rules {
-			if err := r.check(); err != nil {
+			if err := checkNetRule(l.field, r); err != nil {
 				return p.invalid(fmt.Sprintf("%s[%d]", l.field, i), err.(*valueError).hint, "%s", err)
 			}
 		}
@@ -210,27 +205,6 @@ func modeName(m NetworkMode) string {
 	return string(m)
 }
 
-// check validates a rule built in code; ParseDest already guarantees these.
-func (r NetRule) check() error {
-	switch {
-	case (r.Host == "") == (r.CIDR == ""):
-		return badValue(destHint, "needs exactly one of a host name and a CIDR")
-	case r.Proto != "" && r.Proto != "tcp" && r.Proto != "udp":
-		return badValue("use tcp or udp", "unknown protocol %q", r.Proto)
-	case r.Port < 0 || r.Port > 65535 || r.PortEnd < 0 || r.PortEnd > 65535:
-		return badValue("ports are 1-65535", "port out of range")
-	case r.PortEnd != 0 && r.PortEnd < r.Port:
-		return badValue("write the range low-high", "port range runs backwards")
-	}
-	if r.Host != "" {
-		return checkHostName(r.Host)
-	}
-	if _, err := netip.ParsePrefix(r.CIDR); err != nil {
-		return badValue(destHint, "%q is not a CIDR", r.CIDR)
-	}
-	return nil
-}
-
 func (p *Profile) validateDNS() error {
 	n := p.Network
 	if n.DNS.Upstream != "" {
@@ -239,7 +213,7 @@ func (p *Profile) validateDNS() error {
 		}
 	}
 	for i, name := range n.DNS.Allow {
-		if err := checkHostName(strings.TrimSuffix(strings.ToLower(name), ".")); err != nil {
+		if _, err := ParseName(name); err != nil {
 			return p.invalid(fmt.Sprintf("network.dns.allow[%d]", i), "write a name such as pypi.org or *.pythonhosted.org", "%q is not a DNS name", name)
 		}
 	}

@@ -65,46 +65,8 @@ func (c Config) validate() error {
 	if c.StateDir == "" {
 		return fmt.Errorf("%w: mode contract needs StateDir for resolv.conf", ErrConfig)
 	}
-	return validateRules(c.Net)
-}
-
-// validateRules checks every rule of the contract.
-func validateRules(n policy.Network) error {
-	lists := []struct {
-		field string
-		rules []policy.NetRule
-	}{{"allow", n.Allow}, {"deny", n.Deny}, {"except", n.Except}}
-	for _, l := range lists {
-		for i, r := range l.rules {
-			if err := validateRule(r, l.field != "allow"); err != nil {
-				return fmt.Errorf("%w: network.%s[%d]: %v", ErrConfig, l.field, i, err)
-			}
-		}
-	}
-	return nil
-}
-
-// validateRule checks one rule; noHost says that the list cannot name hosts (deny and except are matched
-// by address only, a name would give a false sense of protection).
-func validateRule(r policy.NetRule, noHost bool) error {
-	if (r.Host == "") == (r.CIDR == "") {
-		return errors.New("set exactly one of host and cidr")
-	}
-	if r.Host != "" && noHost {
-		return errors.New("host names are not supported here; use cidr")
-	}
-	switch r.Proto {
-	case "", "tcp", "udp":
-	default:
-		return fmt.Errorf("proto %q: want tcp or udp", r.Proto)
-	}
-	if r.Port < 0 || r.Port > 65535 || r.PortEnd < 0 || r.PortEnd > 65535 || (r.PortEnd != 0 && r.PortEnd < r.Port) {
-		return fmt.Errorf("port %d-%d: want 0-65535 with port <= port_end", r.Port, r.PortEnd)
-	}
-	if r.CIDR != "" {
-		if _, err := parsePrefix(r.CIDR); err != nil {
-			return err
-		}
+	if err := c.Net.CheckRules(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }

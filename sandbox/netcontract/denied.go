@@ -195,7 +195,7 @@ func protoName(p byte) string {
 // ports of the name's allow rules, expiring after ttl. One element per batch: an element that overlaps one
 // already there (the same name resolved again, or two names sharing an address) is refused by the kernel
 // and is already covered, so it is skipped without failing the others.
-func (n *Net) learn(addrs []netip.Addr, rules []policy.NetRule, ttl time.Duration) {
+func (n *Net) learn(addrs []netip.Addr, rules []policy.Dest, ttl time.Duration) {
 	n.nftMu.Lock()
 	defer n.nftMu.Unlock()
 	if n.sets == nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -47,7 +46,7 @@ type dnsFilterConfig struct {
 	listen   netip.Addr // uplink side of the veth
 	client   netip.Addr // the sandbox's address: the only one whose queries are answered
 	uplinkFd int        // sockets are created in this namespace
-	learn    func(addrs []netip.Addr, rules []policy.NetRule, ttl time.Duration)
+	learn    func(addrs []netip.Addr, rules []policy.Dest, ttl time.Duration)
 	// pc and ln, when set, are the sockets to serve on (made inside a rootless sandbox); uplinkFd is
 	// then -1 and the upstream is asked from sbx's own namespace.
 	pc net.PacketConn
@@ -60,6 +59,8 @@ type dnsFilterConfig struct {
 // before the answer goes back, and refuses everything else with a reason in the log.
 type dnsFilter struct {
 	cfg      dnsFilterConfig
+	names    []policy.Name // the names that resolve: network.dns.allow and the host rules
+	hosts    []policy.Dest // the host rules, which also give the ports of the addresses learnt
 	upstream string
 	servers  []*dns.Server
 	inFlight chan struct{}
@@ -73,6 +74,9 @@ func startDNSFilter(cfg dnsFilterConfig) (*dnsFilter, error) {
 		return nil, err
 	}
 	d := &dnsFilter{cfg: cfg, upstream: up, inFlight: make(chan struct{}, maxInFlight)}
+	if err := d.parseNames(); err != nil {
+		return nil, err
+	}
 	pc, ln := cfg.pc, cfg.ln
 	addr := net.JoinHostPort(cfg.listen.String(), "53")
 	if pc != nil {
@@ -95,6 +99,28 @@ func startDNSFilter(cfg dnsFilterConfig) (*dnsFilter, error) {
 	// the kernel's backlog.
 	d.serve(d.server(&dns.Server{PacketConn: pc}), d.server(&dns.Server{Listener: netutil.LimitListener(ln, maxTCPConns)}))
 	return d, nil
+}
+
+// parseNames reads the names the profile lets resolve (checked by Config.validate).
+func (d *dnsFilter) parseNames() error {
+	for _, s := range d.cfg.net.DNS.Allow {
+		n, err := policy.ParseName(s)
+		if err != nil {
+			return fmt.Errorf("DNS filter: network.dns.allow %q: %w", s, err)
+		}
+		d.names = append(d.names, n)
+	}
+	for _, r := range d.cfg.net.Allow {
+		if r.Host == "" {
+			continue
+		}
+		dest, err := r.Dest()
+		if err != nil {
+			return fmt.Errorf("DNS filter: network.allow %s: %w", r, err)
+		}
+		d.names, d.hosts = append(d.names, dest.Name), append(d.hosts, dest)
+	}
+	return nil
 }
 
 // server fills in the hooks every server of the filter has: messages from other addresses are dropped
@@ -218,8 +244,8 @@ func (d *dnsFilter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	ask, labels := canonicalName(q.Name)
 	rules, ok := d.match(labels)
-	if ok && metadataNames[ask] && !d.namedExactly(ask) {
-		ok, entry.Reason = false, "a cloud metadata name, allowed only when named exactly"
+	if !ok && policy.IsMetadataName(labels) {
+		entry.Reason = "a cloud metadata name, allowed only when named exactly"
 	}
 	if !ok {
 		d.refuse(w, req, entry)
@@ -239,7 +265,7 @@ func (d *dnsFilter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 
 // resolve asks the upstream sbx's own question for an allowed name, checks the answer's CNAME chain,
 // learns its addresses and answers the client.
-func (d *dnsFilter) resolve(w dns.ResponseWriter, req *dns.Msg, entry report.DNSQuery, ask string, rules []policy.NetRule) {
+func (d *dnsFilter) resolve(w dns.ResponseWriter, req *dns.Msg, entry report.DNSQuery, ask string, rules []policy.Dest) {
 	resp, err := d.forward(upstreamQuery(ask, req.Question[0].Qtype))
 	if err != nil {
 		entry.Allowed, entry.Reason = true, "no answer from the upstream" // stable: one log key, not one per socket
@@ -330,11 +356,10 @@ func logName(name string) string {
 func canonicalName(name string) (string, []string) {
 	labels := dns.SplitDomainName(name)
 	for i, l := range labels {
-		l = strings.ToLower(l)
 		if !plainLabel(l) {
 			return "", nil
 		}
-		labels[i] = l
+		labels[i] = strings.ToLower(l) // only ASCII by now: no Unicode folding (the Kelvin sign to k)
 	}
 	if len(labels) == 0 {
 		return "", nil
@@ -342,73 +367,38 @@ func canonicalName(name string) (string, []string) {
 	return strings.Join(labels, ".") + ".", labels
 }
 
-// plainLabel: 1-63 of a-z, 0-9, - and _.
+// plainLabel: 1-63 of a-z, A-Z, 0-9, - and _.
 func plainLabel(l string) bool {
 	if l == "" || len(l) > 63 {
 		return false
 	}
 	for i := 0; i < len(l); i++ {
 		c := l[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 			return false
 		}
 	}
 	return true
 }
 
-// metadataNames are cloud metadata services' names. A wildcard never makes them resolve: only a profile
-// that names one exactly (and opens its address with network.except) reaches it.
-var metadataNames = map[string]bool{
-	"metadata.google.internal.":   true,
-	"metadata.goog.":              true,
-	"instance-data.ec2.internal.": true,
-}
-
-// namedExactly says whether the profile allows the canonical name ask by its own name, not a wildcard.
-func (d *dnsFilter) namedExactly(ask string) bool {
-	name := strings.TrimSuffix(ask, ".")
-	for _, p := range d.cfg.net.DNS.Allow {
-		if strings.EqualFold(strings.TrimSuffix(p, "."), name) {
-			return true
-		}
-	}
-	for _, r := range d.cfg.net.Allow {
-		if strings.EqualFold(strings.TrimSuffix(r.Host, "."), name) {
-			return true
-		}
-	}
-	return false
-}
-
-// match says whether the name with these labels may resolve, and which allow rules give its addresses
-// ports.
-func (d *dnsFilter) match(labels []string) ([]policy.NetRule, bool) {
+// match says whether the name with these labels may resolve, and which host rules give its addresses
+// ports. What a pattern matches is policy.Name's to say: labels without regard to case, a wildcard only
+// below its suffix and never over a cloud metadata name.
+func (d *dnsFilter) match(labels []string) ([]policy.Dest, bool) {
 	if labels == nil {
 		return nil, false
 	}
 	ok := false
-	for _, p := range d.cfg.net.DNS.Allow {
-		ok = ok || labelsMatch(p, labels)
+	for _, n := range d.names {
+		ok = ok || n.Matches(labels)
 	}
-	var rules []policy.NetRule
-	for _, r := range d.cfg.net.Allow {
-		if r.Host != "" && labelsMatch(r.Host, labels) {
-			rules, ok = append(rules, r), true
+	var rules []policy.Dest
+	for _, h := range d.hosts {
+		if h.Name.Matches(labels) {
+			rules = append(rules, h)
 		}
 	}
 	return rules, ok
-}
-
-// labelsMatch matches a name's labels against "example.com" (exactly that name) or "*.example.com" (any
-// name below it, not the name itself), label by label.
-func labelsMatch(pattern string, labels []string) bool {
-	pattern = strings.ToLower(strings.TrimSuffix(pattern, "."))
-	suffix, wild := strings.CutPrefix(pattern, "*.")
-	want := strings.Split(suffix, ".")
-	if wild {
-		return len(labels) > len(want) && slices.Equal(labels[len(labels)-len(want):], want)
-	}
-	return slices.Equal(labels, want)
 }
 
 // upstreamQuery is the only message the upstream sees for a query: built by sbx, nothing of the
@@ -506,7 +496,7 @@ func (d *dnsFilter) chain(ask string, resp *dns.Msg) (map[string]bool, string) {
 // learnAnswers hands the contract the A and AAAA records whose owner is on the validated chain; any
 // other address in the answer (an unrelated owner name) is passed to the client but never made
 // reachable.
-func (d *dnsFilter) learnAnswers(resp *dns.Msg, chain map[string]bool, rules []policy.NetRule) {
+func (d *dnsFilter) learnAnswers(resp *dns.Msg, chain map[string]bool, rules []policy.Dest) {
 	if len(rules) == 0 {
 		return
 	}

@@ -262,8 +262,10 @@ func TestDNSLogBounds(t *testing.T) {
 	}
 }
 
-// TestLabelsMatch: wildcards match whole labels below the suffix, never the suffix itself.
-func TestLabelsMatch(t *testing.T) {
+// TestWireNamesMatch: the names a query carries, read as the filter reads them (canonicalName), match
+// policy's patterns by whole labels below the suffix, never the suffix itself, nor a name whose label
+// holds an escaped dot.
+func TestWireNamesMatch(t *testing.T) {
 	tests := []struct {
 		pattern, name string
 		want          bool
@@ -275,10 +277,18 @@ func TestLabelsMatch(t *testing.T) {
 		{"*.allowed.test", `exfil\.allowed.test.`, false},
 		{"allowed.test", "ALLOWED.test.", true},
 		{"allowed.test", "a.allowed.test.", false},
+		// DNS folds ASCII case only. The library hands over other bytes escaped (\226\132\170), but the
+		// filter does not rely on that: the Kelvin sign lower-cases to k in Unicode.
+		{"*.allowed.test", "\u212a.allowed.test.", false},
+		{"k.allowed.test", "\u212a.allowed.test.", false},
 	}
 	for _, tc := range tests {
 		_, labels := canonicalName(tc.name)
-		if got := labels != nil && labelsMatch(tc.pattern, labels); got != tc.want {
+		pattern, err := policy.ParseName(tc.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := labels != nil && pattern.Matches(labels); got != tc.want {
 			t.Errorf("%s matches %s = %v, want %v", tc.name, tc.pattern, got, tc.want)
 		}
 	}
@@ -302,4 +312,11 @@ func TestDNSFilterMetadataNames(t *testing.T) {
 	if len(fake.Messages()) != 0 {
 		t.Errorf("the upstream was asked: %v", fake.Messages())
 	}
+	// Nor does the wildcard let a CNAME chain end there: the chain is checked with the same matching.
+	// Before policy owned name matching, the chain check forgot the metadata rule and learnt the address.
+	in(t, n, func() {
+		if r, err := dnsLookup(server, "alias.allowed.test"); err != nil || r.Rcode != dns.RcodeRefused {
+			t.Errorf("a CNAME to metadata.google.internal under *.google.internal: %v %v, want REFUSED", r, err)
+		}
+	})
 }

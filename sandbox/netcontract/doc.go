@@ -1,6 +1,20 @@
-// Package netcontract builds and removes the network of one sandbox: its network namespace, a veth pair to
-// an uplink namespace, the nftables contract that decides what the sandbox may reach, and the DNS filter
-// that resolves only allowed names. It also holds the probe that checks a contract from inside a sandbox.
+// Package netcontract builds, enforces and removes the network of one sandbox: its network namespace,
+// the uplink to the outside (a veth pair into an uplink namespace with root, pasta without), the
+// nftables contract that decides what the sandbox may reach, the DNS filter that resolves only allowed
+// names and learns their addresses into the contract, and the record of what was refused (denied
+// destinations, the DNS log). It also holds the probe (ProbeTargets, RunProbe) that checks a contract
+// from inside a sandbox, the rootless helper that makes the sockets inside a sandbox's namespaces
+// (HelperMain), and the cleanup of what a crashed run left (Cleanup, KillPasta).
+//
+// # What it does not decide
+//
+// What a network rule means belongs to package policy: which names a pattern matches (policy.Name, by
+// wire labels without regard to case, a wildcard never over a cloud metadata name), which addresses,
+// protocols and ports a rule covers (policy.Dest, from NetRule.Dest), which rules are valid
+// (policy.Network.CheckRules) and the always-deny ranges (policy.AlwaysDeny). netcontract turns those into
+// nftables set elements and DNS answers; it keeps no reading of a rule of its own, so that what sbx's MCP
+// server lets a call narrow to (policy.AllowCovers) is what the contract enforces. Nor does it decide what
+// counts as a violation: it reports what it saw.
 //
 // # Modes
 //
@@ -8,7 +22,10 @@
 // whose peer lives in the uplink namespace (the host's, or a named one), a per-run address pair from a pool
 // (10.199.0.0/16 split into /30s, and a ULA /64 per run), and one nftables batch in an inet table inside the
 // sandbox's namespace, loaded before anything runs there. The veth is one implementation of the uplink
-// interface (uplink.go); the contract and the DNS filter depend only on that interface.
+// interface (uplink.go); the contract and the DNS filter depend only on that interface. Without root
+// (SetupRootless, rootless.go), libcontainer makes the namespace with the sandbox's user namespace, pasta
+// is the uplink, and a helper inside hands sbx the sockets it needs; the contract and the DNS filter are
+// the same.
 //
 // # The contract, in order
 //
@@ -43,5 +60,4 @@
 //
 // With the host as uplink, IPv6 has no route out of the sandbox (sbx does not enable IPv6 forwarding on the
 // host, which would change how the host accepts router advertisements), so IPv6 connects fail at once.
-// The package makes no decision about what counts as a violation; it only reports what it saw.
 package netcontract

@@ -2,9 +2,7 @@ package netcontract
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/google/nftables"
 	"github.com/sbx-dev/sbx/policy"
@@ -25,22 +23,6 @@ const (
 	anyPortHi  = 65535
 )
 
-// parsePrefix accepts a CIDR or a bare address (a /32 or /128).
-func parsePrefix(s string) (netip.Prefix, error) {
-	if !strings.Contains(s, "/") {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("cidr %q: %v", s, err)
-		}
-		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("cidr %q: %v", s, err)
-	}
-	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked(), nil
-}
-
 // prefixRange is the first and last address of p.
 func prefixRange(p netip.Prefix) (netip.Addr, netip.Addr) {
 	lo := p.Masked().Addr()
@@ -52,48 +34,40 @@ func prefixRange(p netip.Prefix) (netip.Addr, netip.Addr) {
 	return lo, hi
 }
 
-// protoRanges maps a rule's proto to l4proto values: "" means both tcp and udp.
-func protoRanges(proto string) []uint8 {
-	switch proto {
-	case "tcp":
-		return []uint8{unix.IPPROTO_TCP}
-	case "udp":
-		return []uint8{unix.IPPROTO_UDP}
-	}
-	return []uint8{unix.IPPROTO_TCP, unix.IPPROTO_UDP}
-}
-
-// portRange is the rule's ports: 0 means any port.
-func portRange(r policy.NetRule) (uint16, uint16) {
-	switch {
-	case r.Port == 0:
-		return 0, anyPortHi
-	case r.PortEnd == 0:
-		return uint16(r.Port), uint16(r.Port)
-	}
-	return uint16(r.Port), uint16(r.PortEnd)
-}
-
-// ruleSpans turns address rules into set elements; host rules are skipped (the DNS filter handles them).
-func ruleSpans(rules []policy.NetRule) []span {
-	var out []span
-	for _, r := range rules {
-		if r.CIDR == "" {
-			continue
+// l4protos are the l4proto values of a rule's protocols.
+func l4protos(protos []string) []uint8 {
+	out := make([]uint8, 0, len(protos))
+	for _, p := range protos {
+		switch p {
+		case "tcp":
+			out = append(out, unix.IPPROTO_TCP)
+		case "udp":
+			out = append(out, unix.IPPROTO_UDP)
 		}
-		p, _ := parsePrefix(r.CIDR) // validated before
-		lo, hi := prefixRange(p)
-		out = append(out, addrSpans(lo, hi, r)...)
 	}
 	return out
 }
 
-// addrSpans is one element per protocol of r for the addresses lo..hi.
-func addrSpans(lo, hi netip.Addr, r policy.NetRule) []span {
-	plo, phi := portRange(r)
+// ruleSpans turns address rules into set elements; host rules are skipped (the DNS filter handles them).
+// The rules were checked by Config.validate.
+func ruleSpans(rules []policy.NetRule) []span {
 	var out []span
-	for _, p := range protoRanges(r.Proto) {
-		out = append(out, span{lo: lo, hi: hi, protoLo: p, protoHi: p, portLo: plo, portHi: phi})
+	for _, r := range rules {
+		d, err := r.Dest()
+		if err != nil || d.IsHost() {
+			continue
+		}
+		lo, hi := prefixRange(d.Prefix)
+		out = append(out, addrSpans(lo, hi, d)...)
+	}
+	return out
+}
+
+// addrSpans is one element per protocol of d for the addresses lo..hi.
+func addrSpans(lo, hi netip.Addr, d policy.Dest) []span {
+	var out []span
+	for _, p := range l4protos(d.Protos) {
+		out = append(out, span{lo: lo, hi: hi, protoLo: p, protoHi: p, portLo: d.PortLo, portHi: d.PortHi})
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package netcontract
 
 import (
-	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -127,26 +126,23 @@ func randomName() string {
 func allowTargets(nw policy.Network) []Target {
 	var t []Target
 	for i, r := range nw.Allow {
-		addr := r.Host
-		if r.CIDR != "" {
-			p, err := parsePrefix(r.CIDR)
-			if err != nil {
-				continue
-			}
-			addr = probeAddr(p).String()
-		}
-		if strings.HasPrefix(addr, "*") {
+		d, err := r.Dest()
+		if err != nil || d.Name.IsWildcard() {
 			continue
 		}
-		proto, port := cmp.Or(r.Proto, "tcp"), r.Port
+		addr := d.Name.String()
+		if !d.IsHost() {
+			addr = probeAddr(d.Prefix).String()
+		}
+		port := int(d.PortLo) // the first port of a range
 		if port == 0 {
 			port = 443
 		}
-		t = append(t, Target{Kind: KindAllow, Label: "allow entry " + strconv.Itoa(i+1), Proto: proto, Addr: addr, Port: port})
+		t = append(t, Target{Kind: KindAllow, Label: "allow entry " + strconv.Itoa(i+1), Proto: d.Protos[0], Addr: addr, Port: port})
 	}
-	for _, name := range nw.DNS.Allow {
-		if !strings.HasPrefix(name, "*") {
-			t = append(t, Target{Kind: KindAllow, Label: "allowed name", Proto: "dns", Addr: name})
+	for _, s := range nw.DNS.Allow {
+		if name, err := policy.ParseName(s); err == nil && !name.IsWildcard() {
+			t = append(t, Target{Kind: KindAllow, Label: "allowed name", Proto: "dns", Addr: name.String()})
 		}
 	}
 	return t

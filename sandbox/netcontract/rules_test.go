@@ -37,6 +37,37 @@ func TestRuleOrder(t *testing.T) {
 	})
 }
 
+// TestMappedRules: a rule written with IPv4-mapped IPv6 addresses (as a network made in code may carry
+// it) is the IPv4 rule it reaches, in allow, deny and except alike. Before policy owned the meaning of a
+// rule, such a range made Setup panic.
+func TestMappedRules(t *testing.T) {
+	fake := newFake(t)
+	nw := contractNet(fake)
+	nw.Allow = []policy.NetRule{{CIDR: "::ffff:" + fakenet.Public + "/128", Proto: "tcp", Port: 443},
+		{CIDR: "::ffff:" + fakenet.Public2 + "/120", Proto: "tcp"}}
+	nw.Deny = []policy.NetRule{{CIDR: "::ffff:" + fakenet.Public2, Proto: "tcp", Port: 22}}
+	nw.Except = []policy.NetRule{{CIDR: "::ffff:" + fakenet.LAN + "/128", Proto: "tcp", Port: 6379}}
+	n := setup(t, Config{Net: nw})
+	tests := []struct {
+		addr      string
+		reachable bool
+	}{
+		{fakenet.Public + ":443", true},
+		{fakenet.Public + ":80", false},
+		{fakenet.Public2 + ":443", true},
+		{fakenet.Public2 + ":22", false},
+		{fakenet.LAN + ":6379", true},
+		{fakenet.LAN + ":5432", false},
+	}
+	in(t, n, func() {
+		for _, tc := range tests {
+			if a := tcpGet(tc.addr); a.reachable() != tc.reachable {
+				t.Errorf("%s: %v, want reachable=%v", tc.addr, a, tc.reachable)
+			}
+		}
+	})
+}
+
 // TestValidate: bad configs are refused before anything is built, naming the field.
 func TestValidate(t *testing.T) {
 	tests := []struct {
@@ -52,6 +83,10 @@ func TestValidate(t *testing.T) {
 			Allow: []policy.NetRule{{Host: "a.test", CIDR: "1.2.3.4/32"}}}}},
 		{"host in deny", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
 			Deny: []policy.NetRule{{Host: "a.test"}}}}},
+		{"host in except", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
+			Except: []policy.NetRule{{Host: "metadata.google.internal", Port: 80}}}}},
+		{"bad dns name", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
+			DNS: policy.DNS{Allow: []string{"not a name"}}}}},
 		{"bad cidr", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
 			Allow: []policy.NetRule{{CIDR: "1.2.3/8"}}}}},
 		{"bad proto", Config{ID: "sbx1", StateDir: "/tmp", Net: policy.Network{Mode: policy.NetContract,
