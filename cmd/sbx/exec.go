@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/report/text"
 	"github.com/sbx-dev/sbx/runner"
 )
 
@@ -181,7 +182,7 @@ func compilePlan(profile, cwd string, callerEnv []string, ov policy.Overrides) (
 
 func writeReport(io stdio, f execFlags, rep *report.Report) error {
 	if !f.quiet {
-		renderHuman(io.err, rep, isTerminal(io.err))
+		text.Write(io.err, rep, text.Options{Color: isTerminal(io.err)})
 	}
 	if f.format == formatOCSF {
 		return writeOCSF(io.out, f.jsonOut, rep)
