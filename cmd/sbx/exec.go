@@ -44,18 +44,14 @@ nothing may be left running, no listeners). stdin, stdout and stderr pass throug
 command exits, sbx reports what it left behind (on stderr; --json for data), then removes
 everything.
 
-Exit status: the command's own (128+N when signal N killed it) when the verdict is pass;
-` + fmt.Sprint(exitViolation) + ` (see --violation-exit) on a violation; 124 on timeout; 125 when sbx failed;
-126 when COMMAND is not executable; 127 when it is not found.
-
+` + execStatusHelp() + `
 Examples:
   sbx exec -- sh -c 'echo hello'
   sbx exec --json report.json -- sh -c 'nohup sleep 300 & exit 0'
   sbx exec -p strict --timeout 10s -- python3 script.py`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return &exitError{code: exitSetup, err: errors.New("no command given"),
-					hint: "put the command after --, e.g. sbx exec -- sh -c 'echo hi'"}
+				return needCommand("exec")
 			}
 			return nil
 		},
@@ -90,11 +86,11 @@ Examples:
 func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	cwd, err := workdir(f.workdir)
 	if err != nil {
-		return &exitError{code: exitSetup, err: err, hint: "give an existing directory; the sandbox sees the host's files through its overlay"}
+		return setupError(err, "give an existing directory; the sandbox sees the host's files through its overlay")
 	}
 	plan, err := compilePlan(f.profile, cwd, os.Environ(), f.overrides)
 	if err != nil {
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	if err := checkBuild(plan); err != nil {
 		return err
@@ -122,10 +118,10 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 			// The command ran and was observed; what failed afterwards (the teardown) does not hide it.
 			_ = writeReport(io, f, rep)
 		}
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	if err := writeReport(io, f, rep); err != nil {
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	return &exitError{code: execStatus(rep, f.violationExit)}
 }
@@ -138,17 +134,6 @@ func commandStdout(io stdio, jsonOut string) goio.Writer {
 		return io.err
 	}
 	return io.out
-}
-
-// execStatus is the exit status of sbx exec: timeout, then violation, then the command's own.
-func execStatus(rep *report.Report, violationExit int) int {
-	switch {
-	case rep.TimedOut:
-		return exitTimeout
-	case rep.Verdict == report.VerdictViolation:
-		return violationExit
-	}
-	return rep.ExitCode
 }
 
 func workdir(dir string) (string, error) {
@@ -187,14 +172,14 @@ func writeReport(io stdio, f execFlags, rep *report.Report) error {
 	if f.format == formatOCSF {
 		return writeOCSF(io.out, f.jsonOut, rep)
 	}
-	return writeJSON(io.out, f.jsonOut, rep)
+	return writeJSON(io.out, f.jsonOut, "the report", rep)
 }
 
 // probeFirst runs the network probe with the run's profile and flags; a breach stops the run.
 func probeFirst(ctx context.Context, io stdio, f execFlags) error {
 	rep, err := runProbe(ctx, probeFlags{profile: f.profile, overrides: f.overrides})
 	if err != nil {
-		return &exitError{code: exitSetup, err: fmt.Errorf("probing the network contract: %w", err)}
+		return setupError(fmt.Errorf("probing the network contract: %w", err), "")
 	}
 	if rep.Passed {
 		return nil
@@ -204,8 +189,8 @@ func probeFirst(ctx context.Context, io stdio, f execFlags) error {
 			fmt.Fprintf(io.err, "sbx: probe: %s %s %s:%d -> %s\n", r.Kind, r.Label, r.Addr, r.Port, r.Outcome)
 		}
 	}
-	return &exitError{code: exitSetup, err: errors.New("the network contract does not hold; the command was not run"),
-		hint: "run sbx probe with the same profile and flags to see every target"}
+	return setupError(errors.New("the network contract does not hold; the command was not run"),
+		"run sbx probe with the same profile and flags to see every target")
 }
 
 func isTerminal(w any) bool {

@@ -89,13 +89,13 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 		}
 	}
 	if f.tokenFile != "" && f.http == "" {
-		return &exitError{code: exitSetup, err: errors.New("--token-file needs --http"), hint: "the stdio transport has no token: its caller is the process that started sbx"}
+		return setupError(errors.New("--token-file needs --http"), "the stdio transport has no token: its caller is the process that started sbx")
 	}
 	cwd := ""
 	if f.workdir != "" || len(f.workspaces) == 0 {
 		var err error
 		if cwd, err = workdir(f.workdir); err != nil {
-			return &exitError{code: exitSetup, err: err}
+			return setupError(err, "")
 		}
 	}
 	srv, err := mcpserver.New(mcpserver.Config{
@@ -104,7 +104,7 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 		OnPoolError: func(err error) { fmt.Fprintf(io.err, "sbx: warning: %v\n", err) },
 	})
 	if err != nil {
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	defer srv.Close()
 	if ctx == nil {
@@ -122,7 +122,7 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 	case errors.As(err, &ee):
 		return ee
 	case err != nil && ctx.Err() == nil:
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	return nil
 }
@@ -132,7 +132,7 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 func checkLoopback(addr string, anyAddr bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return &exitError{code: exitSetup, err: fmt.Errorf("--http %q: %w", addr, err), hint: "write --http 127.0.0.1:8765"}
+		return setupError(fmt.Errorf("--http %q: %w", addr, err), "write --http 127.0.0.1:8765")
 	}
 	if host == "localhost" || anyAddr {
 		return nil
@@ -140,14 +140,14 @@ func checkLoopback(addr string, anyAddr bool) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return &exitError{code: exitSetup, err: fmt.Errorf("--http %s is not a loopback address", addr),
-		hint: "the endpoint runs commands and its token travels in clear: use 127.0.0.1:PORT, or add --listen-any behind a TLS proxy"}
+	return setupError(fmt.Errorf("--http %s is not a loopback address", addr),
+		"the endpoint runs commands and its token travels in clear: use 127.0.0.1:PORT, or add --listen-any behind a TLS proxy")
 }
 
 func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr, tokenFile string) error {
 	token, err := httpToken(tokenFile)
 	if err != nil {
-		return &exitError{code: exitSetup, err: err, hint: "the file holds the token on one line; or leave --token-file out for a random one"}
+		return setupError(err, "the file holds the token on one line; or leave --token-file out for a random one")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -73,7 +72,7 @@ Examples:
 			}
 			rep, err := runProbe(c.Context(), f)
 			if err != nil {
-				return &exitError{code: exitSetup, err: err}
+				return setupError(err, "")
 			}
 			return finishProbe(io, f.jsonOut, rep)
 		},
@@ -142,8 +141,8 @@ func finishProbe(io stdio, jsonOut string, rep *probeReport) error {
 		fmt.Fprintln(lines, netcontract.Result{Target: netcontract.Target{Kind: r.Kind, Label: r.Label,
 			Proto: r.Proto, Addr: r.Addr, Port: r.Port}, Outcome: r.Outcome, Pass: r.Pass, Detail: r.Detail})
 	}
-	if err := writeJSON(io.out, jsonOut, rep); err != nil {
-		return &exitError{code: exitSetup, err: err}
+	if err := writeJSON(io.out, jsonOut, "the probe results", rep); err != nil {
+		return setupError(err, "")
 	}
 	if !rep.Passed {
 		return &exitError{code: exitFailure, err: errors.New("the network contract does not hold"),
@@ -163,24 +162,4 @@ func probeAgent(args []string) int {
 		return exitSetup
 	}
 	return 0
-}
-
-// writeJSON writes v as indented JSON to path ("-" = w); nothing when path is empty.
-func writeJSON(w io.Writer, path string, v any) error {
-	if path == "" {
-		return nil
-	}
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	data = append(data, '\n')
-	if path == "-" {
-		_, err = w.Write(data)
-		return err
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }

@@ -121,7 +121,7 @@ Examples:
 		RunE: func(*cobra.Command, []string) error {
 			v := currentVersion()
 			if asJSON {
-				return writeJSON(io.out, "-", v)
+				return writeJSON(io.out, "-", "the version", v)
 			}
 			return v.write(io.out)
 		},
