@@ -27,21 +27,10 @@ const probeTimeout = 2 * time.Second
 
 // probeReport is the JSON form of sbx probe's results.
 type probeReport struct {
-	Schema  string        `json:"schema"`
-	Profile string        `json:"profile"`
-	Passed  bool          `json:"passed"`
-	Results []probeResult `json:"results"`
-}
-
-type probeResult struct {
-	Kind    string `json:"kind"`
-	Label   string `json:"label"`
-	Proto   string `json:"proto"`
-	Addr    string `json:"addr"`
-	Port    int    `json:"port,omitempty"`
-	Outcome string `json:"outcome"`
-	Pass    bool   `json:"pass"`
-	Detail  string `json:"detail,omitempty"`
+	Schema  string               `json:"schema"`
+	Profile string               `json:"profile"`
+	Passed  bool                 `json:"passed"`
+	Results []netcontract.Result `json:"results"`
 }
 
 type probeFlags struct {
@@ -123,13 +112,7 @@ func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 	}
 	// A deny target counts as blocked only when the contract's own record says it refused it.
 	results = netcontract.Confirm(results, rep.Network.Denied, rep.Network.DNS)
-	pr := &probeReport{Schema: "sbx.probe/v1", Profile: plan.Profile, Passed: netcontract.Passed(results)}
-	for _, r := range results {
-		t := r.Target
-		pr.Results = append(pr.Results, probeResult{Kind: t.Kind, Label: t.Label, Proto: t.Proto, Addr: t.Addr,
-			Port: t.Port, Outcome: r.Outcome, Pass: r.Pass, Detail: r.Detail})
-	}
-	return pr, nil
+	return &probeReport{Schema: "sbx.probe/v1", Profile: plan.Profile, Passed: netcontract.Passed(results), Results: results}, nil
 }
 
 func finishProbe(io stdio, jsonOut string, rep *probeReport) error {
@@ -138,8 +121,7 @@ func finishProbe(io stdio, jsonOut string, rep *probeReport) error {
 		lines = io.err
 	}
 	for _, r := range rep.Results {
-		fmt.Fprintln(lines, netcontract.Result{Target: netcontract.Target{Kind: r.Kind, Label: r.Label,
-			Proto: r.Proto, Addr: r.Addr, Port: r.Port}, Outcome: r.Outcome, Pass: r.Pass, Detail: r.Detail})
+		fmt.Fprintln(lines, r)
 	}
 	if err := writeJSON(io.out, jsonOut, "the probe results", rep); err != nil {
 		return setupError(err, "")
