@@ -132,13 +132,14 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 	}
 	rep.Timings.Teardown = ms(time.Since(t3))
 	rep.Timings.Total = ms(time.Since(t0))
+	// Lists are never null (report contract), also in the report of a run whose teardown failed.
+	rep.FillLists()
 	if err != nil {
 		if r.ran {
 			return rep, err
 		}
 		return nil, err
 	}
-	rep.FillLists() // lists are never null (report contract)
 	return rep, nil
 }
 
