@@ -35,7 +35,7 @@ type execFlags struct {
 
 func newExecCmd(io stdio) *cobra.Command {
 	var f execFlags
-	c := &cobra.Command{
+	c := cancelOnSignal(&cobra.Command{
 		Use:   "exec [flags] -- COMMAND [ARG...]",
 		Short: "Run COMMAND in a sandbox and report what it did and left behind",
 		Long: `exec runs COMMAND in a fresh sandbox built from a profile (default: "default": no network,
@@ -59,7 +59,7 @@ Examples:
 			f.overrides.Timeout = f.timeout
 			return runExec(c.Context(), io, f, args)
 		},
-	}
+	}, stopSignals...)
 	c.Flags().SetInterspersed(false)
 	fl := c.Flags()
 	fl.StringVarP(&f.profile, "profile", "p", "default", "profile to apply: a built-in name or a YAML file")
@@ -95,23 +95,26 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err := checkBuild(plan); err != nil {
 		return err
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	if f.probe {
 		if err := probeFirst(ctx, io, f); err != nil {
 			return err
 		}
 	}
+	// From here on the run's own handling: signals are forwarded to the command, which gets a grace
+	// period; a second one tears down at once (runner.Options.Signals). ctx's cancellation by a signal
+	// does not end the run (WithoutCancel); one that came before the run started stops sbx here.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 	defer signal.Stop(sigs)
+	if err := interrupted(ctx, "the command was not run"); err != nil {
+		return err
+	}
 	opts := runner.Options{
 		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: commandStdout(io, f.jsonOut), Stderr: io.err, Signals: sigs,
 		StateRoot: stateRoot(), Changes: f.changes,
 	}
 	restore := wireTerminal(&opts)
-	rep, err := runner.Run(ctx, opts)
+	rep, err := runner.Run(context.WithoutCancel(ctx), opts)
 	restore()
 	if err != nil {
 		if rep != nil {
@@ -178,6 +181,9 @@ func writeReport(io stdio, f execFlags, rep *report.Report) error {
 // probeFirst runs the network probe with the run's profile and flags; a breach stops the run.
 func probeFirst(ctx context.Context, io stdio, f execFlags) error {
 	rep, err := runProbe(ctx, probeFlags{profile: f.profile, overrides: f.overrides})
+	if ierr := interrupted(ctx, "probing the network contract; the command was not run"); ierr != nil {
+		return ierr
+	}
 	if err != nil {
 		return setupError(fmt.Errorf("probing the network contract: %w", err), "")
 	}

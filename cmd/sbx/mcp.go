@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
 
@@ -35,7 +34,7 @@ type mcpFlags struct {
 
 func newMCPCmd(io stdio) *cobra.Command {
 	var f mcpFlags
-	c := &cobra.Command{
+	c := cancelOnSignal(&cobra.Command{
 		Use:   "mcp [flags]",
 		Short: "Serve sbx to agents over the Model Context Protocol (stdio or HTTP)",
 		Long: `mcp serves sbx as an MCP server: an agent calls the tool sbx_run with a command and gets
@@ -60,7 +59,7 @@ Examples:
 		RunE: func(c *cobra.Command, _ []string) error {
 			return runMCP(c.Context(), io, f)
 		},
-	}
+	}, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 	fl := c.Flags()
 	fl.StringArrayVarP(&f.profiles, "profile", "p", nil, "offer this `PROFILE` (built-in name or YAML file); repeatable, the first is the default")
 	fl.StringVar(&f.http, "http", "", "serve streamable HTTP on `ADDR` (host:port, loopback unless --listen-any) instead of stdio")
@@ -107,11 +106,6 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 		return setupError(err, "")
 	}
 	defer srv.Close()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, stop := signal.NotifyContext(ctx, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
-	defer stop()
 	if f.http == "" {
 		err = srv.Run(ctx, &mcp.IOTransport{Reader: readCloser{io.in}, Writer: writeCloser{io.out}})
 	} else {

@@ -41,7 +41,7 @@ type probeFlags struct {
 
 func newProbeCmd(io stdio) *cobra.Command {
 	var f probeFlags
-	c := &cobra.Command{
+	c := cancelOnSignal(&cobra.Command{
 		Use:   "probe [-p PROFILE] [--allow DEST]... [--json FILE]",
 		Short: "Check the network contract from inside a sandbox built from a profile",
 		Long: `probe builds the same sandbox sbx exec would and tries, from inside it, the built-in deny
@@ -60,12 +60,15 @@ Examples:
 				return err
 			}
 			rep, err := runProbe(c.Context(), f)
+			if ierr := interrupted(c.Context(), "the probe was torn down"); ierr != nil {
+				return ierr
+			}
 			if err != nil {
 				return setupError(err, "")
 			}
 			return finishProbe(io, f.jsonOut, rep)
 		},
-	}
+	}, stopSignals...)
 	fl := c.Flags()
 	fl.StringVarP(&f.profile, "profile", "p", "contract", "profile to build the sandbox from")
 	fl.StringVar(&f.jsonOut, "json", "", `also write the results as JSON to `+"`FILE`"+` ("-" = stdout)`)
@@ -94,9 +97,6 @@ func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 	targets, err := json.Marshal(netcontract.ProbeTargets(plan.Network))
 	if err != nil {
 		return nil, err
-	}
-	if ctx == nil {
-		ctx = context.Background()
 	}
 	var out, errb bytes.Buffer
 	rep, err := runner.Run(ctx, runner.Options{

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +32,9 @@ type stdio struct {
 func run(args []string, in io.Reader, out, errw io.Writer) int {
 	root := newRootCmd(stdio{in, out, errw})
 	root.SetArgs(args)
-	err := root.Execute()
+	// Commands that build sandboxes make the context one that SIGINT and SIGTERM cancel
+	// (cancelOnSignal); the others keep the default: a signal ends sbx.
+	err := root.ExecuteContext(context.Background())
 	if err == nil {
 		return exitOK
 	}
