@@ -24,7 +24,7 @@ func checkPrivileges(what string) error {
 	}
 	if sandbox.Rootless() {
 		for _, f := range sandbox.Features() {
-			if f.Name == "user namespaces" && !f.OK {
+			if f.Name == "userns" && !f.Available {
 				return setupError(fmt.Errorf("%s: without root sbx needs user namespaces: %s", what, f.Detail),
 					"'sbx version' shows what this host gives sbx without root; or run it as root, e.g. claude mcp add sbx -- sudo sbx mcp")
 			}
