@@ -2,6 +2,7 @@ package export
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -25,6 +26,12 @@ type OCIOptions struct {
 // uses. It changes spec and returns it as config.json, with the rows of what a bundle cannot carry
 // (each partial or not expressible) in the same Fidelity the Kubernetes export gives.
 func OCI(plan *policy.Plan, spec *specs.Spec, o OCIOptions) ([]byte, Fidelity, error) {
+	if spec == nil || spec.Process == nil || spec.Linux == nil {
+		return nil, nil, errors.New("making an OCI bundle: the runtime config has no process or no linux section")
+	}
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
 	spec.Linux.CgroupsPath = ""
 	spec.Process.Terminal = false
 	spec.Annotations["org.sbx.command"] = strings.Join(o.Command, " ")

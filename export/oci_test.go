@@ -67,4 +67,7 @@ func TestOCI(t *testing.T) {
 			t.Errorf("row %+v: only what is not carried, each with its detail", r)
 		}
 	}
+	if _, _, err := OCI(plan, &specs.Spec{}, OCIOptions{}); err == nil {
+		t.Error("a runtime config without process and linux sections makes a bundle")
+	}
 }

@@ -4,7 +4,7 @@
 // The rendering is bounded (long lists are cut, with a line saying how much is left out) and safe to
 // print on a terminal: every string the sandboxed command could choose (command lines, paths, names) is
 // cleaned of control and invisible format characters first. The JSON report always has everything.
-// Like the report package it imports nothing else of sbx and builds without cgo.
+// It imports nothing of sbx but package report and, like it, builds without cgo.
 package text
 
 import (
