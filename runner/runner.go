@@ -2,7 +2,8 @@
 // the before snapshot, runs the command, waits for it (with timeout, signals and cancellation), takes the
 // after snapshot, compares what it saw with the plan's expectations and tears everything down.
 //
-// It is the library form of `sbx exec`; the CLI and the MCP server only add flags and rendering.
+// It is the library form of `sbx exec`; the CLI and the MCP server only add flags and rendering. Probe
+// (probe.go) is the library form of `sbx probe`: a run whose command is the network probe.
 package runner
 
 import (

@@ -1,29 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/runner"
-	"github.com/sbx-dev/sbx/sandbox"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
 )
-
-// roleProbe runs the probe inside a sandbox: sbx re-executes itself there with this role.
-const roleProbe = "__sbx_probe"
-
-func init() { sandbox.RegisterRole(roleProbe, probeAgent) }
-
-// probeTimeout bounds each target's attempt inside the sandbox.
-const probeTimeout = 2 * time.Second
 
 // probeReport is the JSON form of sbx probe's results.
 type probeReport struct {
@@ -84,7 +72,7 @@ func addNetworkFlags(c *cobra.Command, ov *policy.Overrides) {
 	fl.StringVar(&ov.DNSUpstream, "dns-upstream", "", "resolver `IP:PORT` the DNS filter forwards allowed names to (default: the host's)")
 }
 
-// runProbe runs the probe agent in a sandbox built from the profile.
+// runProbe probes the contract of a sandbox built from the profile and the flags.
 func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -94,24 +82,10 @@ func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	targets, err := json.Marshal(netcontract.ProbeTargets(plan.Network))
+	results, err := runner.Probe(ctx, runner.ProbeOptions{Plan: plan, StateRoot: stateRoot()})
 	if err != nil {
 		return nil, err
 	}
-	var out, errb bytes.Buffer
-	rep, err := runner.Run(ctx, runner.Options{
-		Plan: plan, Args: sandbox.SelfCommand(roleProbe, string(targets)), Cwd: "/",
-		Stdout: &out, Stderr: &errb, StateRoot: stateRoot(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	var results []netcontract.Result
-	if err := json.Unmarshal(out.Bytes(), &results); err != nil || rep.ExitCode != 0 {
-		return nil, fmt.Errorf("the probe inside the sandbox failed (status %d): %s", rep.ExitCode, bytes.TrimSpace(errb.Bytes()))
-	}
-	// A deny target counts as blocked only when the contract's own record says it refused it.
-	results = netcontract.Confirm(results, rep.Network.Denied, rep.Network.DNS)
 	return &probeReport{Schema: "sbx.probe/v1", Profile: plan.Profile, Passed: netcontract.Passed(results), Results: results}, nil
 }
 
@@ -131,17 +105,4 @@ func finishProbe(io stdio, jsonOut string, rep *probeReport) error {
 			hint: "the lines marked FAIL name each breach"}
 	}
 	return nil
-}
-
-// probeAgent runs inside the sandbox: it tries the targets given as JSON and prints the results as JSON.
-func probeAgent(args []string) int {
-	var targets []netcontract.Target
-	if len(args) != 1 || json.Unmarshal([]byte(args[0]), &targets) != nil {
-		fmt.Fprintln(os.Stderr, "sbx probe agent: expects the targets as one JSON argument")
-		return exitSetup
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(netcontract.RunProbe(targets, probeTimeout)); err != nil {
-		return exitSetup
-	}
-	return 0
 }
