@@ -55,8 +55,8 @@ man: build
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) mod tidy -diff
-	@# The report format and the profile format must stay importable without cgo (no libseccomp).
-	CGO_ENABLED=0 $(GO) build ./report/... ./policy/...
+	@# The report format, the profile format and the exports must stay importable without cgo (no libseccomp).
+	CGO_ENABLED=0 $(GO) build ./report/... ./policy/... ./export
 	$(GO) vet -tags $(TAGS) ./...
 	$(GO) tool staticcheck -tags $(TAGS) ./...
 

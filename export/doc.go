@@ -1,10 +1,12 @@
 // Package export translates a compiled sbx profile (a policy.Plan) into the configuration of other
-// systems that run untrusted code, Kubernetes first, and says row by row what carried over and what
-// could not.
+// systems that run untrusted code (Kubernetes objects, an OCI bundle's config.json for runc or crun)
+// and says row by row, in a Fidelity, what carried over and what could not.
 //
 // # What it does not do
 //
-// It talks to no cluster and checks nothing against one: the output is YAML for kubectl apply. It
+// It talks to no cluster and runs no runtime: the output is YAML for kubectl apply or a config.json. An
+// OCI bundle starts from the runtime config sbx itself builds (sandbox.Spec), which the caller passes
+// in, so that this package builds without cgo like report and policy. It
 // cannot carry what only sbx's own runtime does: Landlock, the throwaway overlay of the host's /,
 // hidden paths, the exec/fork/exit stream and the before/after report with its verdict. Those rows
 // say "not expressible" in the Fidelity report, never silently vanish.

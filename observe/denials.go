@@ -21,11 +21,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Names of the sources of denials.
+// Names of the sources of denials, as the report spells them.
 const (
-	SourceSeccompNotify = "seccomp-notify" // sbx answers the deny list's syscalls itself
-	SourceWriteNotify   = "write-notify"   // sbx sees each write outside the write paths
-	SourceAudit         = "audit"          // the kernel's audit records
+	SourceSeccompNotify = report.SourceSeccompNotify
+	SourceWriteNotify   = report.SourceWriteNotify
+	SourceAudit         = report.SourceAudit
 )
 
 // ErrAuditUnavailable is matched (errors.Is) by the reasons a DenialsCollector cannot report denials.

@@ -115,6 +115,13 @@ type Denials struct {
 	Sources []DenialSource `json:"sources"`
 }
 
+// Names of the sources of denials (DenialSource.Name, SeccompDenial.Source).
+const (
+	SourceSeccompNotify = "seccomp-notify" // sbx answers the deny list's syscalls itself
+	SourceWriteNotify   = "write-notify"   // sbx sees each write outside the write paths
+	SourceAudit         = "audit"          // the kernel's audit records
+)
+
 // DenialSource says what one source recorded, or why it could not.
 type DenialSource struct {
 	Name     string `json:"name"`             // "seccomp-notify", "write-notify" or "audit"

@@ -9,6 +9,11 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 )
 
+// schema.json beside this file is the report's JSON Schema as MarshalSchema gives it, committed for
+// tools that read the contract without running sbx. TestSchemaFile fails when it is stale; go generate
+// ./report writes it again.
+//go:generate go run ./internal/schemagen schema.json
+
 // SchemaID is the $id of the report's JSON Schema.
 const SchemaID = "https://github.com/sbx-dev/sbx/report.schema.json"
 

@@ -1,8 +1,12 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestSchemaAcceptsNewReport(t *testing.T) {
@@ -48,5 +52,20 @@ func TestSchemaRefuses(t *testing.T) {
 	doc, _ := json.Marshal(m)
 	if err := Validate(doc); err != nil {
 		t.Errorf("an added field is refused: %v", err)
+	}
+}
+
+// TestSchemaFile: the committed schema.json is what MarshalSchema (sbx report schema) gives.
+func TestSchemaFile(t *testing.T) {
+	want, err := MarshalSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("schema.json is stale: run go generate ./report\n%s", cmp.Diff(string(want), string(got)))
 	}
 }

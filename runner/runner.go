@@ -2,7 +2,8 @@
 // the before snapshot, runs the command, waits for it (with timeout, signals and cancellation), takes the
 // after snapshot, compares what it saw with the plan's expectations and tears everything down.
 //
-// It is the library form of `sbx exec`; the CLI and the MCP server only add flags and rendering.
+// It is the library form of `sbx exec`; the CLI and the MCP server only add flags and rendering. Probe
+// (probe.go) is the library form of `sbx probe`: a run whose command is the network probe.
 package runner
 
 import (
@@ -136,13 +137,14 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 	}
 	rep.Timings.Teardown = ms(time.Since(t3))
 	rep.Timings.Total = ms(time.Since(t0))
+	// Lists are never null (report contract), also in the report of a run whose teardown failed.
+	rep.FillLists()
 	if err != nil {
 		if r.ran {
 			return rep, err
 		}
 		return nil, err
 	}
-	rep.FillLists() // lists are never null (report contract)
 	return rep, nil
 }
 

@@ -10,6 +10,10 @@
 // It reads no YAML: it takes a compiled policy.Plan. It observes nothing: package observe reads the
 // sandbox through the pids and paths this package exposes.
 //
+// [Features] is the one table of what sbx needs from the kernel and host (user namespaces, Landlock's
+// ABI, seccomp, the cgroup layout, idmapped mounts, pasta), each row qualified for this caller, root or
+// not (features.go); `sbx version` prints it.
+//
 // # Re-execution
 //
 // The sbx binary is re-executed in these roles: libcontainer's "init" (namespace setup), the supervisor

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/report/text"
 	"github.com/sbx-dev/sbx/runner"
 )
 
@@ -34,7 +35,7 @@ type execFlags struct {
 
 func newExecCmd(io stdio) *cobra.Command {
 	var f execFlags
-	c := &cobra.Command{
+	c := cancelOnSignal(&cobra.Command{
 		Use:   "exec [flags] -- COMMAND [ARG...]",
 		Short: "Run COMMAND in a sandbox and report what it did and left behind",
 		Long: `exec runs COMMAND in a fresh sandbox built from a profile (default: "default": no network,
@@ -43,18 +44,14 @@ nothing may be left running, no listeners). stdin, stdout and stderr pass throug
 command exits, sbx reports what it left behind (on stderr; --json for data), then removes
 everything.
 
-Exit status: the command's own (128+N when signal N killed it) when the verdict is pass;
-` + fmt.Sprint(exitViolation) + ` (see --violation-exit) on a violation; 124 on timeout; 125 when sbx failed;
-126 when COMMAND is not executable; 127 when it is not found.
-
+` + execStatusHelp() + `
 Examples:
   sbx exec -- sh -c 'echo hello'
   sbx exec --json report.json -- sh -c 'nohup sleep 300 & exit 0'
   sbx exec -p strict --timeout 10s -- python3 script.py`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return &exitError{code: exitSetup, err: errors.New("no command given"),
-					hint: "put the command after --, e.g. sbx exec -- sh -c 'echo hi'"}
+				return needCommand("exec")
 			}
 			return nil
 		},
@@ -62,7 +59,7 @@ Examples:
 			f.overrides.Timeout = f.timeout
 			return runExec(c.Context(), io, f, args)
 		},
-	}
+	}, stopSignals...)
 	c.Flags().SetInterspersed(false)
 	fl := c.Flags()
 	fl.StringVarP(&f.profile, "profile", "p", "default", "profile to apply: a built-in name or a YAML file")
@@ -89,42 +86,45 @@ Examples:
 func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	cwd, err := workdir(f.workdir)
 	if err != nil {
-		return &exitError{code: exitSetup, err: err, hint: "give an existing directory; the sandbox sees the host's files through its overlay"}
+		return setupError(err, "give an existing directory; the sandbox sees the host's files through its overlay")
 	}
 	plan, err := compilePlan(f.profile, cwd, os.Environ(), f.overrides)
 	if err != nil {
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	if err := checkBuild(plan); err != nil {
 		return err
-	}
-	if ctx == nil {
-		ctx = context.Background()
 	}
 	if f.probe {
 		if err := probeFirst(ctx, io, f); err != nil {
 			return err
 		}
 	}
+	// From here on the run's own handling: signals are forwarded to the command, which gets a grace
+	// period; a second one tears down at once (runner.Options.Signals). ctx's cancellation by a signal
+	// does not end the run (WithoutCancel); one that came before the run started stops sbx here.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 	defer signal.Stop(sigs)
+	if err := interrupted(ctx, "the command was not run"); err != nil {
+		return err
+	}
 	opts := runner.Options{
 		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: commandStdout(io, f.jsonOut), Stderr: io.err, Signals: sigs,
 		StateRoot: stateRoot(), Changes: f.changes,
 	}
 	restore := wireTerminal(&opts)
-	rep, err := runner.Run(ctx, opts)
+	rep, err := runner.Run(context.WithoutCancel(ctx), opts)
 	restore()
 	if err != nil {
 		if rep != nil {
 			// The command ran and was observed; what failed afterwards (the teardown) does not hide it.
 			_ = writeReport(io, f, rep)
 		}
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	if err := writeReport(io, f, rep); err != nil {
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	return &exitError{code: execStatus(rep, f.violationExit)}
 }
@@ -137,17 +137,6 @@ func commandStdout(io stdio, jsonOut string) goio.Writer {
 		return io.err
 	}
 	return io.out
-}
-
-// execStatus is the exit status of sbx exec: timeout, then violation, then the command's own.
-func execStatus(rep *report.Report, violationExit int) int {
-	switch {
-	case rep.TimedOut:
-		return exitTimeout
-	case rep.Verdict == report.VerdictViolation:
-		return violationExit
-	}
-	return rep.ExitCode
 }
 
 func workdir(dir string) (string, error) {
@@ -181,19 +170,22 @@ func compilePlan(profile, cwd string, callerEnv []string, ov policy.Overrides) (
 
 func writeReport(io stdio, f execFlags, rep *report.Report) error {
 	if !f.quiet {
-		renderHuman(io.err, rep, isTerminal(io.err))
+		text.Write(io.err, rep, text.Options{Color: isTerminal(io.err)})
 	}
 	if f.format == formatOCSF {
 		return writeOCSF(io.out, f.jsonOut, rep)
 	}
-	return writeJSON(io.out, f.jsonOut, rep)
+	return writeJSON(io.out, f.jsonOut, "the report", rep)
 }
 
 // probeFirst runs the network probe with the run's profile and flags; a breach stops the run.
 func probeFirst(ctx context.Context, io stdio, f execFlags) error {
 	rep, err := runProbe(ctx, probeFlags{profile: f.profile, overrides: f.overrides})
+	if ierr := interrupted(ctx, "probing the network contract; the command was not run"); ierr != nil {
+		return ierr
+	}
 	if err != nil {
-		return &exitError{code: exitSetup, err: fmt.Errorf("probing the network contract: %w", err)}
+		return setupError(fmt.Errorf("probing the network contract: %w", err), "")
 	}
 	if rep.Passed {
 		return nil
@@ -203,8 +195,8 @@ func probeFirst(ctx context.Context, io stdio, f execFlags) error {
 			fmt.Fprintf(io.err, "sbx: probe: %s %s %s:%d -> %s\n", r.Kind, r.Label, r.Addr, r.Port, r.Outcome)
 		}
 	}
-	return &exitError{code: exitSetup, err: errors.New("the network contract does not hold; the command was not run"),
-		hint: "run sbx probe with the same profile and flags to see every target"}
+	return setupError(errors.New("the network contract does not hold; the command was not run"),
+		"run sbx probe with the same profile and flags to see every target")
 }
 
 func isTerminal(w any) bool {

@@ -1,20 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	goio "io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/export"
 	"github.com/sbx-dev/sbx/policy"
-	"github.com/sbx-dev/sbx/report"
-	"github.com/sbx-dev/sbx/report/ocsf"
 )
 
 func newExportCmd(io stdio) *cobra.Command {
@@ -82,29 +77,24 @@ type exportFidelity struct {
 
 func runExportKube(io stdio, f exportKubeFlags) error {
 	if f.jsonOut == "-" && f.out == "-" {
-		return &exitError{code: exitSetup, err: errors.New("--json - and the manifests would share stdout"),
-			hint: "write the manifests to a file: -o sandbox.yaml --json -"}
+		return setupError(errors.New("--json - and the manifests would share stdout"),
+			"write the manifests to a file: -o sandbox.yaml --json -")
 	}
 	// No caller environment: only the profile's fixed env.set values are written into the manifests.
 	cwd, _ := os.Getwd()
 	plan, err := compilePlan(f.profile, cwd, nil, policy.Overrides{Allow: f.allow})
 	if err != nil {
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	data, fid, err := export.Kubernetes(plan, f.opts)
 	if errors.Is(err, export.ErrName) {
-		return &exitError{code: exitSetup, err: err, hint: "leave --name out (sbx derives one from the profile) or give a DNS-1123 label, e.g. sbx-my-profile"}
+		return setupError(err, "leave --name out (sbx derives one from the profile) or give a DNS-1123 label, e.g. sbx-my-profile")
 	}
 	if err != nil {
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
-	if f.out == "-" {
-		_, err = io.out.Write(data)
-	} else {
-		err = os.WriteFile(f.out, data, 0o644)
-	}
-	if err != nil {
-		return &exitError{code: exitSetup, err: fmt.Errorf("writing the manifests: %w", err)}
+	if err := writeOutput(io.out, f.out, "the manifests", data); err != nil {
+		return setupError(err, "")
 	}
 	fmt.Fprintf(io.err, "sbx: profile %s (sha256 %.12s) for Kubernetes:\n", plan.Profile, plan.Hash)
 	if err := fid.Write(io.err); err != nil {
@@ -116,7 +106,7 @@ func runExportKube(io stdio, f exportKubeFlags) error {
 	if fid == nil {
 		fid = export.Fidelity{}
 	}
-	return writeJSON(io.out, f.jsonOut, exportFidelity{Profile: plan.Profile, SHA256: plan.Hash, Target: "kubernetes", Rows: fid})
+	return writeJSON(io.out, f.jsonOut, "the fidelity report", exportFidelity{Profile: plan.Profile, SHA256: plan.Hash, Target: "kubernetes", Rows: fid})
 }
 
 // Report formats of exec --format: what --json writes.
@@ -152,25 +142,8 @@ func (f *reportFormat) Type() string { return "FORMAT" }
 // check refuses --format ocsf without --json, before anything runs.
 func (f reportFormat) check(jsonOut string) error {
 	if f == formatOCSF && jsonOut == "" {
-		return &exitError{code: exitSetup, err: errors.New("--format ocsf without --json writes nothing"),
-			hint: "add --json FILE (or --json - for stdout)"}
-	}
-	return nil
-}
-
-// writeOCSF writes the report as OCSF events, one JSON object a line, to path ("-" = w).
-func writeOCSF(w goio.Writer, path string, rep *report.Report) error {
-	host, _ := os.Hostname()
-	events := ocsf.Convert(rep, ocsf.Options{Time: time.Now(), Hostname: host, Version: buildVersion()})
-	if path == "-" {
-		return ocsf.WriteLines(w, events)
-	}
-	var b bytes.Buffer
-	if err := ocsf.WriteLines(&b, events); err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return setupError(errors.New("--format ocsf without --json writes nothing"),
+			"add --json FILE (or --json - for stdout)")
 	}
 	return nil
 }

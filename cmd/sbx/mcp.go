@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
 
@@ -35,7 +34,7 @@ type mcpFlags struct {
 
 func newMCPCmd(io stdio) *cobra.Command {
 	var f mcpFlags
-	c := &cobra.Command{
+	c := cancelOnSignal(&cobra.Command{
 		Use:   "mcp [flags]",
 		Short: "Serve sbx to agents over the Model Context Protocol (stdio or HTTP)",
 		Long: `mcp serves sbx as an MCP server: an agent calls the tool sbx_run with a command and gets
@@ -60,7 +59,7 @@ Examples:
 		RunE: func(c *cobra.Command, _ []string) error {
 			return runMCP(c.Context(), io, f)
 		},
-	}
+	}, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 	fl := c.Flags()
 	fl.StringArrayVarP(&f.profiles, "profile", "p", nil, "offer this `PROFILE` (built-in name or YAML file); repeatable, the first is the default")
 	fl.StringVar(&f.http, "http", "", "serve streamable HTTP on `ADDR` (host:port, loopback unless --listen-any) instead of stdio")
@@ -89,13 +88,13 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 		}
 	}
 	if f.tokenFile != "" && f.http == "" {
-		return &exitError{code: exitSetup, err: errors.New("--token-file needs --http"), hint: "the stdio transport has no token: its caller is the process that started sbx"}
+		return setupError(errors.New("--token-file needs --http"), "the stdio transport has no token: its caller is the process that started sbx")
 	}
 	cwd := ""
 	if f.workdir != "" || len(f.workspaces) == 0 {
 		var err error
 		if cwd, err = workdir(f.workdir); err != nil {
-			return &exitError{code: exitSetup, err: err}
+			return setupError(err, "")
 		}
 	}
 	srv, err := mcpserver.New(mcpserver.Config{
@@ -104,14 +103,9 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 		OnPoolError: func(err error) { fmt.Fprintf(io.err, "sbx: warning: %v\n", err) },
 	})
 	if err != nil {
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	defer srv.Close()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, stop := signal.NotifyContext(ctx, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
-	defer stop()
 	if f.http == "" {
 		err = srv.Run(ctx, &mcp.IOTransport{Reader: readCloser{io.in}, Writer: writeCloser{io.out}})
 	} else {
@@ -122,7 +116,7 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 	case errors.As(err, &ee):
 		return ee
 	case err != nil && ctx.Err() == nil:
-		return &exitError{code: exitSetup, err: err}
+		return setupError(err, "")
 	}
 	return nil
 }
@@ -132,7 +126,7 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 func checkLoopback(addr string, anyAddr bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return &exitError{code: exitSetup, err: fmt.Errorf("--http %q: %w", addr, err), hint: "write --http 127.0.0.1:8765"}
+		return setupError(fmt.Errorf("--http %q: %w", addr, err), "write --http 127.0.0.1:8765")
 	}
 	if host == "localhost" || anyAddr {
 		return nil
@@ -140,14 +134,14 @@ func checkLoopback(addr string, anyAddr bool) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return &exitError{code: exitSetup, err: fmt.Errorf("--http %s is not a loopback address", addr),
-		hint: "the endpoint runs commands and its token travels in clear: use 127.0.0.1:PORT, or add --listen-any behind a TLS proxy"}
+	return setupError(fmt.Errorf("--http %s is not a loopback address", addr),
+		"the endpoint runs commands and its token travels in clear: use 127.0.0.1:PORT, or add --listen-any behind a TLS proxy")
 }
 
 func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr, tokenFile string) error {
 	token, err := httpToken(tokenFile)
 	if err != nil {
-		return &exitError{code: exitSetup, err: err, hint: "the file holds the token on one line; or leave --token-file out for a random one"}
+		return setupError(err, "the file holds the token on one line; or leave --token-file out for a random one")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -24,15 +24,15 @@ func checkPrivileges(what string) error {
 	}
 	if sandbox.Rootless() {
 		for _, f := range sandbox.Features() {
-			if f.Name == "user namespaces" && !f.OK {
-				return &exitError{code: exitSetup, err: fmt.Errorf("%s: without root sbx needs user namespaces: %s", what, f.Detail),
-					hint: "'sbx version' shows what this host gives sbx without root; or run it as root, e.g. claude mcp add sbx -- sudo sbx mcp"}
+			if f.Name == "userns" && !f.Available {
+				return setupError(fmt.Errorf("%s: without root sbx needs user namespaces: %s", what, f.Detail),
+					"'sbx version' shows what this host gives sbx without root; or run it as root, e.g. claude mcp add sbx -- sudo sbx mcp")
 			}
 		}
 		return nil
 	}
-	return &exitError{code: exitSetup, err: fmt.Errorf("%s: %w (namespaces, mounts, cgroups and nftables need it)", what, errNoPrivilege),
-		hint: "run it as root, e.g. claude mcp add sbx -- sudo sbx mcp"}
+	return setupError(fmt.Errorf("%s: %w (namespaces, mounts, cgroups and nftables need it)", what, errNoPrivilege),
+		"run it as root, e.g. claude mcp add sbx -- sudo sbx mcp")
 }
 
 // hasCapability reports whether capability c is in this process's effective set.
@@ -52,6 +52,6 @@ func checkBuild(plan *policy.Plan) error {
 	if seccompBuilt || (plan != nil && plan.Seccomp == nil) {
 		return nil
 	}
-	return &exitError{code: exitSetup, err: errors.New("this sbx was built without seccomp support and cannot apply a profile's syscall filter"),
-		hint: "rebuild it with the seccomp build tag: make build, or go build -tags seccomp ./cmd/sbx (needs libseccomp-dev)"}
+	return setupError(errors.New("this sbx was built without seccomp support and cannot apply a profile's syscall filter"),
+		"rebuild it with the seccomp build tag: make build, or go build -tags seccomp ./cmd/sbx (needs libseccomp-dev)")
 }

@@ -1,48 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/runner"
-	"github.com/sbx-dev/sbx/sandbox"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
 )
 
-// roleProbe runs the probe inside a sandbox: sbx re-executes itself there with this role.
-const roleProbe = "__sbx_probe"
-
-func init() { sandbox.RegisterRole(roleProbe, probeAgent) }
-
-// probeTimeout bounds each target's attempt inside the sandbox.
-const probeTimeout = 2 * time.Second
-
 // probeReport is the JSON form of sbx probe's results.
 type probeReport struct {
-	Schema  string        `json:"schema"`
-	Profile string        `json:"profile"`
-	Passed  bool          `json:"passed"`
-	Results []probeResult `json:"results"`
-}
-
-type probeResult struct {
-	Kind    string `json:"kind"`
-	Label   string `json:"label"`
-	Proto   string `json:"proto"`
-	Addr    string `json:"addr"`
-	Port    int    `json:"port,omitempty"`
-	Outcome string `json:"outcome"`
-	Pass    bool   `json:"pass"`
-	Detail  string `json:"detail,omitempty"`
+	Schema  string               `json:"schema"`
+	Profile string               `json:"profile"`
+	Passed  bool                 `json:"passed"`
+	Results []netcontract.Result `json:"results"`
 }
 
 type probeFlags struct {
@@ -53,7 +29,7 @@ type probeFlags struct {
 
 func newProbeCmd(io stdio) *cobra.Command {
 	var f probeFlags
-	c := &cobra.Command{
+	c := cancelOnSignal(&cobra.Command{
 		Use:   "probe [-p PROFILE] [--allow DEST]... [--json FILE]",
 		Short: "Check the network contract from inside a sandbox built from a profile",
 		Long: `probe builds the same sandbox sbx exec would and tries, from inside it, the built-in deny
@@ -72,12 +48,15 @@ Examples:
 				return err
 			}
 			rep, err := runProbe(c.Context(), f)
+			if ierr := interrupted(c.Context(), "the probe was torn down"); ierr != nil {
+				return ierr
+			}
 			if err != nil {
-				return &exitError{code: exitSetup, err: err}
+				return setupError(err, "")
 			}
 			return finishProbe(io, f.jsonOut, rep)
 		},
-	}
+	}, stopSignals...)
 	fl := c.Flags()
 	fl.StringVarP(&f.profile, "profile", "p", "contract", "profile to build the sandbox from")
 	fl.StringVar(&f.jsonOut, "json", "", `also write the results as JSON to `+"`FILE`"+` ("-" = stdout)`)
@@ -93,7 +72,7 @@ func addNetworkFlags(c *cobra.Command, ov *policy.Overrides) {
 	fl.StringVar(&ov.DNSUpstream, "dns-upstream", "", "resolver `IP:PORT` the DNS filter forwards allowed names to (default: the host's)")
 }
 
-// runProbe runs the probe agent in a sandbox built from the profile.
+// runProbe probes the contract of a sandbox built from the profile and the flags.
 func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -103,34 +82,11 @@ func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	targets, err := json.Marshal(netcontract.ProbeTargets(plan.Network))
+	results, err := runner.Probe(ctx, runner.ProbeOptions{Plan: plan, StateRoot: stateRoot()})
 	if err != nil {
 		return nil, err
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	var out, errb bytes.Buffer
-	rep, err := runner.Run(ctx, runner.Options{
-		Plan: plan, Args: sandbox.SelfCommand(roleProbe, string(targets)), Cwd: "/",
-		Stdout: &out, Stderr: &errb, StateRoot: stateRoot(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	var results []netcontract.Result
-	if err := json.Unmarshal(out.Bytes(), &results); err != nil || rep.ExitCode != 0 {
-		return nil, fmt.Errorf("the probe inside the sandbox failed (status %d): %s", rep.ExitCode, bytes.TrimSpace(errb.Bytes()))
-	}
-	// A deny target counts as blocked only when the contract's own record says it refused it.
-	results = netcontract.Confirm(results, rep.Network.Denied, rep.Network.DNS)
-	pr := &probeReport{Schema: "sbx.probe/v1", Profile: plan.Profile, Passed: netcontract.Passed(results)}
-	for _, r := range results {
-		t := r.Target
-		pr.Results = append(pr.Results, probeResult{Kind: t.Kind, Label: t.Label, Proto: t.Proto, Addr: t.Addr,
-			Port: t.Port, Outcome: r.Outcome, Pass: r.Pass, Detail: r.Detail})
-	}
-	return pr, nil
+	return &probeReport{Schema: "sbx.probe/v1", Profile: plan.Profile, Passed: netcontract.Passed(results), Results: results}, nil
 }
 
 func finishProbe(io stdio, jsonOut string, rep *probeReport) error {
@@ -139,48 +95,14 @@ func finishProbe(io stdio, jsonOut string, rep *probeReport) error {
 		lines = io.err
 	}
 	for _, r := range rep.Results {
-		fmt.Fprintln(lines, netcontract.Result{Target: netcontract.Target{Kind: r.Kind, Label: r.Label,
-			Proto: r.Proto, Addr: r.Addr, Port: r.Port}, Outcome: r.Outcome, Pass: r.Pass, Detail: r.Detail})
+		fmt.Fprintln(lines, r)
 	}
-	if err := writeJSON(io.out, jsonOut, rep); err != nil {
-		return &exitError{code: exitSetup, err: err}
+	if err := writeJSON(io.out, jsonOut, "the probe results", rep); err != nil {
+		return setupError(err, "")
 	}
 	if !rep.Passed {
 		return &exitError{code: exitFailure, err: errors.New("the network contract does not hold"),
 			hint: "the lines marked FAIL name each breach"}
-	}
-	return nil
-}
-
-// probeAgent runs inside the sandbox: it tries the targets given as JSON and prints the results as JSON.
-func probeAgent(args []string) int {
-	var targets []netcontract.Target
-	if len(args) != 1 || json.Unmarshal([]byte(args[0]), &targets) != nil {
-		fmt.Fprintln(os.Stderr, "sbx probe agent: expects the targets as one JSON argument")
-		return exitSetup
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(netcontract.RunProbe(targets, probeTimeout)); err != nil {
-		return exitSetup
-	}
-	return 0
-}
-
-// writeJSON writes v as indented JSON to path ("-" = w); nothing when path is empty.
-func writeJSON(w io.Writer, path string, v any) error {
-	if path == "" {
-		return nil
-	}
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	data = append(data, '\n')
-	if path == "-" {
-		_, err = w.Write(data)
-		return err
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
 }

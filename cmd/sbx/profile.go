@@ -72,7 +72,7 @@ func profileList(w io.Writer, asJSON bool) error {
 		return err
 	}
 	if asJSON {
-		return writeJSON(w, "-", list)
+		return writeJSON(w, "-", "the profile list", list)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, p := range list {
@@ -131,14 +131,11 @@ func profileValidate(out, errw io.Writer, files []string) error {
 			continue
 		}
 		bad++
-		msg := err.Error()
-		if !strings.HasPrefix(msg, file) {
-			msg = file + ": " + msg
+		if !strings.HasPrefix(err.Error(), file) {
+			err = fmt.Errorf("%s: %w", file, err)
 		}
-		fmt.Fprintf(errw, "sbx: error: %s\n", msg)
-		if hint := policy.Hint(err); hint != "" {
-			fmt.Fprintf(errw, "sbx: hint: %s\n", hint)
-		}
+		// Only the profile's own hint: validate reads files and builds nothing.
+		printError(errw, err, policy.Hint(err))
 	}
 	if bad > 0 {
 		return fmt.Errorf("%w: %d of %d", errInvalidProfile, bad, len(files))
@@ -154,8 +151,7 @@ func newProfileSchemaCmd() *cobra.Command {
   # then, at the top of a profile: # yaml-language-server: $schema=./sbx.schema.json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			_, err := c.OutOrStdout().Write(policy.Schema())
-			return err
+			return writeOutput(c.OutOrStdout(), "-", "the profile schema", policy.Schema())
 		},
 	}
 }

@@ -31,8 +31,7 @@ func newReportSchemaCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = c.OutOrStdout().Write(b)
-			return err
+			return writeOutput(c.OutOrStdout(), "-", "the report schema", b)
 		},
 	}
 }

@@ -9,38 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/sbx-dev/sbx/internal/testutil"
 )
-
-// TestOCIVersion: a bundle says the lowest runtime-spec version that has every field it uses.
-func TestOCIVersion(t *testing.T) {
-	errno := uint(1)
-	tests := []struct {
-		name string
-		spec specs.Spec
-		want string
-	}{
-		{"nothing new", specs.Spec{Linux: &specs.Linux{Seccomp: &specs.LinuxSeccomp{DefaultAction: specs.ActErrno}}}, "1.0.2"},
-		{"defaultErrnoRet", specs.Spec{Linux: &specs.Linux{Seccomp: &specs.LinuxSeccomp{DefaultErrnoRet: &errno}}}, "1.1.0"},
-		{"kill process", specs.Spec{Linux: &specs.Linux{Seccomp: &specs.LinuxSeccomp{
-			Syscalls: []specs.LinuxSyscall{{Names: []string{"ptrace"}, Action: specs.ActKillProcess}}}}}, "1.1.0"},
-		{"time namespace", specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.TimeNamespace}}}}, "1.1.0"},
-		{"idmap mount", specs.Spec{Mounts: []specs.Mount{{Destination: "/w", Options: []string{"bind", "idmap"}}}}, "1.2.0"},
-		{"netDevices", specs.Spec{Linux: &specs.Linux{NetDevices: map[string]specs.LinuxNetDevice{"eth0": {}}}}, "1.3.0"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := ociVersion(&tt.spec); got != tt.want {
-				t.Errorf("ociVersion = %s, want %s", got, tt.want)
-			}
-		})
-	}
-	if ociFeatures[0].version != specs.Version {
-		t.Errorf("the newest row of ociFeatures is %s, runtime-spec is %s: add the fields the new version brought", ociFeatures[0].version, specs.Version)
-	}
-}
 
 // crunHybrid is crun's refusal of a host whose cgroup v2 mount has controllers while v1 is the main one.
 const crunHybrid = "cgroups in hybrid mode not supported"

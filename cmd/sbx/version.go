@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sbx-dev/sbx/internal/features"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
@@ -60,40 +59,18 @@ type versionInfo struct {
 	Kernel       string            `json:"kernel"`
 	Mode         string            `json:"mode"`       // "root", or "without root (uid N)"
 	StateRoot    string            `json:"state_root"` // where runs keep their state
-	Features     []features.Result `json:"features"`
-}
-
-// callerFeature names, for each of sandbox.Features (what this caller gets), the row of the kernel's
-// table it qualifies.
-var callerFeature = map[string]string{"user namespaces": "userns", "idmapped mounts": "idmapped mounts", "cgroups": "cgroup"}
-
-// forCaller folds what sbx gets as this caller (root or not) into the kernel's table: a feature the
-// kernel has but this caller cannot use is "no", with what happens instead.
-func forCaller(rs []features.Result) {
-	for _, f := range sandbox.Features() {
-		for i := range rs {
-			if rs[i].Name != callerFeature[f.Name] {
-				continue
-			}
-			if rs[i].Available && !f.OK {
-				rs[i].Available, rs[i].Detail = false, f.Detail
-			} else if rs[i].Available {
-				rs[i].Detail += "; " + f.Detail
-			}
-		}
-	}
+	Features     []sandbox.Feature `json:"features"`
 }
 
 func currentVersion() versionInfo {
 	v := versionInfo{Version: buildVersion(), Go: runtime.Version(), Libcontainer: "unknown", Libseccomp: libseccompVersion(),
-		Kernel: features.Kernel(), Mode: "root", StateRoot: stateRoot(), Features: features.Probe()}
+		Kernel: sandbox.KernelRelease(), Mode: "root", StateRoot: stateRoot(), Features: sandbox.Features()}
 	if sandbox.Rootless() {
 		v.Mode = fmt.Sprintf("without root (uid %d)", os.Geteuid())
 	}
 	if v.StateRoot == "" {
 		v.StateRoot = sandbox.DefaultStateRootFor()
 	}
-	forCaller(v.Features)
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			if d.Path == libcontainerModule {
@@ -121,7 +98,7 @@ Examples:
 		RunE: func(*cobra.Command, []string) error {
 			v := currentVersion()
 			if asJSON {
-				return writeJSON(io.out, "-", v)
+				return writeJSON(io.out, "-", "the version", v)
 			}
 			return v.write(io.out)
 		},

@@ -36,24 +36,26 @@ const (
 	OutcomeNotRefused = "not refused by the contract"
 )
 
-// Target is one destination the probe tries from inside the sandbox.
+// Target is one destination the probe tries from inside the sandbox. Its JSON form is the target's part
+// of a result in `sbx probe --json` (sbx.probe/v1).
 type Target struct {
-	Kind  string // KindDeny or KindAllow
-	Label string // what it stands for: "cloud metadata", "gateway ssh", "allow entry 2"
-	Proto string // "tcp", "udp" or "dns" (Addr is then a name to resolve)
-	Addr  string // IP address, or a host name (resolved first for tcp and udp)
-	Port  int    // 0 for dns
+	Kind  string `json:"kind"`           // KindDeny or KindAllow
+	Label string `json:"label"`          // what it stands for: "cloud metadata", "gateway ssh", "allow entry 2"
+	Proto string `json:"proto"`          // "tcp", "udp" or "dns" (Addr is then a name to resolve)
+	Addr  string `json:"addr"`           // IP address, or a host name (resolved first for tcp and udp)
+	Port  int    `json:"port,omitempty"` // 0 for dns
 	// Resolver is the DNS server ("ip:port") for names; "" means the first nameserver of /etc/resolv.conf,
 	// which inside a sandbox is sbx's DNS filter.
-	Resolver string
+	Resolver string `json:"resolver,omitempty"`
 }
 
-// Result is what one target gave.
+// Result is what one target gave: one entry of results in `sbx probe --json` (sbx.probe/v1), the
+// target's fields inline.
 type Result struct {
-	Target  Target
-	Outcome string // OutcomeBlocked, OutcomeReachable or OutcomeError
-	Pass    bool
-	Detail  string
+	Target
+	Outcome string `json:"outcome"` // OutcomeBlocked, OutcomeReachable or OutcomeError
+	Pass    bool   `json:"pass"`
+	Detail  string `json:"detail,omitempty"`
 }
 
 // String is the probe's line for the target: "DENY cloud metadata 169.254.169.254:80 -> blocked".

@@ -1,4 +1,11 @@
-package main
+// Package text renders an sbx.report/v1 report for a person: the verdict first, then the violations,
+// the tree of what was left running with the fds worth a look, and short tables of everything else.
+//
+// The rendering is bounded (long lists are cut, with a line saying how much is left out) and safe to
+// print on a terminal: every string the sandboxed command could choose (command lines, paths, names) is
+// cleaned of control and invisible format characters first. The JSON report always has everything.
+// It imports nothing of sbx but package report and, like it, builds without cgo.
+package text
 
 import (
 	"fmt"
@@ -23,14 +30,24 @@ const (
 	maxFDsShown = 12 // fds per process in the tree
 )
 
-// renderHuman writes the report for a person on stderr: the verdict first, then the violations, the tree
-// of what was left running with the fds worth a look, and short tables of everything else. Colour only
-// when w is a terminal and NO_COLOR is unset (https://no-color.org).
-func renderHuman(w io.Writer, r *report.Report, color bool) {
+// Options say how to render.
+type Options struct {
+	// Color paints the verdict, headings and marks with SGR escape codes; the caller sets it when w is
+	// a terminal. NO_COLOR in the environment (https://no-color.org) turns it off whatever it says.
+	Color bool
+	// Now is the clock the ages of processes are measured against; zero means time.Now().
+	Now time.Time
+}
+
+// Write renders r for a person on w.
+func Write(w io.Writer, r *report.Report, o Options) {
 	if os.Getenv("NO_COLOR") != "" {
-		color = false
+		o.Color = false
 	}
-	rr := &renderer{w: w, color: color, now: time.Now()}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	rr := &renderer{w: w, color: o.Color, now: o.Now}
 	rr.render(r)
 }
 

@@ -1,4 +1,4 @@
-package main
+package text
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/report"
 )
 
@@ -21,7 +20,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/re
 var renderNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // TestRenderGolden renders reports built here and compares them with testdata/render/NAME.golden, with
-// and without colour. Regenerate with go test -tags seccomp ./cmd/sbx/ -run TestRenderGolden -update.
+// and without colour. Regenerate with go test ./report/text -run TestRenderGolden -update.
 func TestRenderGolden(t *testing.T) {
 	cases := map[string]*report.Report{
 		"pass":        passReport(),
@@ -75,7 +74,7 @@ func golden(t *testing.T, path, got string) {
 func TestRenderNoColor(t *testing.T) {
 	t.Setenv("NO_COLOR", "1")
 	var buf bytes.Buffer
-	renderHuman(&buf, leftoversReport(), true)
+	Write(&buf, leftoversReport(), Options{Color: true, Now: renderNow})
 	if strings.Contains(buf.String(), "\x1b[") {
 		t.Errorf("NO_COLOR set, output has escape codes:\n%s", buf.String())
 	}
@@ -249,13 +248,13 @@ func persistenceReport() *report.Report {
 	}
 	r.Denials = report.Denials{Available: true,
 		Seccomp: []report.SeccompDenial{{Pid: 3, HostPid: 4242, Exe: "/usr/bin/unshare", Syscall: "unshare",
-			Args: "CLONE_NEWUSER", Action: "errno", Source: observe.SourceSeccompNotify, Count: 1}},
+			Args: "CLONE_NEWUSER", Action: "errno", Source: report.SourceSeccompNotify, Count: 1}},
 		Landlock: []report.LandlockDenial{},
 		Writes: []report.WriteDenial{{Pid: 2, HostPid: 4241, Exe: "/usr/bin/dash", Syscall: "openat",
 			Path: "/etc/cron.d/x", Flags: "O_WRONLY|O_CREAT|O_TRUNC", Count: 1}},
 		Sources: []report.DenialSource{
-			{Name: observe.SourceSeccompNotify, Recorded: true, Covers: "the deny list"},
-			{Name: observe.SourceAudit, Covers: "seccomp and Landlock", Reason: "kernel audit is off"},
+			{Name: report.SourceSeccompNotify, Recorded: true, Covers: "the deny list"},
+			{Name: report.SourceAudit, Covers: "seccomp and Landlock", Reason: "kernel audit is off"},
 		},
 	}
 	return r

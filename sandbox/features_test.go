@@ -1,4 +1,4 @@
-package features
+package sandbox
 
 import (
 	"strconv"
@@ -6,14 +6,14 @@ import (
 	"testing"
 )
 
-// TestProbe: one result per row of the table, each named, explained and with a detail; on a kernel new
+// TestFeatures: one result per row of the table, each named, explained and with a detail; on a kernel new
 // enough for a feature sbx depends on, its absence is a failure of the probe, not a skip.
-func TestProbe(t *testing.T) {
-	res := Probe()
-	if len(res) != len(checks) {
-		t.Fatalf("%d results for %d checks", len(res), len(checks))
+func TestFeatures(t *testing.T) {
+	res := Features()
+	if len(res) != len(features) {
+		t.Fatalf("%d results for %d checks", len(res), len(features))
 	}
-	byName := map[string]Result{}
+	byName := map[string]Feature{}
 	for _, r := range res {
 		if r.Name == "" || r.Detail == "" || r.UsedFor == "" {
 			t.Errorf("incomplete result %+v", r)
@@ -32,9 +32,9 @@ func TestProbe(t *testing.T) {
 }
 
 func kernelVersion(t *testing.T) (int, int) {
-	parts := strings.SplitN(Kernel(), ".", 3)
+	parts := strings.SplitN(KernelRelease(), ".", 3)
 	if len(parts) < 2 {
-		t.Fatalf("kernel release %q", Kernel())
+		t.Fatalf("kernel release %q", KernelRelease())
 	}
 	major, _ := strconv.Atoi(parts[0])
 	minor, _ := strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/runner"
+	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/netcontract"
+)
+
+// printError prints one "sbx: error:" line and the hint that goes with it, age style: lowercase, no
+// trailing period. It is the only place sbx writes either.
+func printError(w io.Writer, err error, hint string) {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	fmt.Fprintf(w, "sbx: error: %s\n", msg)
+	if hint != "" {
+		fmt.Fprintf(w, "sbx: hint: %s\n", hint)
+	}
+}
+
+// caller says who a hint is for.
+type caller int
+
+const (
+	anyCaller caller = iota
+	asRoot
+	withoutRoot
+)
+
+// errorHints are the hints for errors of sbx's packages that the CLI did not attach one to; the first
+// match wins.
+var errorHints = []struct {
+	is   error
+	who  caller
+	hint string
+}{
+	{sandbox.ErrShare, anyCaller, "a path shared with --ro, --rw or filesystem.share must exist on the host"},
+	{runner.ErrChangesDir, anyCaller, "give --changes a directory outside every --rw share, e.g. a fresh one under /tmp"},
+	{sandbox.ErrNoCgroup, anyCaller, "run sbx as root, or drop limits.require from the profile to run with rlimits instead (the report's notes say which limit holds)"},
+	{sandbox.ErrRootless, anyCaller, "without root, pasta is the sandbox's uplink: drop --uplink-netns (network.uplink_netns), or run sbx as root"},
+	{netcontract.ErrNoPasta, anyCaller, "without root the network contract needs pasta (apt-get install passt) and /dev/net/tun open to the caller (mode 0666); 'sbx version' shows both"},
+	{sandbox.ErrStateRoot, anyCaller, "put the state root (" + stateRootEnv + ") where every directory on the way down is searchable (mode 0711 or 0755), as /run/sbx is"},
+	{sandbox.ErrNoIDMap, anyCaller, "the working tree is shown to the command through an idmapped mount (kernel 5.12+, overlayfs on idmapped layers 5.19+); without it only root can hand it over"},
+	{sandbox.ErrNotSupported, anyCaller, "this kernel lacks a feature the profile requires; see 'Requirements' in README.md"},
+	{os.ErrPermission, withoutRoot, rootlessHint},
+	{sandbox.ErrSetup, withoutRoot, rootlessHint},
+	{os.ErrPermission, asRoot, "sbx creates namespaces, cgroups and mounts: run it as root (sudo sbx ...)"},
+	{sandbox.ErrSetup, asRoot, "run 'sbx gc' to remove what earlier runs left behind, then try again"},
+}
+
+const rootlessHint = "'sbx version' shows what this host gives sbx without root; run 'sbx gc' to remove what earlier runs left behind"
+
+// hintFor finds a hint for an error from one of sbx's packages: the profile's own (policy.Hint), else
+// the first of errorHints that matches.
+func hintFor(err error) string {
+	if h := policy.Hint(err); h != "" {
+		return h
+	}
+	who := asRoot
+	if os.Geteuid() != 0 {
+		who = withoutRoot
+	}
+	for _, h := range errorHints {
+		if (h.who == anyCaller || h.who == who) && errors.Is(err, h.is) {
+			return h.hint
+		}
+	}
+	return ""
+}
+
+// needCommand is the error of a subcommand that runs a command but was given none.
+func needCommand(sub string) error {
+	return setupError(errors.New("no command given"), "put the command after --, e.g. sbx "+sub+" -- sh -c 'echo hi'")
+}

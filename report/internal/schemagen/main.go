@@ -1,0 +1,25 @@
+// Command schemagen writes the report's JSON Schema, as `sbx report schema` prints it, to the file
+// named by its argument (report/schema.json through go generate).
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/sbx-dev/sbx/report"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: schemagen FILE")
+		os.Exit(2)
+	}
+	b, err := report.MarshalSchema()
+	if err == nil {
+		err = os.WriteFile(os.Args[1], b, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "schemagen: %v\n", err)
+		os.Exit(1)
+	}
+}
