@@ -30,15 +30,11 @@ type overlay struct {
 	idmap  *idmapping // when set, the lower layer shows At's files as the command's (see bindIDMapped)
 }
 
-// mount binds At read-only as the lower layer and mounts the overlay.
-func (o *overlay) mount() error {
+// bindLower binds At read-only as the lower layer (and makes the merged mount point): the part of an
+// overlay that does not need the writable layer, so it can be done while the layer is made.
+func (o *overlay) bindLower() error {
 	for _, d := range []string{o.Lower, o.merged} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
-		}
-	}
-	for _, d := range []string{o.Upper, o.work} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
@@ -62,6 +58,17 @@ func (o *overlay) mount() error {
 	if o.idmap == nil {
 		if err := unix.Mount("", o.Lower, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
 			return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+		}
+	}
+	return nil
+}
+
+// mountOverlay makes the upper and work directories in the writable layer and mounts the overlay over
+// the lower layer bindLower bound.
+func (o *overlay) mountOverlay() error {
+	for _, d := range []string{o.Upper, o.work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
 		}
 	}
 	// The merged root directory is the upper one: it gets the lower's owner and mode (as the idmapping
@@ -159,12 +166,33 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 	if err := os.MkdirAll(r.layer, 0o700); err != nil {
 		return err
 	}
-	note, err := mountLayer(r.layer, diskBytes)
-	if err != nil {
+	// The writable layer (a copy of a template on a loop device) is made while the lower layers are
+	// bound, the working directory's idmapped one included: neither needs the other.
+	type made struct {
+		note string
+		err  error
+	}
+	layer := make(chan made, 1)
+	go func() {
+		note, err := mountLayer(r.layer, diskBytes)
+		layer <- made{note, err}
+	}()
+	ownCwd := overlayCwd && !slices.ContainsFunc(hidden, func(h string) bool { return filepath.Clean(h) == cwd })
+	if ownCwd {
+		r.cwd = &overlay{At: cwd, Lower: filepath.Join(r.runDir, "lower-cwd"),
+			Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd"),
+			merged: filepath.Join(r.runDir, "cwd"), idmap: idmap}
+	}
+	err := r.root.bindLower()
+	if err == nil && ownCwd {
+		err = r.cwd.bindLower()
+	}
+	m := <-layer
+	if err = errors.Join(err, m.err); err != nil {
 		return err
 	}
-	if note != "" {
-		r.notes = append(r.notes, note)
+	if m.note != "" {
+		r.notes = append(r.notes, m.note)
 	}
 	if err := os.Mkdir(r.root.Upper, 0o755); err != nil {
 		return err
@@ -174,24 +202,22 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
-	if err := r.root.mount(); err != nil {
+	if err := r.root.mountOverlay(); err != nil {
 		return err
 	}
-	if overlayCwd && !slices.ContainsFunc(hidden, func(h string) bool { return filepath.Clean(h) == cwd }) {
-		return r.mountCwd(cwd, idmap)
+	if ownCwd {
+		return r.mountCwd(cwd)
 	}
 	return nil
 }
 
 // mountCwd overlays the working directory when it lies on another file system than the root (a
 // separate /home, a tmpfs /tmp), or when the command sees it as its own through an idmapping (its lower
-// layer is then an idmapped bind): only the directory itself, not the rest of its file system, so that
-// nothing beside it shows. The sandbox mounts it at cwd over the path the root overlay has there.
-func (r *rootfs) mountCwd(cwd string, idmap *idmapping) error {
-	r.cwd = &overlay{At: cwd, Lower: filepath.Join(r.runDir, "lower-cwd"),
-		Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd"),
-		merged: filepath.Join(r.runDir, "cwd"), idmap: idmap}
-	if err := r.cwd.mount(); err != nil {
+// layer is then an idmapped bind, bound by mount already): only the directory itself, not the rest of
+// its file system, so that nothing beside it shows. The sandbox mounts it at cwd over the path the root
+// overlay has there.
+func (r *rootfs) mountCwd(cwd string) error {
+	if err := r.cwd.mountOverlay(); err != nil {
 		return err
 	}
 	// The mount point, in the root overlay (its writable layer), with the host's owner and mode.
