@@ -21,9 +21,10 @@ import (
 // contract and the waiting supervisor are in place when the command arrives.
 //
 // Every run still gets a fresh sandbox: a pooled one serves exactly one run and is then destroyed, as a
-// cold one is. The run's result is returned once the sandbox is dead and its output passed on; the rest
-// of the teardown (unmounts, cgroups, network) goes on in the background, a bounded number at a time,
-// and Close waits for it. The pool refills after a run, not during it, a few sandboxes at a time. Idle sandboxes hold no CPU (their supervisor waits on a read); those of a dead
+// cold one is. The run's result is returned once the command's processes are gone and its output passed
+// on; the teardown (the supervisor, unmounts, cgroups, network) goes on in the background, a bounded
+// number at a time, and Close waits for it. The pool refills after a run, not during it, a few
+// sandboxes at a time. Idle sandboxes hold no CPU (their supervisor waits on a read); those of a dead
 // server are removed by `sbx gc` like any dead run's.
 //
 // The pool warms the key of the last run it was asked for: a run with another plan or working directory
@@ -33,7 +34,6 @@ type Pool struct {
 	size      int
 	stateRoot string
 	onError   func(error)
-	teardowns chan struct{} // a slot per background teardown
 	wg        sync.WaitGroup
 	served    atomic.Int64 // runs a pooled sandbox served
 
@@ -42,14 +42,20 @@ type Pool struct {
 	plan     *policy.Plan
 	cwd      string
 	idle     []*sandbox.Sandbox
+	dead     []*sandbox.Sandbox // served their run, waiting for a background teardown
+	tearing  int                // background teardowns in progress (at most maxTeardowns)
 	building int
 	failed   bool // the last build failed: no refill until a run asks again
 	closed   bool
 }
 
-// maxTeardowns bounds the teardowns in the background; a run that would exceed it tears down its
-// sandbox before it returns.
-const maxTeardowns = 4
+// maxTeardowns bounds the teardowns that run at once in the background; maxDead bounds the used
+// sandboxes waiting for one (each still holds its mounts, loop device and cgroup): a run that would
+// exceed it tears down its sandbox before it returns.
+const (
+	maxTeardowns = 4
+	maxDead      = 64
+)
 
 // NewPool returns a pool of size sandboxes (0: none, every run is cold) whose state lives in stateRoot
 // ("" = sandbox's default). onError, when set, hears of failures that no run's report can carry: a
@@ -58,7 +64,7 @@ func NewPool(size int, stateRoot string, onError func(error)) *Pool {
 	if onError == nil {
 		onError = func(error) {}
 	}
-	return &Pool{size: max(size, 0), stateRoot: stateRoot, onError: onError, teardowns: make(chan struct{}, maxTeardowns)}
+	return &Pool{size: max(size, 0), stateRoot: stateRoot, onError: onError}
 }
 
 // Warm makes the pool keep sandboxes for plan and cwd, dropping those it keeps for anything else.
@@ -163,41 +169,54 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 	}
 }
 
-// finish ends a pooled run's sandbox: dead, and its output passed on, before the result is returned; the
-// rest of the teardown in the background.
+// finish ends a pooled run's sandbox: its output passed on before the result is returned, the teardown
+// in the background.
 func (p *Pool) finish(sb *sandbox.Sandbox) error {
 	sb.Stop()
 	p.mu.Lock()
 	p.fill()
 	p.mu.Unlock()
 	if !p.teardownLater(sb) {
-		return sb.Destroy() // the pool is closing, or too many teardowns run in the background already
+		return sb.Destroy() // the pool is closing, or too many sandboxes wait for a teardown already
 	}
 	return nil
 }
 
-// teardownLater destroys sb in the background if the pool is open and a slot is free, and says so. The
-// WaitGroup is added to under mu, so that Close, which sets closed under mu first, waits for it.
+// teardownLater queues sb for a teardown in the background, maxTeardowns at a time, if the pool is open
+// and fewer than maxDead wait, and says so. The WaitGroup is added to under mu, so that Close, which sets
+// closed under mu first, waits for it.
 func (p *Pool) teardownLater(sb *sandbox.Sandbox) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || len(p.dead) >= maxDead {
 		return false
 	}
-	select {
-	case p.teardowns <- struct{}{}:
-	default:
-		return false
-	}
+	p.dead = append(p.dead, sb)
 	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer func() { <-p.teardowns }()
+	if p.tearing < maxTeardowns {
+		p.tearing++
+		go p.tearDown()
+	}
+	return true
+}
+
+// tearDown destroys the queued sandboxes until none is left.
+func (p *Pool) tearDown() {
+	for {
+		p.mu.Lock()
+		if len(p.dead) == 0 {
+			p.tearing--
+			p.mu.Unlock()
+			return
+		}
+		sb := p.dead[0]
+		p.dead = p.dead[1:]
+		p.mu.Unlock()
 		if err := sb.Destroy(); err != nil {
 			p.onError(fmt.Errorf("warm pool: tearing down sandbox %s: %w", sb.ID, err))
 		}
-	}()
-	return true
+		p.wg.Done()
+	}
 }
 
 // background destroys sb without waiting (Close does).
