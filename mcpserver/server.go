@@ -96,6 +96,7 @@ type Server struct {
 	slots    chan struct{}
 	ws       []workspace
 	pool     *runner.Pool // nil without Warm
+	plans    planCache
 }
 
 // New checks the configuration (every profile must load) and returns a server with its tools.

@@ -168,6 +168,9 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
 	return reportRSS(sbx, dir)
 }
 
+// settleAfterWarm is the pause, not timed, after a warm run through the MCP server.
+const settleAfterWarm = 300 * time.Millisecond
+
 // runAll runs every contender n times, interleaved, after three warm-up rounds that are not counted.
 func runAll(cs []*contender, n int, dir string) error {
 	for i := -3; i < n; i++ {
@@ -180,6 +183,10 @@ func runAll(cs []*contender, n int, dir string) error {
 			var err error
 			if c.time != nil {
 				d, err = c.time(i + 3)
+				// The server tears the used sandbox down and refills its pool after it answers: let that
+				// end (as an agent's time between two commands would) before the next contender is timed,
+				// which would otherwise share the CPU with it.
+				time.Sleep(settleAfterWarm)
 			} else {
 				d, err = timeOne(c.argv(i+3), wd)
 			}

@@ -1,0 +1,46 @@
+package mcpserver
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// TestPlanCache: a call compiles its plan once per profile content, working directory and overrides:
+// the same call finds the same plan, and a changed profile file or another env gets a new one.
+func TestPlanCache(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.yaml")
+	write := func(pids int) {
+		t.Helper()
+		y := "version: 1\nname: p\nextends: default\nlimits:\n  pids: " + strconv.Itoa(pids) + "\n"
+		if err := os.WriteFile(file, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(100)
+	s, err := New(Config{Profiles: []string{file}, Workspaces: []string{dir}, Env: []string{"PATH=/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first, err := s.plan(RunInput{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.plan(RunInput{}, dir); again != first {
+		t.Error("the same call compiled its plan again")
+	}
+	if other, _ := s.plan(RunInput{Env: map[string]string{"A": "1"}}, dir); other == first {
+		t.Error("a call with another env got the plan of the first")
+	}
+	write(200)
+	changed, err := s.plan(RunInput{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed == first || changed.Limits.Pids != 200 {
+		t.Errorf("after the profile file changed: pids %d (the same plan: %v), want a new plan with 200", changed.Limits.Pids, changed == first)
+	}
+}
