@@ -339,7 +339,15 @@ func (r *run) snapshot() *observe.Snap {
 // changes, copies).
 func (r *run) observe(cmdPid int) {
 	r.sb.Settle(settleMax)
-	switch err := r.freeze(); {
+	if r.sb.OnlyInit() {
+		// Only the supervisor is left, which can start nothing: no process to list, and no socket of
+		// the command's either (a socket lives only while a file refers to it, and every process that
+		// could hold one is gone). Most runs end so.
+		r.rep.Processes.LeftRunning = []report.Process{}
+		r.rep.Sockets.Listening, r.rep.Sockets.Established = []report.Socket{}, []report.Socket{}
+		return
+	}
+	switch err := r.sb.Freeze(); {
 	case errors.Is(err, sandbox.ErrNoFreezer):
 		r.rep.Notes = append(r.rep.Notes, "the sandbox has no cgroup freezer: it was observed while it ran on")
 	case err != nil:
@@ -356,14 +364,6 @@ func (r *run) observe(cmdPid int) {
 func (r *run) notFilter(socks []report.Socket) []report.Socket {
 	n := r.sb.Network()
 	return slices.DeleteFunc(socks, func(s report.Socket) bool { return n.FilterSocket(s.Address, s.Port, s.Pid != 0) })
-}
-
-// freeze freezes the sandbox unless nothing but its init is left, which can start nothing.
-func (r *run) freeze() error {
-	if r.sb.OnlyInit() {
-		return nil
-	}
-	return r.sb.Freeze()
 }
 
 // stopDenials ends the collection of kernel-reported denials and returns what concerns the sandbox.
