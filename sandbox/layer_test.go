@@ -160,3 +160,25 @@ func TestLayerFallback(t *testing.T) {
 		t.Errorf("note %q does not say that files count as memory", note)
 	}
 }
+
+// TestDiscardSmallLayer: a layer with little written to it is unmounted as it is, without the shutdown
+// (which logs an alert on the kernel's console): discardLayer leaves it working.
+func TestDiscardSmallLayer(t *testing.T) {
+	needRoot(t)
+	LayerDir = t.TempDir()
+	dir := t.TempDir()
+	if note, err := mountLayer(dir, 64<<20); err != nil || note != "" {
+		t.Fatalf("mountLayer: %v %s", err, note)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(dir, "small"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	discardLayer(dir)
+	if err := os.WriteFile(filepath.Join(dir, "after"), nil, 0o600); err != nil {
+		t.Errorf("a layer with 1 MiB written was shut down: %v", err)
+	}
+	if err := unix.Unmount(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+}
