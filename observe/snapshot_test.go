@@ -146,7 +146,7 @@ func settledSnapshot(t *testing.T, s *sandboxUnderTest, want int) *Snap {
 	for range 200 {
 		var err error
 		snap, err = Snapshot(SnapshotOptions{
-			HostPids:    descendants(s.init.Process.Pid),
+			HostPids:    testutil.Descendants(s.init.Process.Pid),
 			InitHostPid: s.init.Process.Pid,
 			NetNS:       "/proc/" + itoa(s.init.Process.Pid) + "/ns/net",
 		})

@@ -57,9 +57,7 @@ func TestHideAboveCwd(t *testing.T) {
 // elsewhere by the time the sandbox is built (swapped in after the check: into a hidden directory) is
 // refused, before anything is mounted or handed over; without the check the link is resolved.
 func TestCwdNoLinks(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates namespaces, cgroups and mounts")
-	}
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	dir := t.TempDir()
 	hidden := filepath.Join(dir, "hidden")
 	if err := os.MkdirAll(filepath.Join(hidden, "keys"), 0o755); err != nil {
