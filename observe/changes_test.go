@@ -265,7 +265,8 @@ func TestChangesNeverFails(t *testing.T) {
 	long := strings.Repeat("l", 250)
 	d, err := safefs.OpenRoot(upper)
 	mustOK(t, err)
-	defer func() { d.Close() }() // the last directory of the walk down, not the first
+	// The last directory of the walk down, not the first.
+	defer func() { d.Close() }()
 	for range 20 { // 20 * 251 bytes: beyond PATH_MAX
 		mustOK(t, unix.Mkdirat(int(d.Fd()), long, 0o755))
 		next, err := safefs.OpenDir(d, long)
