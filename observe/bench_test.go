@@ -12,9 +12,9 @@ import (
 // of its after-snapshot.
 func benchSandbox(b *testing.B) SnapshotOptions {
 	s := startVictim(b, victimEnv+"=bench-init", countEnv+"=21")
-	waitFor(b, func() bool { return len(descendants(s.init.Process.Pid)) == 21 })
+	waitFor(b, func() bool { return len(testutil.Descendants(s.init.Process.Pid)) == 21 })
 	return SnapshotOptions{
-		HostPids:    descendants(s.init.Process.Pid),
+		HostPids:    testutil.Descendants(s.init.Process.Pid),
 		InitHostPid: s.init.Process.Pid,
 		NetNS:       "/proc/" + itoa(s.init.Process.Pid) + "/ns/net",
 	}

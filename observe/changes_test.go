@@ -1,14 +1,17 @@
 package observe
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/report"
 )
@@ -241,3 +244,90 @@ func mustOK(t *testing.T, err error) {
 }
 
 func timeAt(sec int64) time.Time { return time.Unix(sec, 0) }
+
+// TestChangesSinceBounds: the lists keep their first MaxEntries, the totals count everything.
+func TestChangesSinceBounds(t *testing.T) {
+	upper := t.TempDir()
+	for i := range 50 {
+		writeFile(t, filepath.Join(upper, "d", itoa(i)), "")
+	}
+	fc, err := ChangesSince(nil, upper, "", Limits{MaxEntries: 10})
+	mustOK(t, err)
+	if len(fc.Created) != 10 || fc.Total.Created != 51 || !fc.Truncated {
+		t.Errorf("kept %d, total %d, truncated %v; want 10, 51, true", len(fc.Created), fc.Total.Created, fc.Truncated)
+	}
+}
+
+// TestChangesNeverFails: a path longer than PATH_MAX, a tree nested deeper than the walk goes, and a
+// name that is not UTF-8 are read or reported as Problems, never an error that loses the rest.
+func TestChangesNeverFails(t *testing.T) {
+	upper := t.TempDir()
+	long := strings.Repeat("l", 250)
+	d, err := safefs.OpenRoot(upper)
+	mustOK(t, err)
+	// The last directory of the walk down, not the first.
+	defer func() { d.Close() }()
+	for range 20 { // 20 * 251 bytes: beyond PATH_MAX
+		mustOK(t, unix.Mkdirat(int(d.Fd()), long, 0o755))
+		next, err := safefs.OpenDir(d, long)
+		mustOK(t, err)
+		d.Close()
+		d = next
+	}
+	fd, err := unix.Openat(int(d.Fd()), "deep-file", unix.O_CREAT|unix.O_WRONLY, 0o644)
+	mustOK(t, err)
+	unix.Close(fd)
+	deep := upper + "/deep"
+	mustOK(t, os.MkdirAll(deep+strings.Repeat("/n", maxDepth+2), 0o755))
+	bad := "caf\xe9"
+	writeFile(t, filepath.Join(upper, bad), "x")
+
+	fc, err := ChangesSince(nil, upper, "", Limits{})
+	mustOK(t, err)
+	var longFound, badFound bool
+	for _, c := range fc.Created {
+		longFound = longFound || strings.HasSuffix(c.Path, "/deep-file") && len(c.Path) > unix.PathMax
+		if c.Path == "/"+bad {
+			got, _ := base64.StdEncoding.DecodeString(c.PathB64)
+			badFound = string(got) == "/"+bad
+		}
+	}
+	if !longFound {
+		t.Errorf("the file below a path longer than PATH_MAX is missing")
+	}
+	if !badFound {
+		t.Errorf("the non-UTF-8 name has no lossless path_b64")
+	}
+	if len(fc.Problems) != 1 || !strings.Contains(fc.Problems[0], "nested deeper") {
+		t.Errorf("problems = %q, want the too-deep tree", fc.Problems)
+	}
+}
+
+// TestChangesSameSizeRewrite: a file sbx put in the upper layer (the working directory handed over with
+// a chown) rewritten with the same size and its mtime restored is modified; one only touched back is not.
+func TestChangesSameSizeRewrite(t *testing.T) {
+	for name, opts := range map[string]string{"plain": "", "metacopy": ",metacopy=on"} {
+		t.Run(name, func(t *testing.T) {
+			o := newTestOverlayOpts(t, opts)
+			m := o.merged
+			for _, f := range []string{"/etc/keep.conf", "/etc/modify.conf"} {
+				mustOK(t, os.Lchown(m+f, 1000, 1000)) // what giveTo does
+			}
+			before, err := Changes(o.upper, o.lower)
+			mustOK(t, err)
+			time.Sleep(20 * time.Millisecond) // ctime granularity
+			st, err := os.Stat(m + "/etc/modify.conf")
+			mustOK(t, err)
+			writeFile(t, m+"/etc/modify.conf", strings.Replace("lower etc/modify.conf\n", "lower", "LOWER", 1))
+			mustOK(t, os.Chtimes(m+"/etc/modify.conf", st.ModTime(), st.ModTime()))
+			st, err = os.Stat(m + "/etc/keep.conf")
+			mustOK(t, err)
+			mustOK(t, os.Chtimes(m+"/etc/keep.conf", st.ModTime(), st.ModTime()))
+			after, err := ChangesSince(before, o.upper, o.lower, Limits{})
+			mustOK(t, err)
+			if got := paths(after.Modified); !slices.Equal(got, []string{"/etc/modify.conf"}) {
+				t.Errorf("modified = %v, want [/etc/modify.conf]", got)
+			}
+		})
+	}
+}

@@ -110,7 +110,7 @@ func TestEventsSandboxPids(t *testing.T) {
 	sleep := realpath(t, "/bin/sleep")
 	waitFor(t, func() bool {
 		n := 0
-		for _, pid := range descendants(s.init.Process.Pid) {
+		for _, pid := range testutil.Descendants(s.init.Process.Pid) {
 			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); exe == sleep {
 				n++
 			}

@@ -3,8 +3,6 @@ package observe
 import (
 	"slices"
 	"testing"
-
-	"github.com/sbx-dev/sbx/report"
 )
 
 func TestParseStat(t *testing.T) {
@@ -96,26 +94,5 @@ func TestNewFD(t *testing.T) {
 	}
 	if got := socketInode("socket:[4026531993]"); got != 4026531993 {
 		t.Errorf("socketInode = %d", got)
-	}
-}
-
-func TestLeftRunning(t *testing.T) {
-	p := func(host int, start uint64, state string) report.Process {
-		return report.Process{HostPid: host, Start: start, State: state}
-	}
-	before := &Snap{Processes: []report.Process{p(10, 100, "S"), p(11, 100, "S")}}
-	after := &Snap{Processes: []report.Process{
-		p(10, 100, "S"), // there before: not left by the command
-		p(11, 555, "S"), // same pid, new start time: a reused pid, new
-		p(12, 600, "S"), // new
-		p(13, 600, "Z"), // exited, not reaped yet
-		p(14, 500, "S"), // the command itself
-	}}
-	var got []int
-	for _, l := range LeftRunning(before, after, 14) {
-		got = append(got, l.HostPid)
-	}
-	if !slices.Equal(got, []int{11, 12}) {
-		t.Errorf("LeftRunning = %v, want [11 12]", got)
 	}
 }

@@ -146,7 +146,7 @@ func settledSnapshot(t *testing.T, s *sandboxUnderTest, want int) *Snap {
 	for range 200 {
 		var err error
 		snap, err = Snapshot(SnapshotOptions{
-			HostPids:    descendants(s.init.Process.Pid),
+			HostPids:    testutil.Descendants(s.init.Process.Pid),
 			InitHostPid: s.init.Process.Pid,
 			NetNS:       "/proc/" + itoa(s.init.Process.Pid) + "/ns/net",
 		})
@@ -216,5 +216,26 @@ func TestProcessesOfThreads(t *testing.T) {
 		if err != nil || !slices.Equal(pids, []int{os.Getpid()}) {
 			t.Errorf("processesOf(%v, threads of this process) = %v, %v; want [%d]", known, pids, err, os.Getpid())
 		}
+	}
+}
+
+func TestLeftRunning(t *testing.T) {
+	p := func(host int, start uint64, state string) report.Process {
+		return report.Process{HostPid: host, Start: start, State: state}
+	}
+	before := &Snap{Processes: []report.Process{p(10, 100, "S"), p(11, 100, "S")}}
+	after := &Snap{Processes: []report.Process{
+		p(10, 100, "S"), // there before: not left by the command
+		p(11, 555, "S"), // same pid, new start time: a reused pid, new
+		p(12, 600, "S"), // new
+		p(13, 600, "Z"), // exited, not reaped yet
+		p(14, 500, "S"), // the command itself
+	}}
+	var got []int
+	for _, l := range LeftRunning(before, after, 14) {
+		got = append(got, l.HostPid)
+	}
+	if !slices.Equal(got, []int{11, 12}) {
+		t.Errorf("LeftRunning = %v, want [11 12]", got)
 	}
 }

@@ -8,15 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
 // The test binary doubles as the victim: with victimEnv set it plays one role of a small sandbox (a reaping
@@ -28,61 +28,8 @@ const (
 	countEnv  = "SBX_OBSERVE_COUNT"
 )
 
-func init() {
-	// PR_SET_NAME renames the calling thread; /proc/PID/stat shows the main thread's name, so the victim's
-	// main goroutine must stay on the main thread.
-	if os.Getenv(victimEnv) != "" {
-		runtime.LockOSThread()
-	}
-}
-
-func TestMain(m *testing.M) {
-	if role := os.Getenv(victimEnv); role != "" {
-		if err := runVictim(role); err != nil {
-			fmt.Fprintf(os.Stderr, "victim %s: %v\n", role, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	// The runtime opens its poller's epoll fd and eventfd on first use: make that happen before counting.
-	if r, w, err := os.Pipe(); err == nil {
-		r.Close()
-		w.Close()
-	}
-	fds := openFDs()
-	code := m.Run()
-	// Leave nothing behind: every fd closed, every process started by a test gone.
-	after := openFDs()
-	for i := 0; i < 20 && after > fds; i++ { // an fd a test's goroutine is about to close
-		time.Sleep(50 * time.Millisecond)
-		after = openFDs()
-	}
-	if after > fds {
-		fmt.Fprintf(os.Stderr, "leaked %d fds\n", after-fds)
-		code = 1
-	}
-	if kids := descendants(os.Getpid())[1:]; len(kids) > 0 {
-		fmt.Fprintf(os.Stderr, "left child processes %v\n", kids)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-// openFDs counts the open fds, but not the Go runtime's own cgroup files (it keeps the CPU limit's files
-// open to follow changes, and opens them at a moment of its choosing) nor an fd closed while they are
-// counted (the listing's own, one a finishing goroutine closes).
-func openFDs() int {
-	entries, _ := os.ReadDir("/proc/self/fd")
-	n := 0
-	for _, e := range entries {
-		target, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err == nil && !strings.HasPrefix(target, "/sys/fs/cgroup/") {
-			n++
-		}
-	}
-	return n
-}
-
+// runVictim plays one role. Its main goroutine runs on the main thread (testutil locks it there): setComm's
+// PR_SET_NAME renames the calling thread, and /proc/PID/stat shows the main thread's name.
 func runVictim(role string) error {
 	switch role {
 	case "init":
@@ -286,7 +233,7 @@ func startVictim(tb testing.TB, env ...string) *sandboxUnderTest {
 // kill ends the victim's pid namespace: SIGKILL to its init kills every process in it. It then waits
 // until none of them exists any more, so that no test leaves anything behind.
 func (s *sandboxUnderTest) kill(tb testing.TB) {
-	pids := descendants(s.init.Process.Pid)
+	pids := testutil.Descendants(s.init.Process.Pid)
 	_ = s.init.Process.Signal(syscall.SIGKILL)
 	_ = s.init.Wait()
 	deadline := time.Now().Add(5 * time.Second)
@@ -308,22 +255,6 @@ func exists(pid int) bool {
 	}
 	st, err := parseStat(b)
 	return err == nil && st.state != 'Z'
-}
-
-// descendants lists pid and its descendants through /proc/PID/task/TID/children (what a cgroup gives sbx).
-func descendants(pid int) []int {
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(out[i]) + "/task/*/children")
-		for _, f := range tasks {
-			b, _ := os.ReadFile(f)
-			for _, c := range strings.Fields(string(b)) {
-				n, _ := strconv.Atoi(c)
-				out = append(out, n)
-			}
-		}
-	}
-	return out
 }
 
 // waitFile waits for a file the victim writes when it is ready.

@@ -44,11 +44,7 @@ func poolRun(t *testing.T, p *Pool, o Options, args ...string) (*report.Report, 
 // listening, not a DNS answer or the address the contract learned from it, not a refused attempt.
 func TestPoolFreshSandbox(t *testing.T) {
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
-	up, err := fakenet.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
+	up := fakenet.ForTest(t)
 	pl := plan(t)
 	pl.Expect.LeftRunning = true
 	pl.Expect.Listeners = []policy.Listener{{Proto: "tcp", Port: 8765}}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,19 +16,9 @@ import (
 
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
-	"github.com/sbx-dev/sbx/sandbox"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
 )
-
-func init() { runtime.LockOSThread() }
-
-func TestMain(m *testing.M) {
-	if sandbox.Reexec() {
-		return
-	}
-	os.Exit(m.Run())
-}
 
 // plan is a small plan built by hand, so that these tests do not depend on the profile parser.
 func plan(t *testing.T) *policy.Plan {

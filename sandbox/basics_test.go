@@ -5,29 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moby/profiles/seccomp"
-	"github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/sbx-dev/sbx/internal/testutil"
-	"github.com/sbx-dev/sbx/policy"
 )
-
-func testPlan(t *testing.T) *policy.Plan {
-	sc, err := seccomp.GetDefaultProfile(&specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &policy.Plan{
-		Profile: "test",
-		Seccomp: sc,
-		Env:     []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp"},
-		Filesystem: policy.Filesystem{
-			Read: []string{"/"}, Write: []string{"/tmp", "/var/tmp"}, WriteCwd: true,
-			Hidden: []string{"/root", "/home", "/run", "/tmp", "/var/tmp", "/etc/shadow"},
-		},
-		Limits: policy.Limits{MemoryBytes: 512 << 20, Pids: 256},
-	}
-}
 
 // TestSandboxBasics: a command sees its own namespaces, an empty /root and /tmp, no capabilities, and
 // cannot write under /usr (Landlock), while its working directory is the caller's.

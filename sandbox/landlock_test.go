@@ -1,52 +1,13 @@
 package sandbox
 
 import (
-	"bytes"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sbx-dev/sbx/policy"
-
-	"github.com/sbx-dev/sbx/internal/testutil"
 )
-
-// runPlan runs args in cwd in a sandbox built from plan and returns the status, stdout and stderr.
-func runPlan(t *testing.T, plan *policy.Plan, cwd string, args ...string) (int, string, string) {
-	t.Helper()
-	return runPlanWith(t, plan, "", cwd, args...)
-}
-
-// runPlanWith is runPlan with a given supervisor binary ("" = the default choice).
-func runPlanWith(t *testing.T, plan *policy.Plan, init, cwd string, args ...string) (int, string, string) {
-	t.Helper()
-	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
-	var out, errb bytes.Buffer
-	sb, err := Create(Config{Plan: plan, StateRoot: testutil.StateRoot(t), InitBinary: init, Command: Command{
-		Args: args, Cwd: cwd, Stdout: &out, Stderr: &errb,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := sb.Start()
-	if err != nil {
-		sb.Destroy()
-		t.Fatal(err)
-	}
-	code, err := r.Wait()
-	// Buffers are filled by libcontainer's copying goroutines, which end with the sandbox.
-	if derr := sb.Destroy(); derr != nil {
-		t.Error(derr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return code, out.String(), errb.String()
-}
 
 // TestLandlockFailsClosed: when the seccomp filter answers ENOSYS for Landlock (as a profile could make
 // it), the command does not run and sbx says why, unless the profile allows degrading.
@@ -85,28 +46,6 @@ func removeSyscall(sc *specs.LinuxSeccomp, name string) {
 			}
 		}
 		r.Names = kept
-	}
-}
-
-// TestStaticInit runs sandboxes with the small static supervisor (sbx-init, built here with cgo off) the
-// way make build ships it: status, Landlock, the user and fail-closed behave as with sbx itself.
-func TestStaticInit(t *testing.T) {
-	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
-	bin := filepath.Join(t.TempDir(), InitName)
-	build := exec.Command("go", "build", "-o", bin, "github.com/sbx-dev/sbx/internal/cmd/sbx-init")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Skipf("cannot build sbx-init here (%v): %s", err, out)
-	}
-	p := testPlan(t)
-	p.UID, p.GID = 65534, 65534
-	code, out, stderr := runPlanWith(t, p, bin, "/", "sh", "-c", `id -u; echo x > /usr/sbx-static 2>/dev/null || echo refused; exit 5`)
-	if code != 5 || out != "65534\nrefused\n" {
-		t.Errorf("status %d, stdout %q, stderr %q; want 5, uid 65534 and a refused write", code, out, stderr)
-	}
-	code, _, stderr = runPlanWith(t, p, bin, "/", "no-such-command-sbx")
-	if code != ExitNotFound || !strings.Contains(stderr, "command not found") {
-		t.Errorf("unknown command: status %d, stderr %q", code, stderr)
 	}
 }
 

@@ -1,16 +1,10 @@
 package sandbox
 
 import (
-	"os"
-	"runtime"
 	"testing"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
-func init() { runtime.LockOSThread() }
-
-func TestMain(m *testing.M) {
-	if Reexec() {
-		return
-	}
-	os.Exit(m.Run())
-}
+// TestMain: the test binary is also the sandboxes' init and supervisor (Reexec).
+func TestMain(m *testing.M) { testutil.Main(m, testutil.Binary{Reexec: Reexec}) }

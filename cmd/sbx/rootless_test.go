@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/sbx-dev/sbx/internal/fakenet"
 	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
@@ -270,24 +271,14 @@ func TestRootlessMCP(t *testing.T) {
 // addresses to see. /dev/net/tun is opened to everyone (stock distributions do) until the script ends.
 func cmdUpstream(ts *testscript.TestScript, neg bool, args []string) {
 	cmdFakenet(ts, false, nil)
-	fake := ts.Getenv("FAKENET")
+	fake := fakenet.NS(ts.Getenv("FAKENET"))
 	name := fmt.Sprintf("sbx-test-up-rootless-%d-%s", os.Getpid(), filepath.Base(ts.Getenv("WORK")))
-	name = name[:min(len(name), 60)]
-	ip := func(a ...string) {
-		if out, err := exec.Command("ip", a...).CombinedOutput(); err != nil {
-			ts.Fatalf("ip %s: %v: %s", strings.Join(a, " "), err, out)
-		}
-	}
-	ip("netns", "add", name)
-	ts.Defer(func() { exec.Command("ip", "netns", "del", name).Run() })
-	ip("-n", name, "link", "set", "lo", "up")
-	ip("-n", name, "link", "add", "up0", "type", "veth", "peer", "name", "world0", "netns", fake)
-	ip("-n", name, "addr", "add", "192.0.2.2/24", "dev", "up0")
-	ip("-n", name, "link", "set", "up0", "up")
-	ip("-n", fake, "addr", "add", "192.0.2.1/24", "dev", "world0")
-	ip("-n", fake, "link", "set", "world0", "up")
-	ip("-n", name, "route", "add", "default", "via", "192.0.2.1", "dev", "up0")
-	ts.Setenv("UPSTREAM", filepath.Join("/run/netns", name))
+	up, err := fakenet.AddNS(name[:min(len(name), 60)])
+	ts.Check(err)
+	ts.Defer(func() { up.Del() })
+	ts.Check(up.Veth("up0", "192.0.2.2/24", fake, "world0", "192.0.2.1/24"))
+	ts.Check(up.IP("route", "add", "default", "via", "192.0.2.1", "dev", "up0"))
+	ts.Setenv("UPSTREAM", up.Path())
 	st, err := os.Stat("/dev/net/tun")
 	ts.Check(err)
 	if st.Mode().Perm() != 0o666 {

@@ -1,13 +1,15 @@
 package main
 
-// The testscript commands of the "nothing escapes, nothing leaks" scripts and of the battery: crash
-// recovery, signals, timeouts, concurrency, limits and bad input. Each command says what it proves; the
-// scripts say which case it serves. They are registered in scriptParams (main_test.go).
+// The testscript commands of the scripts and of the battery: checks of reports, exit statuses and
+// leftovers, and the "nothing escapes, nothing leaks" commands (crash recovery, signals, timeouts,
+// concurrency, limits and bad input). Each command says what it proves; the scripts say which case it
+// serves. They are registered in scriptCmds (main_test.go); the network's are in scriptnet_test.go.
 
 import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -509,19 +511,6 @@ func trunc(s string) string {
 	return s
 }
 
-// fakeconns ADDR: the script's fake upstream saw no connection to ADDR (with !: it saw one).
-func cmdFakeConns(ts *testscript.TestScript, neg bool, args []string) {
-	v, ok := fakenets.Load(ts.Getenv("WORK"))
-	if !ok {
-		ts.Fatalf("no fakenet in this script")
-	}
-	conns := v.(interface{ Connections() []string }).Connections()
-	seen := slices.ContainsFunc(conns, func(c string) bool { return strings.Contains(c, args[0]) })
-	if seen != neg {
-		ts.Fatalf("fake upstream saw a connection to %s: %v (connections %v)", args[0], seen, conns)
-	}
-}
-
 // suidcopy SRC DST: copy SRC to DST (in $WORK) as a setuid-root executable, the way a setuid binary
 // sits on the host.
 func cmdSuidCopy(ts *testscript.TestScript, neg bool, args []string) {
@@ -531,30 +520,6 @@ func cmdSuidCopy(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(os.WriteFile(dst, data, 0o755))
 	ts.Check(os.Chown(dst, 0, 0))
 	ts.Check(os.Chmod(dst, 0o4755))
-}
-
-// natclean FILE: when no live run holds a reference on the host NAT (/run/sbx/nat/users), the sbx_nat
-// table is gone from the host and IPv4 forwarding is what FILE says it was before the test.
-func cmdNATClean(ts *testscript.TestScript, neg bool, args []string) {
-	users, _ := os.ReadDir("/run/sbx/nat/users")
-	for _, u := range users {
-		ns, err := os.ReadFile(filepath.Join("/run/sbx/nat/users", u.Name()))
-		if err == nil {
-			if _, err := os.Stat(strings.TrimSpace(string(ns))); err == nil {
-				ts.Logf("NAT still referenced by live run %s: not checked", u.Name())
-				return
-			}
-		}
-	}
-	if out, err := exec.Command("nft", "list", "table", "ip", "sbx_nat").CombinedOutput(); err == nil {
-		ts.Fatalf("host NAT table sbx_nat left with no live user:\n%s", out)
-	}
-	want := strings.TrimSpace(ts.ReadFile(args[0]))
-	got, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
-	ts.Check(err)
-	if strings.TrimSpace(string(got)) != want {
-		ts.Fatalf("ip_forward is %s, was %s before the test", strings.TrimSpace(string(got)), want)
-	}
 }
 
 // pause DURATION: wait that long (a Go duration).
@@ -586,4 +551,146 @@ func cmdWaitOut(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	ts.Fatalf("sbx %s never wrote %q", args[0], args[1])
+}
+
+// jsonhas FILE PATH [VALUE]: the JSON value at the dotted PATH (list indexes as numbers, "len" for the
+// length of a list) exists, and its JSON encoding contains VALUE when given.
+func cmdJSONHas(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: jsonhas FILE PATH [VALUE]")
+	}
+	var doc any
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile(args[0])), &doc))
+	v, ok := lookup(doc, strings.Split(args[1], "."))
+	if ok && len(args) > 2 {
+		enc, _ := json.Marshal(v)
+		ok = strings.Contains(string(enc), args[2])
+		if !ok && !neg {
+			ts.Fatalf("%s = %s, want it to contain %s", args[1], enc, args[2])
+		}
+	}
+	if ok == neg {
+		ts.Fatalf("jsonhas %s: got %v, want %v", strings.Join(args, " "), ok, !neg)
+	}
+}
+
+func lookup(v any, path []string) (any, bool) {
+	for _, key := range path {
+		switch node := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = node[key]; !ok {
+				return nil, false
+			}
+		case []any:
+			if key == "len" {
+				return float64(len(node)), true
+			}
+			i, err := strconv.Atoi(key)
+			if err != nil || i >= len(node) {
+				return nil, false
+			}
+			v = node[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// status N PROG [ARG...]: PROG exits with status N (stdout and stderr are kept for the next commands).
+func cmdStatus(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: status N PROG [ARG...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	checkStatus(ts, neg, ts.Exec(args[1], args[2:]...), want)
+}
+
+// checkStatus checks the exit status of a command that ended with err.
+func checkStatus(ts *testscript.TestScript, neg bool, err error, want int) {
+	got := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		got = ee.ExitCode()
+	} else {
+		ts.Check(err)
+	}
+	if (got == want) == neg {
+		ts.Fatalf("exit status %d, want %d", got, want)
+	}
+}
+
+// hostgone FILE: no process listed as left running in the report still exists on the host.
+func cmdHostGone(ts *testscript.TestScript, neg bool, args []string) {
+	var rep struct {
+		Processes struct {
+			LeftRunning []struct {
+				HostPid int `json:"host_pid"`
+			} `json:"left_running"`
+		} `json:"processes"`
+	}
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile(args[0])), &rep))
+	if len(rep.Processes.LeftRunning) == 0 {
+		ts.Fatalf("the report lists nothing left running")
+	}
+	for _, p := range rep.Processes.LeftRunning {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.HostPid)); err == nil {
+			ts.Fatalf("host pid %d still exists", p.HostPid)
+		}
+	}
+}
+
+// clean: nothing of sbx's is left on the host: no run state, no mounts, no cgroups.
+func cmdClean(ts *testscript.TestScript, neg bool, args []string) {
+	ts.Check(checkClean(ts.Getenv(stateRootEnv)))
+}
+
+// checkClean checks that root holds no runs and no mounts.
+func checkClean(root string) error {
+	runs, _ := os.ReadDir(filepath.Join(root, "runs"))
+	if len(runs) > 0 {
+		return fmt.Errorf("%d run state dirs left in %s/runs", len(runs), root)
+	}
+	return checkNoMounts(root)
+}
+
+// checkCleanBut checks that root holds at most n runs (a server's warm pool) and no mounts but theirs.
+func checkCleanBut(root string, n int) error {
+	runs, _ := os.ReadDir(filepath.Join(root, "runs"))
+	if len(runs) > n {
+		return fmt.Errorf("%d run state dirs left in %s/runs, want at most the %d of the warm pool", len(runs), root, n)
+	}
+	if n > 0 {
+		return nil // the pool's sandboxes are mounted
+	}
+	return checkNoMounts(root)
+}
+
+// checkNoMounts checks that nothing is mounted below root.
+func checkNoMounts(root string) error {
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(line, root+"/") {
+			return fmt.Errorf("mount left behind: %s", line)
+		}
+	}
+	return nil
+}
+
+// linesdiffer A B: A and B have the same number of lines and no line in common at the same position.
+func cmdLinesDiffer(ts *testscript.TestScript, neg bool, args []string) {
+	a := strings.Split(strings.TrimSpace(ts.ReadFile(args[0])), "\n")
+	b := strings.Split(strings.TrimSpace(ts.ReadFile(args[1])), "\n")
+	if len(a) != len(b) {
+		ts.Fatalf("%d lines vs %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] == b[i] {
+			ts.Fatalf("line %d is the same in both: %s", i+1, a[i])
+		}
+	}
 }

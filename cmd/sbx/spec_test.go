@@ -67,32 +67,3 @@ func TestBundleUnderCrun(t *testing.T) {
 		t.Fatalf("crun: status %d, stdout %q, stderr %q; want 7 and hello", cmd.ProcessState.ExitCode(), got, errb.String())
 	}
 }
-
-// TestBuildWithoutSeccompTag: an sbx built without -tags seccomp refuses a run up front and names the
-// fix (the build tag), instead of failing mid-setup with a hint about sbx gc. It builds that binary.
-func TestBuildWithoutSeccompTag(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds sbx (-short)")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go toolchain on PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "sbx-noseccomp")
-	build := exec.Command(goTool, "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build without -tags seccomp: %v\n%s", err, out)
-	}
-	for _, args := range [][]string{{"exec", "--", "true"}, {"mcp"}, {"probe"}} {
-		cmd := exec.Command(bin, args...)
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		_ = cmd.Run()
-		msg := errb.String()
-		if cmd.ProcessState.ExitCode() != exitSetup || !strings.Contains(msg, "sbx: error: this sbx was built without seccomp support") ||
-			!strings.Contains(msg, "sbx: hint: rebuild it with the seccomp build tag") || strings.Contains(msg, "sbx gc") {
-			t.Errorf("sbx %v without seccomp: status %d, stderr %q", args, cmd.ProcessState.ExitCode(), msg)
-		}
-	}
-}

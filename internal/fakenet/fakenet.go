@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/google/nftables"
@@ -118,6 +119,22 @@ func New() (*Net, error) {
 		return nil, fmt.Errorf("fakenet: %w", err)
 	}
 	return n, nil
+}
+
+// ForTest is New for a test: it fails the test on error and closes the Net after it, failing the test
+// if that leaves something behind.
+func ForTest(tb testing.TB) *Net {
+	tb.Helper()
+	n, err := New()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			tb.Errorf("closing fakenet: %v", err)
+		}
+	})
+	return n
 }
 
 // build runs on a locked thread: it moves it into a new namespace, pins it, adds the addresses and opens

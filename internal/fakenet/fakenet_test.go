@@ -4,7 +4,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +12,6 @@ import (
 
 	"github.com/sbx-dev/sbx/internal/testutil"
 )
-
-// The main thread stays with the main goroutine: see RunIn.
-func init() { runtime.LockOSThread() }
 
 // TestFakeNet: the servers answer inside the namespace, the DNS server records names, Close removes it.
 func TestFakeNet(t *testing.T) {

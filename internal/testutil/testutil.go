@@ -1,4 +1,10 @@
-// Package testutil holds helpers that tests of several packages share.
+// Package testutil holds what the tests of several sbx packages share: skipping without root
+// (RequireRoot), a state root for sandboxes (StateRoot), and the TestMain of test binaries that are also
+// the processes their tests start (Main: libcontainer's init, sbx's supervisor, a package's helper
+// roles, sbx itself for testscript), with checks that the suite left nothing behind. The fake upstream
+// network is internal/fakenet's.
+//
+// Importing it keeps the test binary's main goroutine on the main thread (see main.go).
 package testutil
 
 import (

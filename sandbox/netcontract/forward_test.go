@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/internal/fakenet"
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 )
@@ -24,26 +25,20 @@ func newTestHost(t *testing.T, forward string) testHost {
 	t.Helper()
 	p := fmt.Sprintf("sbx-test-up-%d-%s", os.Getpid(), testID()[1:])
 	th := testHost{h: p + "h", a: p + "a", b: p + "b"}
-	for _, ns := range []string{th.h, th.a, th.b} {
-		run(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec0("ip", "netns", "del", ns) })
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	for i, side := range []string{th.a, th.b} {
-		hl, sl := fmt.Sprintf("h%d", i), fmt.Sprintf("s%d", i)
-		run(t, "ip", "-n", th.h, "link", "add", hl, "type", "veth", "peer", "name", sl, "netns", side)
-		run(t, "ip", "-n", th.h, "addr", "add", fmt.Sprintf("198.18.%d.1/24", i+1), "dev", hl)
-		run(t, "ip", "-n", side, "addr", "add", fmt.Sprintf("198.18.%d.2/24", i+1), "dev", sl)
-		run(t, "ip", "-n", th.h, "link", "set", hl, "up")
-		run(t, "ip", "-n", side, "link", "set", sl, "up")
-		run(t, "ip", "-n", side, "route", "add", "default", "via", fmt.Sprintf("198.18.%d.1", i+1))
+	host := fakenet.NSForTest(t, th.h)
+	for i, name := range []string{th.a, th.b} {
+		side := fakenet.NSForTest(t, name)
+		if err := host.Veth(fmt.Sprintf("h%d", i), fmt.Sprintf("198.18.%d.1/24", i+1),
+			side, fmt.Sprintf("s%d", i), fmt.Sprintf("198.18.%d.2/24", i+1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := side.IP("route", "add", "default", "via", fmt.Sprintf("198.18.%d.1", i+1)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	run(t, "ip", "netns", "exec", th.h, "sysctl", "-qw", "net.ipv4.ip_forward="+forward)
 	return th
 }
-
-// exec0 runs a cleanup command, ignoring its outcome.
-func exec0(name string, args ...string) { _ = runQuiet(name, args...) }
 
 // forwarded says whether a datagram from A to B passes through the host.
 func (th testHost) forwarded(t *testing.T) bool {
@@ -85,6 +80,7 @@ func (th testHost) hostForwarding(t *testing.T) string {
 // forwards the sandbox's traffic and nothing else; a host that already forwarded keeps forwarding. After
 // the run, forwarding is as it was and sbx's table is gone.
 func TestHostForwardsOnlySandboxTraffic(t *testing.T) {
+	testutil.RequireRoot(t, "builds network namespaces and changes their ip_forward and nftables rules")
 	for _, tc := range []struct {
 		name          string
 		forward       string
@@ -158,6 +154,7 @@ func TestHostForwardsOnlySandboxTraffic(t *testing.T) {
 // connections from a sandbox's veth to the host itself. The host's subnets, broadcast included, are
 // refused by the contract although the profile allows the range.
 func TestHostLateAddressGuarded(t *testing.T) {
+	testutil.RequireRoot(t, "builds network namespaces and changes their ip_forward and nftables rules")
 	th := newTestHost(t, "0")
 	nw := policy.Network{Mode: policy.NetContract, UplinkNetNS: th.h, DNS: policy.DNS{Upstream: "127.0.0.1:53"},
 		Allow: []policy.NetRule{{CIDR: "198.18.0.0/15", Proto: "tcp", Port: 22}}}

@@ -14,9 +14,13 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/sbx-dev/sbx/internal/fakenet"
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/policy"
 	"golang.org/x/sys/unix"
 )
+
+// rootWhy is why the tests that build a contract need root.
+const rootWhy = "builds network namespaces, veths and nftables rules"
 
 // testPrefix marks namespaces made by this test binary: sbx + "t" + pid-based counter.
 const testPrefix = "t"
@@ -25,27 +29,23 @@ var idCounter atomic.Int32
 
 // testID is a run ID unique to this process and call.
 func testID() string {
-	return fmt.Sprintf("%s%05x%03x", testPrefix, os.Getpid()&0xfffff, idCounter.Add(1)&0xfff)
+	return fmt.Sprintf("%s%03x", testIDPrefix(), idCounter.Add(1)&0xfff)
 }
+
+// testIDPrefix begins the run IDs of this process (the namespaces are sbx + ID).
+func testIDPrefix() string { return fmt.Sprintf("%s%05x", testPrefix, os.Getpid()&0xfffff) }
 
 // newFake builds a fake upstream and closes it with the test.
 func newFake(t testing.TB) *fakenet.Net {
 	t.Helper()
-	f, err := fakenet.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := f.Close(); err != nil {
-			t.Errorf("closing fakenet: %v", err)
-		}
-	})
-	return f
+	testutil.RequireRoot(t, rootWhy)
+	return fakenet.ForTest(t)
 }
 
 // setup builds a Net and closes it with the test (Close is idempotent).
 func setup(t testing.TB, cfg Config) *Net {
 	t.Helper()
+	testutil.RequireRoot(t, rootWhy)
 	if cfg.ID == "" {
 		cfg.ID = testID()
 	}
@@ -168,9 +168,6 @@ func run(t testing.TB, name string, args ...string) string {
 }
 
 func itoa(i int) string { return fmt.Sprint(i) }
-
-// runQuiet runs a command and returns its error only.
-func runQuiet(name string, args ...string) error { return exec.Command(name, args...).Run() }
 
 // runInFake runs f inside the namespace at path (the uplink side).
 func runInFake(path string, f func()) error {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/policy"
 )
 
@@ -38,6 +39,7 @@ func hostTables(t *testing.T) string { return run(t, "nft", "list", "tables") }
 // last one. The sandbox only talks to the host side of its veth: the DNS filter (allowed) and another
 // port there (refused: the host's own addresses are always denied). Nothing is sent beyond the host.
 func TestHostUplink(t *testing.T) {
+	testutil.RequireRoot(t, "changes the host's nftables rules and ip_forward")
 	if !natUsersEmpty() || strings.Contains(hostTables(t), natTable) {
 		t.Skip("another sbx holds the host NAT: the refcount cannot be observed")
 	}

@@ -1,47 +1,33 @@
 package netcontract
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
-// The main thread stays with the main goroutine, as in sbx's own main: a namespace-switched locked
-// goroutine that ended on the main thread would wedge it there and pin that namespace until exit.
-func init() { runtime.LockOSThread() }
-
-// TestMain needs root (namespaces, veth, nftables) and checks after the suite that nothing named sbx is
-// left: namespaces, host nft tables, address slots.
+// TestMain: with stackHelperEnv set the test binary runs stackScenario; after the suite nothing named
+// sbx that this process made is left: namespaces, host nft tables.
 func TestMain(m *testing.M) {
-	if id := os.Getenv(stackHelperEnv); id != "" {
-		if msg := stackScenario(id); msg != "" {
-			println(msg)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	if os.Geteuid() != 0 {
-		println("netcontract tests need root: namespaces, veth and nftables; skipping")
-		os.Exit(0)
-	}
-	code := m.Run()
-	if leaks := leftovers(); leaks != "" {
-		println("leftovers after the suite:\n" + leaks)
-		code = 1
-	}
-	os.Exit(code)
+	testutil.Main(m, testutil.Binary{
+		HelperEnv: stackHelperEnv,
+		Helper:    stackScenario,
+		Checks:    []testutil.Check{func() func() error { return leftovers }},
+	})
 }
 
 // leftovers reports namespaces and host nft tables named sbx that this process made.
-func leftovers() string {
+func leftovers() error {
 	var b strings.Builder
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	for _, l := range strings.Split(string(out), "\n") {
 		// Only this process's: other test binaries (cmd/sbx) may be running at the same time.
-		if strings.HasPrefix(l, "sbx"+testPrefix) || strings.HasPrefix(l, fmt.Sprintf("sbx-test-up-%d-", os.Getpid())) {
+		if strings.HasPrefix(l, "sbx"+testIDPrefix()) || strings.HasPrefix(l, fmt.Sprintf("sbx-test-up-%d-", os.Getpid())) {
 			b.WriteString("netns " + l + "\n")
 		}
 	}
@@ -49,7 +35,10 @@ func leftovers() string {
 	if strings.Contains(string(out), "sbx") && natUsersEmpty() {
 		b.WriteString("nft: " + string(out))
 	}
-	return b.String()
+	if b.Len() > 0 {
+		return errors.New("leftovers after the suite:\n" + b.String())
+	}
+	return nil
 }
 
 // natUsersEmpty says whether no sandbox holds the host NAT (another sbx may legitimately be running).

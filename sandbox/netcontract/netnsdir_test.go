@@ -2,12 +2,14 @@ package netcontract
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/sbx-dev/sbx/internal/netnsdir"
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/policy"
 	"golang.org/x/sys/unix"
 )
@@ -21,6 +23,7 @@ const stackHelperEnv = "SBX_TEST_NETNS_STACK"
 // bind-mounts the directory over itself with every mount in it; the hidden original used to keep the
 // file busy for good.) Runs in a private mount namespace, so that the host's mounts are not touched.
 func TestNetnsDirStacking(t *testing.T) {
+	testutil.RequireRoot(t, "makes a mount namespace and mounts network namespace files")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -36,34 +39,27 @@ func TestNetnsDirStacking(t *testing.T) {
 // stackScenario runs in the private mount namespace: it undoes /run/netns being a mount point, sets up a
 // network (mode none), lets `ip netns add` stack the directory, closes the network and checks its file
 // is gone.
-func stackScenario(id string) string {
+func stackScenario(id string) error {
 	for isMountPoint(netnsdir.Dir) {
 		if err := unix.Unmount(netnsdir.Dir, unix.MNT_DETACH); err != nil {
-			return "unmounting " + netnsdir.Dir + ": " + err.Error()
+			return fmt.Errorf("unmounting %s: %w", netnsdir.Dir, err)
 		}
 	}
 	n, err := Setup(Config{ID: id, Net: policy.Network{Mode: policy.NetNone}})
 	if err != nil {
-		return "Setup: " + err.Error()
+		return fmt.Errorf("Setup: %w", err)
 	}
 	other := "sbx-test-stack-" + id
 	if out, err := exec.Command("ip", "netns", "add", other).CombinedOutput(); err != nil {
 		n.Close()
-		return "ip netns add: " + err.Error() + ": " + string(out)
+		return fmt.Errorf("ip netns add: %w: %s", err, out)
 	}
 	defer exec.Command("ip", "netns", "del", other).Run()
 	closeErr := n.Close()
 	if _, err := os.Stat(n.NetNSPath()); err == nil {
-		return "the namespace file is left after Close: " + n.NetNSPath() + " (" + errString(closeErr) + ")"
+		return fmt.Errorf("the namespace file is left after Close: %s (Close: %v)", n.NetNSPath(), closeErr)
 	}
-	return ""
-}
-
-func errString(err error) string {
-	if err == nil {
-		return "no error"
-	}
-	return err.Error()
+	return nil
 }
 
 // isMountPoint says whether path is a mount point in this mount namespace.
