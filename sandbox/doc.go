@@ -7,8 +7,10 @@
 // listener of sbx's (seccompnotify.go) of the deny list's syscalls and of writes by path, and
 // [Sandbox.Denials] returns what it recorded.
 //
-// It reads no YAML: it takes a compiled policy.Plan. It observes nothing: package observe reads the
-// sandbox through the pids and paths this package exposes.
+// It reads no YAML: it takes a compiled policy.Plan. It reads the sandbox only as far as it needs to run
+// it: the cgroup's process and thread lists and counters (Pids, Tasks, OnlyInit, LimitHits, Settle) and
+// a few /proc files (a pid's status and stat, to map pids and to see that the sandbox is quiet). What the
+// command did and left behind is package observe's to read, through the pids and paths exposed here.
 //
 // [Features] is the one table of what sbx needs from the kernel and host (user namespaces, Landlock's
 // ABI, seccomp, the cgroup layout, idmapped mounts, pasta), each row qualified for this caller, root or
