@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -107,7 +109,7 @@ func (p *cgroupPrimer) Stop() {
 
 // ownCgroupProcs is the cgroup.procs file of the cgroup sbx runs in, in the unified hierarchy when it
 // is mounted (pure cgroup v2, or /sys/fs/cgroup/unified beside v1) or else in v1's pids hierarchy; ""
-// when neither is found.
+// when neither is found, or the file found does not list sbx.
 func ownCgroupProcs() string {
 	own, err := cgroups.ParseCgroupFile("/proc/self/cgroup")
 	if err != nil {
@@ -124,10 +126,12 @@ func ownCgroupProcs() string {
 	if p, ok := own["pids"]; ok {
 		candidates = append(candidates, filepath.Join("/sys/fs/cgroup/pids", p))
 	}
+	self := strconv.Itoa(os.Getpid())
 	for _, dir := range candidates {
-		f := filepath.Join(dir, "cgroup.procs")
-		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
-			return f
+		// Only a file that lists sbx already: a write to any other would move sbx to another cgroup
+		// (a cgroup file system mounted elsewhere than /proc/self/cgroup's paths suggest).
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil && slices.Contains(strings.Fields(string(b)), self) {
+			return filepath.Join(dir, "cgroup.procs")
 		}
 	}
 	return ""
