@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -115,6 +116,40 @@ type bgSbx struct {
 	sigAt   time.Time
 	done    chan struct{}
 	elapsed time.Duration // from the last sbxsig (or the start) to the exit
+	hwm     atomic.Int64  // sbx's peak resident memory in KiB, sampled from /proc while it runs
+}
+
+// sampleHWM follows sbx's VmHWM until it exits. The exit record's ru_maxrss would not do: a process
+// started from Go keeps, at its exec, the high-water mark of the test process it was forked from.
+func (b *bgSbx) sampleHWM() {
+	status := fmt.Sprintf("/proc/%d/status", b.cmd.Process.Pid)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if kb := vmHWM(status); kb > b.hwm.Load() {
+			b.hwm.Store(kb)
+		}
+		select {
+		case <-b.done:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// vmHWM reads the VmHWM line of a /proc status file, in KiB; 0 once the process is gone or a zombie.
+func vmHWM(status string) int64 {
+	b, err := os.ReadFile(status)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb
+		}
+	}
+	return 0
 }
 
 // countingWriter keeps the first 64 KiB written to it and counts the rest.
@@ -164,6 +199,7 @@ func cmdSbxBg(ts *testscript.TestScript, neg bool, args []string) {
 	b.cmd.WaitDelay = 500 * time.Millisecond
 	b.started = time.Now()
 	ts.Check(b.cmd.Start())
+	go b.sampleHWM()
 	go func() {
 		b.cmd.Wait()
 		b.elapsed = time.Since(b.sigAt)
@@ -213,7 +249,7 @@ func cmdSbxSig(ts *testscript.TestScript, neg bool, args []string) {
 // sbx itself), no sooner than MIN and within MAX (Go durations; default: within 30s) of the last sbxsig,
 // or of its start. Its stdout
 // (the first 64 KiB) and stderr become the script's stdout and stderr; $BYTES is the stdout's size and
-// $MAXRSS_KB sbx's peak resident memory.
+// $MAXRSS_KB sbx's peak resident memory (sampled every 10 ms while it ran).
 func cmdSbxWait(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 2 || len(args) > 3 {
 		ts.Fatalf("usage: sbxwait NAME STATUS [[MIN-]MAX]")
@@ -243,9 +279,7 @@ func cmdSbxWait(ts *testscript.TestScript, neg bool, args []string) {
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		got = 128 + int(ws.Signal())
 	}
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		ts.Setenv("MAXRSS_KB", strconv.FormatInt(ru.Maxrss, 10))
-	}
+	ts.Setenv("MAXRSS_KB", strconv.FormatInt(b.hwm.Load(), 10))
 	ts.Setenv("BYTES", strconv.FormatInt(b.out.n, 10))
 	fmt.Fprintf(ts.Stdout(), "%s", b.out.head.String())
 	ts.Logf("sbx %s: status %d after %v; stdout %d bytes; stderr:\n%s", args[0], got, b.elapsed.Round(time.Millisecond), b.out.n, b.errb.String())
