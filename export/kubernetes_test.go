@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -300,5 +301,30 @@ func TestExceptFamilies(t *testing.T) {
 				t.Errorf("--allow %s: except %s holds %s", tt.allow, except, n)
 			}
 		}
+	}
+}
+
+// TestCiliumPorts: a host rule lets through its protocol (TCP and UDP when it names none) on its ports,
+// every port for port 0; never every protocol, which a rule without toPorts would.
+func TestCiliumPorts(t *testing.T) {
+	for _, tc := range []struct {
+		rule policy.NetRule
+		want []PortProtocol
+	}{
+		{policy.NetRule{Host: "a.test"}, []PortProtocol{{Port: "0", Protocol: "TCP"}, {Port: "0", Protocol: "UDP"}}},
+		{policy.NetRule{Host: "a.test", Proto: "tcp", Port: 443}, []PortProtocol{{Port: "443", Protocol: "TCP"}}},
+		{policy.NetRule{Host: "a.test", Proto: "udp", Port: 8000, PortEnd: 8100}, []PortProtocol{{Port: "8000", EndPort: 8100, Protocol: "UDP"}}},
+	} {
+		got := ciliumPorts(tc.rule)
+		if len(got) != 1 || !slices.Equal(got[0].Ports, tc.want) {
+			t.Errorf("ciliumPorts(%+v) = %+v, want ports %+v", tc.rule, got, tc.want)
+		}
+	}
+	out, _, err := Kubernetes(compile(t, "contract", "api.test:*"), KubeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := at(docs(t, out)[3], "spec.egress.1"); !strings.Contains(got, `"matchName":"api.test"`) || !strings.Contains(got, `"port":"0"`) {
+		t.Errorf("the egress of api.test on every port = %s, want toFQDNs with toPorts of port 0", got)
 	}
 }

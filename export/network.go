@@ -80,6 +80,21 @@ func npPorts(d policy.Dest) []NPPort {
 	return out
 }
 
+// ciliumPorts is what a host rule lets through, as Cilium ports: the rule's protocol, or TCP and UDP
+// when it names none (policy.Dest), on its ports; port 0 is every port, in Cilium as in sbx. Without
+// toPorts Cilium would allow every protocol (SCTP, ICMP) to the host.
+func ciliumPorts(r policy.NetRule) []PortRule {
+	protos := []string{"TCP", "UDP"}
+	if r.Proto != "" {
+		protos = []string{strings.ToUpper(r.Proto)}
+	}
+	var ports []PortProtocol
+	for _, p := range protos {
+		ports = append(ports, PortProtocol{Port: strconv.Itoa(r.Port), EndPort: r.PortEnd, Protocol: p})
+	}
+	return []PortRule{{Ports: ports}}
+}
+
 // ciliumPolicy is written when the plan allows host names: toFQDNs with their ports, a DNS rule that
 // lets only the allowed names resolve (through Cilium's DNS proxy), and egressDeny for the
 // always-denied ranges, which wins over any allow. nil when the plan allows no host name.
@@ -105,11 +120,7 @@ func ciliumPolicy(plan *policy.Plan, f *Fidelity) *CNPSpec {
 		ToPorts:     []PortRule{{Ports: []PortProtocol{{Port: "53", Protocol: "ANY"}}, Rules: &L7Rules{DNS: dns}}},
 	})
 	for _, r := range hostRules {
-		e := CNPEgress{ToFQDNs: []FQDN{fqdn(r.Host)}}
-		if r.Port != 0 {
-			e.ToPorts = []PortRule{{Ports: []PortProtocol{{Port: strconv.Itoa(r.Port), EndPort: r.PortEnd, Protocol: strings.ToUpper(r.Proto)}}}}
-		}
-		spec.Egress = append(spec.Egress, e)
+		spec.Egress = append(spec.Egress, CNPEgress{ToFQDNs: []FQDN{fqdn(r.Host)}, ToPorts: ciliumPorts(r)})
 		if strings.HasPrefix(r.Host, "*.") {
 			// Cilium's matchPattern turns * into [-a-zA-Z0-9]*: one label, where sbx's wildcard matches
 			// names at any depth below the suffix (policy.Name).

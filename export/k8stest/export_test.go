@@ -32,12 +32,12 @@ import (
 )
 
 // allows are the --allow sets every profile is exported with: none, IPv4, IPv6 (the one that once put
-// ::ffff:0.0.0.0/96 into except), host names, and all of them at once.
+// ::ffff:0.0.0.0/96 into except), host names (on every port, UDP, a range), and all of them at once.
 var allows = map[string][]string{
 	"none":  nil,
 	"ipv4":  {"0.0.0.0/0:443", "203.0.113.0/24:8443"},
 	"ipv6":  {"[::/64]:443", "[::/0]:443", "[2001:db8::/32]:80"},
-	"hosts": {"pypi.org:443", "*.example.com:443"},
+	"hosts": {"pypi.org:443", "*.example.com:443", "api.example.org:*", "udp:ntp.example.org:123", "git.example.org:9418-9420"},
 	"all":   {"0.0.0.0/0:443", "[::/0]:443", "pypi.org:443", "udp:198.51.100.7:53"},
 }
 
