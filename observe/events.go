@@ -237,11 +237,21 @@ func kernelAtLeast(major, minor int) bool {
 // read is the reader goroutine. It owns a thread, raised in priority, and blocks in poll(2) rather than
 // in Go's poller: whether a short-lived process can still be read depends on how soon after its exec the
 // reader runs (measured here: with nice 0, 1-5% of /bin/true execs were missed, with -15 about 0.3%).
-// The thread is never unlocked, so the runtime discards it with its priority when the goroutine ends.
+// At the end the thread gets its priority back and returns to the runtime, so that the next run's
+// reader (a long-running sbx's) need not make a thread; one whose priority cannot be restored is never
+// unlocked, and the runtime discards it with the goroutine.
 func (e *Events) read(ready chan<- struct{}) {
 	defer close(e.done)
 	runtime.LockOSThread()
-	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), readerNice)
+	tid := unix.Gettid()
+	before, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	raised := err == nil && unix.Setpriority(unix.PRIO_PROCESS, tid, readerNice) == nil
+	defer func() {
+		// getpriority(2) returns 20 - nice.
+		if !raised || unix.Setpriority(unix.PRIO_PROCESS, tid, 20-before) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
 	close(ready)
 	buf := make([]byte, 64<<10)
 	fds := []unix.PollFd{{Fd: int32(e.fd), Events: unix.POLLIN}, {Fd: int32(e.wake[0]), Events: unix.POLLIN}}

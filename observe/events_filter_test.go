@@ -2,7 +2,9 @@ package observe
 
 import (
 	"encoding/binary"
+	"os"
 	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -68,5 +70,30 @@ func TestEventsFilter(t *testing.T) {
 	}
 	if threads != 0 {
 		t.Errorf("%d thread forks or exits got through the filter", threads)
+	}
+}
+
+// TestEventsReaderGivesBackItsThread: the reader raises its thread's priority and restores it before the
+// thread returns to the runtime: after a few runs no thread of the process keeps the raised priority.
+func TestEventsReaderGivesBackItsThread(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events")
+	for range 3 {
+		ev, err := StartEvents(EventsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ev.Stop(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		if p, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil && p != 20 {
+			t.Errorf("thread %d has nice %d after the readers ended, want 0", tid, 20-p)
+		}
 	}
 }
