@@ -29,7 +29,9 @@ func TestSnapshotVictim(t *testing.T) {
 	if err := json.Unmarshal(waitFile(t, filepath.Join(s.dir, "ready")), &ready); err != nil {
 		t.Fatal(err)
 	}
-	snap := settledSnapshot(t, s, 2) // the daemon and the sleeper, once the command and middle exited
+	// The daemon and the sleeper, once the command and middle exited: two processes are not enough, the
+	// middle one may still be there while the sleeper is not yet.
+	snap := settledSnapshot(t, s, "renamed-daemon", "sleep")
 	daemon := findProc(t, snap, func(p report.Process) bool { return p.Comm == "renamed-daemon" })
 	sleeper := findProc(t, snap, func(p report.Process) bool { return p.Comm == "sleep" })
 
@@ -140,7 +142,8 @@ func TestSnapshotVictim(t *testing.T) {
 
 // settledSnapshot snapshots the victim until it holds want live processes besides the init: the command
 // and the middle process exit on their own time.
-func settledSnapshot(t *testing.T, s *sandboxUnderTest, want int) *Snap {
+// settledSnapshot snapshots the sandbox until it holds exactly the processes named comms, none a zombie.
+func settledSnapshot(t *testing.T, s *sandboxUnderTest, comms ...string) *Snap {
 	t.Helper()
 	var snap *Snap
 	for range 200 {
@@ -153,8 +156,14 @@ func settledSnapshot(t *testing.T, s *sandboxUnderTest, want int) *Snap {
 		if err != nil {
 			t.Fatalf("Snapshot: %v", err)
 		}
-		zombie := slices.ContainsFunc(snap.Processes, func(p report.Process) bool { return p.State == "Z" })
-		if !zombie && len(snap.Processes) == want {
+		var got []string
+		for _, p := range snap.Processes {
+			if p.State != "Z" {
+				got = append(got, p.Comm)
+			}
+		}
+		slices.Sort(got)
+		if len(got) == len(snap.Processes) && slices.Equal(got, slices.Sorted(slices.Values(comms))) {
 			return snap
 		}
 		time.Sleep(10 * time.Millisecond)
