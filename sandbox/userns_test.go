@@ -26,7 +26,8 @@ func TestUserNamespace(t *testing.T) {
 	plan.UID, plan.GID = 4242, 4242
 	var out, errb bytes.Buffer
 	sb, err := Create(Config{Plan: plan, StateRoot: testutil.StateRoot(t), Command: Command{
-		Args: []string{"sh", "-c", "echo y >> f && stat -c %u:%g f . && id -u"}, Cwd: cwd, Stdout: &out, Stderr: &errb,
+		// The sleep keeps the command alive while its host uid is read.
+		Args: []string{"sh", "-c", "sleep 0.3; echo y >> f && stat -c %u:%g f . && id -u"}, Cwd: cwd, Stdout: &out, Stderr: &errb,
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +40,9 @@ func TestUserNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uid := hostUID(t, r.Pid); r.Pid > 0 && uid != 4242 {
+	if r.Pid <= 0 {
+		t.Errorf("the command's host pid is unknown (%d)", r.Pid)
+	} else if uid := hostUID(t, r.Pid); uid != 4242 {
 		t.Errorf("the command runs as host uid %d, want 4242", uid)
 	}
 	if code, err := r.Wait(); code != 0 || err != nil {
