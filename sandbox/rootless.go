@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -319,75 +318,14 @@ func nsPids(initPid int) ([]int, error) {
 	return pids, err
 }
 
-// nsScan is nsPids, and says whether a process vanished while it was read: one that forks a successor
-// and exits in between may hide the successor from this scan (the successor is init's child by then, and
-// init's children may have been read before).
-//
-// It walks the process tree down from init through /proc/PID/task/TID/children: every process of the
-// namespace descends from its init, so the walk costs what the sandbox holds, not what the host does
-// (scanning all of /proc grew with the host's processes, and any host process that vanished forced
-// another round of stopAll). Without those files (a kernel without CONFIG_PROC_CHILDREN) it scans /proc.
+// nsScan is nsPids, and says whether a process listed in /proc vanished before its namespace could be
+// read: /proc is listed first and each entry read after, so a process that forks a successor and exits
+// in between hides the successor from this scan (it was made after the listing).
 func nsScan(initPid int) (pids []int, vanished bool, err error) {
 	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", initPid))
 	if err != nil {
 		return nil, false, err
 	}
-	if !haveChildrenFiles() {
-		return nsScanAll(want)
-	}
-	pids = []int{initPid}
-	seen := map[int]bool{initPid: true}
-	for i := 0; i < len(pids); i++ {
-		kids, gone := childrenOf(pids[i])
-		vanished = vanished || gone
-		for _, k := range kids {
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			// A child in a pid namespace of its own (nested) is not listed, as the /proc scan did not.
-			ns, err := os.Readlink("/proc/" + strconv.Itoa(k) + "/ns/pid")
-			switch {
-			case err == nil && ns == want:
-				pids = append(pids, k)
-			case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH):
-				vanished = true
-			}
-		}
-	}
-	slices.Sort(pids)
-	return pids, vanished, nil
-}
-
-// childrenOf lists the children of every thread of pid; gone when pid vanished meanwhile.
-func childrenOf(pid int) (kids []int, gone bool) {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, true
-	}
-	for _, t := range tasks {
-		b, err := os.ReadFile(dir + "/" + t.Name() + "/children")
-		if err != nil {
-			continue // the thread exited: its children are the process's other threads' or init's now
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if k, err := strconv.Atoi(f); err == nil {
-				kids = append(kids, k)
-			}
-		}
-	}
-	return kids, false
-}
-
-// haveChildrenFiles says whether this kernel has /proc/PID/task/TID/children.
-var haveChildrenFiles = sync.OnceValue(func() bool {
-	_, err := os.Stat(fmt.Sprintf("/proc/self/task/%d/children", unix.Gettid()))
-	return err == nil
-})
-
-// nsScanAll is nsScan by every process in /proc: /proc is listed first and each entry read after.
-func nsScanAll(want string) (pids []int, vanished bool, err error) {
 	dir, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, false, err
