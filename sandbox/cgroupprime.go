@@ -39,46 +39,48 @@ const (
 	primeMax   = 2 * time.Second // bounds the priming of a Create that hangs elsewhere
 )
 
-// startCgroupPrimer starts priming for a sandbox under stateRoot; nil when there is nothing to prime.
-// Stop it once the container runs.
+// startCgroupPrimer starts priming for a sandbox under stateRoot, on a goroutine of its own (finding
+// sbx's cgroup reads a list of every process in it); nil without root. Stop it once the container runs.
 func startCgroupPrimer(stateRoot string) *cgroupPrimer {
 	if Rootless() {
 		return nil
 	}
+	p := &cgroupPrimer{stop: make(chan struct{}), done: make(chan struct{})}
+	go p.prime(stateRoot)
+	return p
+}
+
+// prime writes sbx's pid to its own cgroup.procs every primeEvery until Stop.
+func (p *cgroupPrimer) prime(stateRoot string) {
+	defer close(p.done)
 	procs := ownCgroupProcs()
 	if procs == "" {
-		return nil
+		return
 	}
 	// The shared time of the last write; without it every run primes on its own.
 	last, err := os.OpenFile(filepath.Join(stateRoot, "primed"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
+	if err == nil {
+		defer last.Close()
+	} else {
 		last = nil
 	}
-	p := &cgroupPrimer{stop: make(chan struct{}), done: make(chan struct{})}
 	pid := []byte(strconv.Itoa(os.Getpid()))
-	go func() {
-		defer close(p.done)
-		if last != nil {
-			defer last.Close()
+	deadline := time.After(primeMax)
+	tick := time.NewTicker(primeEvery)
+	defer tick.Stop()
+	for {
+		if due(last) {
+			// Best effort: a failed write only leaves the grace period to Apply, as without priming.
+			_ = os.WriteFile(procs, pid, 0)
 		}
-		deadline := time.After(primeMax)
-		tick := time.NewTicker(primeEvery)
-		defer tick.Stop()
-		for {
-			if due(last) {
-				// Best effort: a failed write only leaves the grace period to Apply, as without priming.
-				_ = os.WriteFile(procs, pid, 0)
-			}
-			select {
-			case <-p.stop:
-				return
-			case <-deadline:
-				return
-			case <-tick.C:
-			}
+		select {
+		case <-p.stop:
+			return
+		case <-deadline:
+			return
+		case <-tick.C:
 		}
-	}()
-	return p
+	}
 }
 
 // due says whether no sbx primed within primeEvery, and if so notes the time of the write to come.

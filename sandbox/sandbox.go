@@ -98,7 +98,6 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, err
 	}
 	cfg.deferStdio()
-
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
 	tr := newTracer()
 	defer tr.done()

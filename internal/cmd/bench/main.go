@@ -68,6 +68,9 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
 	if burstsOnly {
 		return benchBursts(sbx, dir, runc, rounds)
 	}
+	if quick {
+		return benchQuick(sbx, dir, runc, n)
+	}
 	// runc again with the bundle sbx spec writes for the default profile: the same seccomp filter,
 	// namespaces, masked paths and limits as sbx's sandbox, on the busybox rootfs.
 	sameBundle, err := specBundle(sbx, dir, filepath.Join(bundle, "rootfs"))
@@ -101,26 +104,7 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
 		{name: "runc run (sbx spec default)", argv: func(i int) []string {
 			return []string{"runc", "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", sameBundle, fmt.Sprintf("sbx-bench-same-%d", i)}
 		}},
-		{name: "bwrap --unshare-all", argv: func(int) []string {
-			return []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"}
-		}},
-	}
-	if quick {
-		cs = slices.DeleteFunc(cs, func(c *contender) bool {
-			return c.name != "sbx exec -- true" && c.name != "runc run (busybox)" && c.name != "bwrap --unshare-all"
-		})
-		srv, err := startMCP(sbx, dir, "--warm", "2", "--concurrency", "1")
-		if err != nil {
-			return err
-		}
-		defer srv.close()
-		cs = append(cs, &contender{name: "sbx_run true, warm pool (MCP)", time: func(int) (float64, error) { return srv.call("true") }})
-		if err := runAll(cs, n, dir); err != nil {
-			return err
-		}
-		report(cs, n)
-		targets(cs)
-		return nil
+		{name: "bwrap --unshare-all", argv: bwrapArgv},
 	}
 	notify, err := notifyContenders(sbx, dir)
 	if err != nil {
@@ -141,13 +125,12 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
 			return u.argv("bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true")
 		}},
 	)
-	// sbx_run through `sbx mcp` with its warm pool (2 sandboxes), timed by the bench as the MCP client.
-	srv, err := startMCP(sbx, dir, "--warm", "2", "--concurrency", "1")
+	srv, warm, err := warmContender(sbx, dir)
 	if err != nil {
 		return err
 	}
 	defer srv.close()
-	cs = append(cs, &contender{name: "sbx_run true, warm pool (MCP)", time: func(int) (float64, error) { return srv.call("true") }})
+	cs = append(cs, warm)
 	for _, c := range cs {
 		if c.argv == nil {
 			continue
@@ -166,6 +149,41 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
 		return err
 	}
 	return reportRSS(sbx, dir)
+}
+
+// benchQuick times only what issue 15's targets compare: a cold sbx exec, runc, bwrap and a warm sbx_run.
+func benchQuick(sbx, dir string, runc func(int) []string, n int) error {
+	srv, warm, err := warmContender(sbx, dir)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	cs := []*contender{
+		{name: "sbx exec -- true", argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
+		{name: "runc run (busybox)", argv: runc},
+		{name: "bwrap --unshare-all", argv: bwrapArgv},
+		warm,
+	}
+	if err := runAll(cs, n, dir); err != nil {
+		return err
+	}
+	report(cs, n)
+	targets(cs)
+	return nil
+}
+
+// warmContender is sbx_run of true through `sbx mcp` with its warm pool (2 sandboxes), timed by the
+// bench as the MCP client.
+func warmContender(sbx, dir string) (*mcpServer, *contender, error) {
+	srv, err := startMCP(sbx, dir, "--warm", "2", "--concurrency", "1")
+	if err != nil {
+		return nil, nil, err
+	}
+	return srv, &contender{name: "sbx_run true, warm pool (MCP)", time: func(int) (float64, error) { return srv.call("true") }}, nil
+}
+
+func bwrapArgv(int) []string {
+	return []string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"}
 }
 
 // settleAfterWarm is the pause, not timed, after a warm run through the MCP server.
