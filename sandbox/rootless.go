@@ -57,7 +57,8 @@ func rootlessIDMap() IDMap {
 type topLayer struct {
 	name    string // "usr"
 	overlay bool   // an overlay; else a read-only recursive bind
-	hidden  bool   // an overlay of an empty directory instead (the root of an overlay cannot be opaque)
+	hidden  bool   // of an empty directory instead (the root of an overlay cannot be opaque)
+	layered bool   // gets a writable layer (layeredTops)
 }
 
 // kernelDirs are mounted by libcontainer itself.
@@ -66,7 +67,11 @@ var kernelDirs = []string{"proc", "sys", "dev"}
 // buildRootless lays out the sandbox's / in the run dir: the host's top-level symlinks and files as they
 // are, a mount point, an upper and a work dir for every top-level directory, hidden paths written into
 // the uppers.
-func (r *rootfs) buildRootless(hidden []string, cwd string) error {
+//
+// A top-level directory gets an overlay only when something in the sandbox may write below it
+// (layered): with Landlock enforced, the command can write nowhere else, and a read-only recursive bind
+// costs a fraction of an overlay's mount and removal.
+func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top string) bool) error {
 	for _, d := range []string{r.root.merged, r.root.Upper, r.root.work, r.empty()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -82,7 +87,7 @@ func (r *rootfs) buildRootless(hidden []string, cwd string) error {
 	}
 	r.top = []topLayer{}
 	for _, e := range entries {
-		if err := r.topEntry(e, locked); err != nil {
+		if err := r.topEntry(e, locked, layered("/"+e.Name())); err != nil {
 			return fmt.Errorf("preparing /%s: %w", e.Name(), err)
 		}
 	}
@@ -142,6 +147,9 @@ func (r *rootfs) hideRootless(path, cwd string) error {
 	}
 	if i >= 0 && path == "/"+name {
 		r.top[i].hidden = true
+		if !r.top[i].layered {
+			return nil // nothing may write here: a read-only bind of an empty directory
+		}
 		return r.layerDirs(name)
 	}
 	st, err := os.Lstat(path)
@@ -159,8 +167,40 @@ func (r *rootfs) hideRootless(path, cwd string) error {
 	return nil
 }
 
+// layeredTops says which top-level directories of / get a writable layer (an overlay) in a rootless
+// sandbox: those that a write path, the working directory or a share lies in or below, that hold a
+// hidden path (which reads as absent through a whiteout in the layer), or a mount point sbx needs and
+// the host lacks (libcontainer would create it). Every one does when Landlock may be left out (writes
+// then go wherever the file modes let them). The others are read-only binds: with Landlock, nothing
+// could write there anyway.
+func layeredTops(plan *policy.Plan, writes []string, cwd string) func(top string) bool {
+	if plan.Filesystem.LandlockDegrade {
+		return func(string) bool { return true }
+	}
+	paths := append(slices.Clone(writes), cwd)
+	for _, h := range plan.Filesystem.Hidden {
+		if h = filepath.Clean(h); strings.Count(h, "/") > 1 {
+			paths = append(paths, h) // a hidden top-level directory itself is a bind of an empty one
+		}
+	}
+	for _, sh := range plan.Filesystem.Shares {
+		paths = append(paths, sh.Sandbox)
+	}
+	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+		if _, err := os.Stat(f); err != nil {
+			paths = append(paths, f)
+			if target, err := os.Readlink(f); err == nil {
+				paths = append(paths, filepath.Join(filepath.Dir(f), target))
+			}
+		}
+	}
+	return func(top string) bool {
+		return slices.ContainsFunc(paths, func(p string) bool { return within(p, top) || within(top, p) })
+	}
+}
+
 // topEntry prepares one entry of the host's /.
-func (r *rootfs) topEntry(e os.DirEntry, locked map[string]bool) error {
+func (r *rootfs) topEntry(e os.DirEntry, locked map[string]bool, layered bool) error {
 	name := e.Name()
 	dst := filepath.Join(r.root.merged, name)
 	switch {
@@ -178,7 +218,7 @@ func (r *rootfs) topEntry(e os.DirEntry, locked map[string]bool) error {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return err
 	}
-	layer := topLayer{name: name, overlay: !locked[name]}
+	layer := topLayer{name: name, overlay: !locked[name] && layered, layered: layered}
 	if layer.overlay {
 		if err := r.layerDirs(name); err != nil {
 			return err
@@ -239,6 +279,11 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 	var ms []specs.Mount
 	for _, l := range r.top {
 		dst, src := "/"+l.name, "/"+l.name
+		if l.hidden && !l.layered {
+			ms = append(ms, specs.Mount{Destination: dst, Type: "bind", Source: r.empty(),
+				Options: []string{"bind", "ro", "nosuid", "nodev"}})
+			continue
+		}
 		if l.hidden {
 			src = r.empty()
 		} else if !l.overlay {
@@ -260,7 +305,7 @@ func (r *rootfs) rootlessOverlays() []*overlay {
 	out := []*overlay{{At: "/", Upper: r.root.merged}}
 	for _, l := range r.top {
 		switch {
-		case l.hidden:
+		case l.hidden && l.layered:
 			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: r.empty()})
 		case l.overlay:
 			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: "/" + l.name})

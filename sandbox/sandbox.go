@@ -185,7 +185,7 @@ func (s *Sandbox) buildFiles() error {
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
 	if Rootless() {
 		s.Notes = append(s.Notes, s.rootlessNotes()...)
-		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd)
+		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd))
 	}
 	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
 	idmap := s.cwdIDMap(give)
