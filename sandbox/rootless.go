@@ -61,6 +61,12 @@ type topLayer struct {
 	layered bool   // gets a writable layer (layeredTops)
 }
 
+// rootlessOverlayOpts are the options of a rootless sandbox's overlays besides their dirs: xattrs in
+// user.overlay.* (trusted.* is root's), and volatile: nothing on a layer is ever recovered, so the
+// overlay never syncs its upper (on the caller's disk, say ~/.local/state) and tearing the sandbox's
+// mount namespace down is about a millisecond faster (measured: kill 1.8 against 0.7 ms).
+const rootlessOverlayOpts = "userxattr,volatile"
+
 // kernelDirs are mounted by libcontainer itself.
 var kernelDirs = []string{"proc", "sys", "dev"}
 
@@ -117,7 +123,7 @@ func (r *rootfs) cwdRootless(cwd string, locked map[string]bool) error {
 			return err
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", cwd, r.cwd.Upper, r.cwd.work)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,"+rootlessOverlayOpts, cwd, r.cwd.Upper, r.cwd.work)
 	r.hideMounts = append(r.hideMounts, specs.Mount{Destination: cwd, Type: "overlay", Source: "overlay",
 		Options: []string{"nosuid", "nodev", opts}})
 	return sameMode(r.cwd.Upper, cwd)
@@ -291,7 +297,7 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 			continue
 		}
-		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", src,
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,"+rootlessOverlayOpts, src,
 			filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name))
 		ms = append(ms, specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
 			Options: []string{"nosuid", "nodev", opts}})
