@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/safefs"
+	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
@@ -328,7 +329,7 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 
 // spec is the sandbox's OCI spec: the plan, the overlays, the network and sbx's binaries.
 func (s *Sandbox) spec() (*specs.Spec, error) {
-	self, err := os.Executable()
+	self, err := selfexe.Path()
 	if err != nil {
 		return nil, fmt.Errorf("finding the sbx binary: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/mcpserver"
 )
 
@@ -82,6 +83,8 @@ func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
 	if err := checkPrivileges("sbx mcp"); err != nil {
 		return err
 	}
+	// The server builds a sandbox per call: sealed once here, its binary need not be sealed for each.
+	selfexe.Seal()
 	if f.http != "" {
 		if err := checkLoopback(f.http, f.anyAddr); err != nil {
 			return err

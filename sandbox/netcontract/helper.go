@@ -11,6 +11,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/selfexe"
 )
 
 // helper is the process that makes the sockets of a rootless sandbox inside its namespaces (see
@@ -28,7 +30,7 @@ const helperFD = 3
 // nsenter (util-linux) enters both before anything else runs in the new process: a Go program cannot
 // enter a user namespace once its runtime has started threads.
 func startHelper(initPid int) (*helper, error) {
-	self, err := os.Executable()
+	self, err := selfexe.Path()
 	if err != nil {
 		return nil, fmt.Errorf("finding sbx's binary: %w", err)
 	}
