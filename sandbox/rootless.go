@@ -102,20 +102,33 @@ func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top str
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
-	return r.cwdRootless(cwd, locked)
+	return r.cwdRootless(cwd, hidden)
 }
 
 // cwdRootless gives the working directory an overlay of its own when its top-level directory has none
-// (a read-only bind, or hidden): the command works in it as in the caller's, its writes stay in the
-// sandbox.
-func (r *rootfs) cwdRootless(cwd string, locked map[string]bool) error {
+// (a read-only bind, or hidden), or when it lies below a hidden directory (an opaque one in its layer):
+// the command works in it as in the caller's, its writes stay in the sandbox. Its mount point is made in
+// the layer above it with the host's modes, so that the way down looks as on the host. A working
+// directory that is a hidden directory itself stays hidden, as with root.
+func (r *rootfs) cwdRootless(cwd string, hidden []string) error {
 	name := strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
 	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
-	if cwd == "/" || i < 0 || (r.top[i].overlay && !r.top[i].hidden) {
+	if cwd == "/" || i < 0 || slices.ContainsFunc(hidden, func(h string) bool { return filepath.Clean(h) == cwd }) {
+		return nil
+	}
+	if r.top[i].overlay && !r.top[i].hidden && !belowHidden(hidden, cwd) {
 		return nil
 	}
 	if below, err := mountsBelow(cwd); err != nil || below {
 		return fmt.Errorf("%w: the working directory %s has mounts below it, which a user namespace locks (%v)", ErrRootless, cwd, err)
+	}
+	if r.top[i].layered && (r.top[i].overlay || r.top[i].hidden) {
+		if err := copyParents(r.root.Upper, cwd); err != nil {
+			return err
+		}
+		if err := mkdirLike(filepath.Join(r.root.Upper, cwd), cwd); err != nil {
+			return err
+		}
 	}
 	r.cwd = &overlay{At: cwd, Lower: cwd, Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd")}
 	for _, d := range []string{r.cwd.Upper, r.cwd.work} {
@@ -148,15 +161,19 @@ func (r *rootfs) hideRootless(path, cwd string) error {
 	path = filepath.Clean(path)
 	name := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
 	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
-	if i >= 0 && r.top[i].overlay && (path != "/"+name || within(cwd, path)) {
-		return r.hide(path, cwd, nil, false) // rootless: the working directory shows through this overlay
-	}
 	if i >= 0 && path == "/"+name {
+		// The root of an overlay cannot be opaque: a hidden top-level directory is an overlay of an
+		// empty one (or, where nothing may write, a read-only bind of it).
 		r.top[i].hidden = true
 		if !r.top[i].layered {
-			return nil // nothing may write here: a read-only bind of an empty directory
+			return nil
 		}
 		return r.layerDirs(name)
+	}
+	if i >= 0 && r.top[i].overlay {
+		// An opaque directory in the top-level directory's layer, in O(1) however many entries it
+		// hides; a working directory below it gets an overlay of its own (cwdRootless).
+		return r.hide(path, cwd, nil, true)
 	}
 	st, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) || i < 0 {
