@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -41,12 +42,20 @@ type Pool struct {
 	key      string
 	plan     *policy.Plan
 	cwd      string
-	idle     []*sandbox.Sandbox
+	idle     []ready
 	dead     []*sandbox.Sandbox // served their run, waiting for a background teardown
 	tearing  int                // background teardowns in progress (at most maxTeardowns)
 	building int
 	failed   bool // the last build failed: no refill until a run asks again
 	closed   bool
+}
+
+// ready is a sandbox built for the pool, with the snapshot of its writable layers that a run's file
+// changes are counted from: taken once it is built (nothing writes there until its command starts), so
+// that a run need not.
+type ready struct {
+	sb     *sandbox.Sandbox
+	before []*observe.FileChanges // nil: the run takes it
 }
 
 // maxTeardowns bounds the teardowns that run at once in the background; maxDead bounds the used
@@ -80,10 +89,11 @@ func (p *Pool) Warm(plan *policy.Plan, cwd string) {
 // Run carries out one run like Run, in a pooled sandbox when the pool holds one for the run's plan and
 // working directory, else cold.
 func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
-	sb := p.claim(o)
-	if sb == nil {
+	r, ok := p.claim(o)
+	if !ok {
 		return Run(ctx, o)
 	}
+	sb := r.sb
 	if err := sb.Use(sandbox.Command{Args: o.Args, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}, o.Plan); err != nil {
 		// Never used: ended like a used one. A stale one (the host changed below a hidden path since
 		// it was built) gives way to a cold run, which hides what is there now.
@@ -96,31 +106,31 @@ func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
 		return nil, err
 	}
 	use := func() (*sandbox.Sandbox, error) { return sb, nil }
-	return runWith(ctx, o, use, p.finish)
+	return runWith(ctx, o, use, r.before, p.finish)
 }
 
-// claim takes a sandbox built for o's plan and working directory, nil when there is none. Either way the
-// pool then warms for o.
-func (p *Pool) claim(o Options) *sandbox.Sandbox {
+// claim takes a sandbox built for o's plan and working directory, false when there is none. Either way
+// the pool then warms for o.
+func (p *Pool) claim(o Options) (ready, bool) {
 	if p.size == 0 || o.Terminal || o.OnConsole != nil || (len(o.Args) > 0 && o.Args[0] == sandbox.SelfCommand("")[0]) {
-		return nil
+		return ready{}, false
 	}
 	key := poolKey(o.Plan, o.Cwd)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || key == "" {
-		return nil
+		return ready{}, false
 	}
 	p.retarget(key, o.Plan, o.Cwd)
 	p.failed = false
 	if len(p.idle) == 0 {
 		p.fill()
-		return nil
+		return ready{}, false
 	}
-	sb := p.idle[0]
+	r := p.idle[0]
 	p.idle = p.idle[1:]
 	p.served.Add(1)
-	return sb // the pool refills once the run is over (finish), not while it runs
+	return r, true // the pool refills once the run is over (finish), not while it runs
 }
 
 // retarget switches the pool to key, destroying what it keeps for another. Called with mu held.
@@ -128,8 +138,8 @@ func (p *Pool) retarget(key string, plan *policy.Plan, cwd string) {
 	if key == p.key {
 		return
 	}
-	for _, sb := range p.idle {
-		p.background(sb)
+	for _, r := range p.idle {
+		p.background(r.sb)
 	}
 	p.key, p.plan, p.cwd, p.idle, p.failed = key, plan, cwd, nil, false
 	p.fill()
@@ -154,6 +164,10 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 	defer p.wg.Done()
 	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true,
 		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true}}) // a cwd a link leads to fails here; its run starts cold
+	var before []*observe.FileChanges
+	if err == nil {
+		before, _ = layersBefore(sb) // on an error the run takes the snapshot, and reports why it failed
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.building--
@@ -164,7 +178,7 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 	case p.closed || key != p.key:
 		p.background(sb)
 	default:
-		p.idle = append(p.idle, sb)
+		p.idle = append(p.idle, ready{sb, before})
 		p.fill()
 	}
 }
@@ -239,8 +253,8 @@ func (p *Pool) Close() error {
 	idle := p.idle
 	p.idle = nil
 	p.mu.Unlock()
-	for _, sb := range idle {
-		if err := sb.Destroy(); err != nil {
+	for _, r := range idle {
+		if err := r.sb.Destroy(); err != nil {
 			errs = append(errs, err)
 		}
 	}

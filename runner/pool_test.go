@@ -82,6 +82,12 @@ except OSError as e: print("refused", e)`
 	if !slices.ContainsFunc(rep.Processes.Execs, func(e report.Exec) bool { return strings.HasSuffix(e.Exe, "/sleep") }) {
 		t.Errorf("the exec stream of a pooled run missed the command's sleep: %+v", rep.Processes.Execs)
 	}
+	// The layers' snapshot was taken when the sandbox was built: the run's own files, nothing of sbx's.
+	if want := []string{filepath.Join(cwd, "mine"), "/tmp/left"}; !slices.Equal(slices.Sorted(slices.Values(rep.Files.Created)), slices.Sorted(slices.Values(want))) ||
+		len(rep.Files.Modified)+len(rep.Files.Deleted) != 0 {
+		t.Errorf("run N's file changes: created %v, modified %v, deleted %v; want created %v and nothing else",
+			rep.Files.Created, rep.Files.Modified, rep.Files.Deleted, want)
+	}
 	if len(rep.Network.DNS) == 0 || len(rep.Network.Denied) == 0 || len(rep.Processes.LeftRunning) == 0 || len(rep.Sockets.Listening) == 0 {
 		t.Fatalf("run N left no trace to look for: dns %v, denied %v, left running %v, listening %v",
 			rep.Network.DNS, rep.Network.Denied, rep.Processes.LeftRunning, rep.Sockets.Listening)
@@ -95,6 +101,9 @@ except OSError as e: print("refused", e)`
 	}
 	if want := "reopened\n.sbx-init\n0\nrefused"; !strings.HasPrefix(out, want) {
 		t.Errorf("run N+1 saw %q, want its stdout reopenable, only its own init, no listener on 8765 (223D), no file and the learned address refused (%q)", out, want)
+	}
+	if n := len(rep.Files.Created) + len(rep.Files.Modified) + len(rep.Files.Deleted); n != 0 {
+		t.Errorf("run N+1 changed no file, its report says %+v", rep.Files)
 	}
 	if len(rep.Network.DNS) != 0 || len(rep.Network.Denied) != 1 || len(rep.Processes.LeftRunning) != 0 {
 		t.Errorf("run N+1's report carries run N's: dns %v, denied %v (want only its own), left running %v",

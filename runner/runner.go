@@ -78,12 +78,13 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 			CwdNoLinks: o.CwdNoLinks,
 		}})
 	}
-	return runWith(ctx, o, create, (*sandbox.Sandbox).Destroy)
+	return runWith(ctx, o, create, nil, (*sandbox.Sandbox).Destroy)
 }
 
 // runWith is Run with the sandbox from create (built now, or taken from a warm pool) and handed to
 // finish at the end (Destroy, or a pool's teardown).
-func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, error), finish func(*sandbox.Sandbox) error) (*report.Report, error) {
+func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, error), before []*observe.FileChanges,
+	finish func(*sandbox.Sandbox) error) (*report.Report, error) {
 	t0 := time.Now()
 	rep := report.New(o.Plan.Profile, o.Args)
 	changesDir, err := openChangesDir(o.Changes, o.Plan.Filesystem.Shares)
@@ -122,7 +123,8 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 	}
 	rep.Notes = append(rep.Notes, sb.Notes...)
 	rep.Limits.Enforced = enforced(sb, o)
-	r := &run{ctx: ctx, opts: o, sb: sb, rep: rep, events: events, changesDir: changesDir, denials: c.denials}
+	r := &run{ctx: ctx, opts: o, sb: sb, rep: rep, events: events, changesDir: changesDir, denials: c.denials,
+		filesBefore: before}
 	err = r.execute(ctx, t0)
 	if !r.ran {
 		// End the collectors; the report is not used.
@@ -149,15 +151,31 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 }
 
 // collectors are what observes a run from outside while it runs.
+// layersBefore snapshots the sandbox's writable layers before its command starts.
+func layersBefore(sb *sandbox.Sandbox) ([]*observe.FileChanges, error) {
+	out := []*observe.FileChanges{}
+	for _, l := range sb.Layers() {
+		before, err := observe.Changes(l.Upper, l.Lower)
+		if err != nil {
+			return nil, fmt.Errorf("reading the writable layer: %w", err)
+		}
+		out = append(out, before)
+	}
+	return out, nil
+}
+
 type collectors struct {
 	events    *observe.Events // nil when eventsErr says why
 	eventsErr error
 	denials   *observe.DenialsCollector
 }
 
+// startCollectors starts both at once: a pooled run waits for them.
 func startCollectors() collectors {
+	denials := make(chan *observe.DenialsCollector, 1)
+	go func() { denials <- observe.StartDenials() }()
 	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
-	return collectors{events: events, eventsErr: err, denials: observe.StartDenials()}
+	return collectors{events: events, eventsErr: err, denials: <-denials}
 }
 
 // enforced says how each limit of the run is held: the sandbox's limits, and the timeout by sbx.
@@ -189,13 +207,11 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	// snapshots leave out, so everything the after-snapshot finds is the command's doing.
 	var err error
 	// sbx's own whiteouts and opaque directories are in the upper layer already: only what changes
-	// from here on is the command's.
-	for _, l := range r.sb.Layers() {
-		before, err := observe.Changes(l.Upper, l.Lower)
-		if err != nil {
-			return fmt.Errorf("reading the writable layer: %w", err)
+	// from here on is the command's. A pooled sandbox comes with this snapshot taken.
+	if r.filesBefore == nil {
+		if r.filesBefore, err = layersBefore(r.sb); err != nil {
+			return err
 		}
-		r.filesBefore = append(r.filesBefore, before)
 	}
 	t1 := time.Now()
 	r.rep.Timings.Setup = ms(t1.Sub(t0))
