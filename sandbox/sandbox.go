@@ -539,13 +539,58 @@ func (s *Sandbox) Start() (*Running, error) {
 	if st.Pid == 0 {
 		return &Running{sb: s, code: st.Code, pidfd: -1}, nil
 	}
-	r := &Running{Pid: s.hostPid(st.Pid), sb: s, started: true, pidfd: -1}
-	if r.Pid > 0 {
+	r := &Running{sb: s, started: true, pidfd: -1}
+	if fd, pid := s.commandPidfd(st.PidFD); fd >= 0 {
+		r.Pid, r.pidfd, s.pidfd = pid, fd, fd // closed by Destroy, not Wait: Signal may race with Wait
+		return r, nil
+	}
+	if r.Pid = s.hostPid(st.Pid); r.Pid > 0 {
 		if fd, err := unix.PidfdOpen(r.Pid, 0); err == nil {
-			r.pidfd, s.pidfd = fd, fd // closed by Destroy, not Wait: Signal may race with Wait
+			r.pidfd, s.pidfd = fd, fd
 		}
 	}
 	return r, nil
+}
+
+// commandPidfd copies the command's pidfd from the supervisor (its fd there is n) and reads the
+// command's host pid from the copy; -1 when there is none, or the command is gone already (reaped: its
+// pid may be reused, so the copy is of no use).
+func (s *Sandbox) commandPidfd(n int) (fd, pid int) {
+	if n < 0 {
+		return -1, 0
+	}
+	init, err := unix.PidfdOpen(s.initPid, 0)
+	if err != nil {
+		return -1, 0
+	}
+	defer unix.Close(init)
+	fd, err = unix.PidfdGetfd(init, n, 0)
+	if err != nil {
+		return -1, 0
+	}
+	unix.CloseOnExec(fd)
+	if pid = pidfdPid(fd); pid <= 0 {
+		unix.Close(fd)
+		return -1, 0
+	}
+	return fd, pid
+}
+
+// pidfdPid is the pid, in sbx's pid namespace, of the process a pidfd refers to (the "Pid:" line of its
+// fdinfo); -1 once that process was reaped, 0 when unknown.
+func pidfdPid(fd int) int {
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				return pid
+			}
+		}
+	}
+	return 0
 }
 
 // hostPid maps a pid of the sandbox's pid namespace to the host's.

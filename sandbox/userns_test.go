@@ -3,11 +3,14 @@ package sandbox
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/policy"
@@ -102,5 +105,24 @@ func TestShareBelowHidden(t *testing.T) {
 	code, out, stderr := runPlan(t, plan, t.TempDir(), "cat", filepath.Join(dir, "f"))
 	if code != 0 || out != "shared\n" {
 		t.Errorf("status %d, stdout %q, stderr %q; want the shared file", code, out, stderr)
+	}
+}
+
+// TestPidfdPid: the pid a pidfd's fdinfo names, and -1 once its process was reaped (its pid may then be
+// reused: Start falls back to a search rather than trust it).
+func TestPidfdPid(t *testing.T) {
+	cmd := exec.Command("true")
+	pidfd := -1
+	cmd.SysProcAttr = &syscall.SysProcAttr{PidFD: &pidfd}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	if got := pidfdPid(pidfd); got != cmd.Process.Pid {
+		t.Errorf("pidfdPid of a started child = %d, want %d", got, cmd.Process.Pid)
+	}
+	cmd.Wait()
+	if got := pidfdPid(pidfd); got != -1 {
+		t.Errorf("pidfdPid of a reaped child = %d, want -1", got)
 	}
 }

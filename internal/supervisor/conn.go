@@ -22,12 +22,14 @@ import (
 //	  |                                                  |   restricted by it, then waits
 //	  |-- go ------------------------------------------->|
 //	  |-- {Config as JSON} ----------------------------->| starts the command from that thread
-//	  |<------------------------------- pid PID DIAGFD --| started (PID inside the sandbox)
-//	  |<------------------------------ fail CODE DIAGFD -|   or not (reason on the command's stderr)
+//	  |<------------------------ pid PID DIAGFD PIDFD --| started (PID inside the sandbox)
+//	  |<------------------------- fail CODE DIAGFD -1 --|   or not (reason on the command's stderr)
 //	  |                                                  | reaps every orphan
 //	  |<---------------------------- exit WAITSTATUS ----| the command ended
 //
-// DIAGFD is the fd of the supervisor's sock_diag socket in its own process, -1 for none. sbx signals the
+// DIAGFD is the fd of the supervisor's sock_diag socket in its own process, -1 for none; PIDFD the fd of
+// the command's pidfd there, -1 for none (sbx copies it with pidfd_getfd: its host pid, from the copy's
+// fdinfo, without a search of the sandbox's processes). sbx signals the
 // command itself, from outside, through a pidfd: nothing else crosses the socket.
 
 // Messages of the control protocol.
@@ -37,7 +39,7 @@ const (
 	msgPid    = "pid"
 	msgFail   = "fail"
 	msgExit   = "exit"
-	msgFormat = "%s %d %d\n" // pid and fail
+	msgFormat = "%s %d %d %d\n" // pid and fail
 )
 
 // ErrProtocol is matched (errors.Is) by a message the other side should not have sent.
@@ -49,6 +51,7 @@ type Started struct {
 	Pid    int // inside the sandbox's pid namespace; 0 when the command could not be started
 	Code   int // 125, 126 or 127 when Pid is 0
 	DiagFD int // the supervisor's sock_diag socket, in its own process; -1 for none
+	PidFD  int // the command's pidfd, in the supervisor's process; -1 for none
 }
 
 // Conn is one end of the control socket.
@@ -102,9 +105,9 @@ func (c *Conn) readJSON(msg string) ([]byte, error) {
 // SendStarted answers go (the supervisor's side).
 func (c *Conn) SendStarted(s Started) error {
 	if s.Pid == 0 {
-		return c.write(fmt.Sprintf(msgFormat, msgFail, s.Code, s.DiagFD))
+		return c.write(fmt.Sprintf(msgFormat, msgFail, s.Code, s.DiagFD, -1))
 	}
-	return c.write(fmt.Sprintf(msgFormat, msgPid, s.Pid, s.DiagFD))
+	return c.write(fmt.Sprintf(msgFormat, msgPid, s.Pid, s.DiagFD, s.PidFD))
 }
 
 // ReadStarted waits for the answer to go (sbx's side).
@@ -113,13 +116,13 @@ func (c *Conn) ReadStarted() (Started, error) {
 	if err != nil {
 		return Started{}, err
 	}
-	var s Started
+	s := Started{PidFD: -1}
 	var n int
-	if _, err := fmt.Sscanf(line, msgFail+" %d %d", &n, &s.DiagFD); err == nil {
+	if _, err := fmt.Sscanf(line, msgFail+" %d %d %d", &n, &s.DiagFD, &s.PidFD); err == nil {
 		s.Code = n
 		return s, nil
 	}
-	if _, err := fmt.Sscanf(line, msgPid+" %d %d", &n, &s.DiagFD); err != nil {
+	if _, err := fmt.Sscanf(line, msgPid+" %d %d %d", &n, &s.DiagFD, &s.PidFD); err != nil {
 		return Started{}, fmt.Errorf("%w: %q", ErrProtocol, line)
 	}
 	s.Pid = n

@@ -28,9 +28,9 @@ func TestConnRun(t *testing.T) {
 		started Started
 		ws      unix.WaitStatus
 	}{
-		{"started, exit 3", Started{Pid: 2, DiagFD: 7}, unix.WaitStatus(3 << 8)},
-		{"started, killed", Started{Pid: 9, DiagFD: -1}, unix.WaitStatus(unix.SIGKILL)},
-		{"not found", Started{Code: ExitNotFound, DiagFD: 5}, 0},
+		{"started, exit 3", Started{Pid: 2, DiagFD: 7, PidFD: 9}, unix.WaitStatus(3 << 8)},
+		{"started, killed", Started{Pid: 9, DiagFD: -1, PidFD: -1}, unix.WaitStatus(unix.SIGKILL)},
+		{"not found", Started{Code: ExitNotFound, DiagFD: 5, PidFD: -1}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sbx, sup := pair(t)

@@ -105,8 +105,8 @@ func Main() int {
 	if err != nil {
 		diag = -1
 	}
-	pid, code := startCommand(cfg, st)
-	ctl.SendStarted(Started{Pid: pid, Code: code, DiagFD: diag})
+	pid, pidfd, code := startCommand(cfg, st)
+	ctl.SendStarted(Started{Pid: pid, Code: code, DiagFD: diag, PidFD: pidfd})
 	detachStdio()
 	reap(children, func(p int, ws unix.WaitStatus) {
 		if p == pid {
@@ -116,12 +116,13 @@ func Main() int {
 	return 0
 }
 
-// startCommand resolves, restricts and starts the command. It returns its pid, or 0 and the status a
-// shell would give when it could not be started (the reason is printed on stderr).
-func startCommand(raw []byte, st *starter) (int, int) {
+// startCommand resolves, restricts and starts the command. It returns its pid and a pidfd of it (kept
+// open for sbx to copy; -1 when the kernel gives none), or 0, -1 and the status a shell would give when
+// it could not be started (the reason is printed on stderr).
+func startCommand(raw []byte, st *starter) (pid, pidfd, code int) {
 	var cfg Config
 	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
-		return 0, failure(ExitSetup, fmt.Sprintf("supervisor: bad configuration: %v", err), "")
+		return 0, -1, failure(ExitSetup, fmt.Sprintf("supervisor: bad configuration: %v", err), "")
 	}
 	if cfg.StdioFDs {
 		stdio = []*os.File{os.NewFile(stdioFD, "stdin"), os.NewFile(stdioFD+1, "stdout"), os.NewFile(stdioFD+2, "stderr")}
@@ -139,7 +140,7 @@ func startCommand(raw []byte, st *starter) (int, int) {
 	}
 	path, code, err := resolveCommand(args[0])
 	if err != nil {
-		return 0, failure(code, err.Error(), commandHint(code, args[0]))
+		return 0, -1, failure(code, err.Error(), commandHint(code, args[0]))
 	}
 	// Under memory pressure the OOM killer should pick the command's processes, not pid 1 (whose binary
 	// makes it look big): raise the score the command inherits, and come back down after the fork, which
@@ -147,12 +148,13 @@ func startCommand(raw []byte, st *starter) (int, int) {
 	setOOMScoreAdj("1000")
 	defer setOOMScoreAdj("0")
 	if st.fatal != nil {
-		return 0, failure(ExitSetup, st.fatal.Error(), landlockHint)
+		return 0, -1, failure(ExitSetup, st.fatal.Error(), landlockHint)
 	}
 	if st.warning != "" {
 		fmt.Fprintf(stdio[2], "sbx: warning: %s\n", st.warning)
 	}
-	attr := &os.ProcAttr{Env: env, Files: stdio, Sys: &syscall.SysProcAttr{}}
+	pidfd = -1
+	attr := &os.ProcAttr{Env: env, Files: stdio, Sys: &syscall.SysProcAttr{PidFD: &pidfd}}
 	if cfg.Terminal {
 		// Its own process group in the terminal's foreground, so that job control and Ctrl-C reach it.
 		attr.Sys.Setpgid, attr.Sys.Foreground, attr.Sys.Ctty = true, true, 0
@@ -167,9 +169,9 @@ func startCommand(raw []byte, st *starter) (int, int) {
 		if errors.Is(err, unix.ENOENT) {
 			code = ExitNotFound
 		}
-		return 0, failure(code, fmt.Sprintf("cannot execute %s: %v", args[0], errors.Unwrap(err)), commandHint(code, args[0]))
+		return 0, -1, failure(code, fmt.Sprintf("cannot execute %s: %v", args[0], errors.Unwrap(err)), commandHint(code, args[0]))
 	}
-	return p.Pid, 0
+	return p.Pid, pidfd, 0
 }
 
 // detachStdio points the supervisor's own stdio at /dev/null, so that a pipe the caller reads reaches
