@@ -324,13 +324,15 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 
 // readOnlyTop is the mount of a top-level directory nothing may write below: an overlay without an
 // upper layer (the host's directory over an empty one), or a read-only recursive bind when mounts lie
-// below it (a user namespace locks them, and overlay refuses such a lower layer). Not a bind where it
+// below it (a user namespace locks them, and overlay refuses such a lower layer), read-only all the
+// way down (rro: ro alone would leave the mounts below writable, and Landlock does not stop chmod,
+// utimes or setxattr on the caller's files there). Not a bind where it
 // can be helped: a bind shows the host's own inodes, and through them the command could connect to
 // the host's unix sockets and open its FIFOs (neither is a write, so Landlock and a read-only mount let
 // both through); an overlay gives them inodes of its own, which lead to no host socket or pipe.
 func readOnlyTop(dst string, locked bool, empty string) specs.Mount {
 	if locked {
-		return specs.Mount{Destination: dst, Type: "bind", Source: dst, Options: []string{"rbind", "ro", "nosuid", "nodev"}}
+		return specs.Mount{Destination: dst, Type: "bind", Source: dst, Options: []string{"rbind", "ro", "rro", "nosuid", "nodev", "rnosuid", "rnodev"}}
 	}
 	return specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
 		Options: []string{"ro", "nosuid", "nodev", fmt.Sprintf("lowerdir=%s:%s,userxattr", dst, empty)}}
