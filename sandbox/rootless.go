@@ -210,6 +210,13 @@ func layeredTops(plan *policy.Plan, writes []string, cwd string) func(top string
 	for _, sh := range plan.Filesystem.Shares {
 		paths = append(paths, sh.Sandbox)
 	}
+	// A path that crosses a symlink lies where the link leads, too: the sandbox's Landlock rule and
+	// its writes land there.
+	for _, p := range slices.Clone(paths) {
+		if real := resolveExisting(p); real != p {
+			paths = append(paths, real)
+		}
+	}
 	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
 		if _, err := os.Stat(f); err != nil {
 			paths = append(paths, f)
@@ -221,6 +228,17 @@ func layeredTops(plan *policy.Plan, writes []string, cwd string) func(top string
 	return func(top string) bool {
 		return slices.ContainsFunc(paths, func(p string) bool { return within(p, top) || within(top, p) })
 	}
+}
+
+// resolveExisting is path with the symlinks of its longest existing prefix resolved (on the host,
+// whose links the sandbox's read-only tree shows as they are); path itself when nothing resolves.
+func resolveExisting(path string) string {
+	for dir, rest := filepath.Clean(path), ""; dir != "/" && dir != "."; dir, rest = filepath.Dir(dir), filepath.Join(filepath.Base(dir), rest) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+	}
+	return path
 }
 
 // topEntry prepares one entry of the host's /.
