@@ -56,7 +56,8 @@ func rootlessIDMap() IDMap {
 // topLayer is one top-level entry of the host's / in a rootless sandbox.
 type topLayer struct {
 	name    string // "usr"
-	overlay bool   // an overlay; else a read-only recursive bind
+	overlay bool   // a writable overlay; else read-only: an overlay without upper, or a recursive bind
+	locked  bool   // mounts lie below it: a read-only recursive bind, not an overlay
 	hidden  bool   // of an empty directory instead (the root of an overlay cannot be opaque)
 	layered bool   // gets a writable layer (layeredTops)
 }
@@ -75,8 +76,8 @@ var kernelDirs = []string{"proc", "sys", "dev"}
 // the uppers.
 //
 // A top-level directory gets an overlay only when something in the sandbox may write below it
-// (layered): with Landlock enforced, the command can write nowhere else, and a read-only recursive bind
-// costs a fraction of an overlay's mount and removal.
+// (layered): with Landlock enforced, the command can write nowhere else, and a read-only overlay (no
+// upper, no work dir) costs a fraction of a writable one's mount and removal.
 func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top string) bool) error {
 	for _, d := range []string{r.root.merged, r.root.Upper, r.root.work, r.empty()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -194,8 +195,8 @@ func (r *rootfs) hideRootless(path, cwd string) error {
 // sandbox: those that a write path, the working directory or a share lies in or below, that hold a
 // hidden path (which reads as absent through a whiteout in the layer), or a mount point sbx needs and
 // the host lacks (libcontainer would create it). Every one does when Landlock may be left out (writes
-// then go wherever the file modes let them). The others are read-only binds: with Landlock, nothing
-// could write there anyway.
+// then go wherever the file modes let them). The others are read-only (readOnlyTop): with Landlock,
+// nothing could write there anyway.
 func layeredTops(plan *policy.Plan, writes []string, cwd string) func(top string) bool {
 	if plan.Filesystem.LandlockDegrade {
 		return func(string) bool { return true }
@@ -209,6 +210,13 @@ func layeredTops(plan *policy.Plan, writes []string, cwd string) func(top string
 	for _, sh := range plan.Filesystem.Shares {
 		paths = append(paths, sh.Sandbox)
 	}
+	// A path that crosses a symlink lies where the link leads, too: the sandbox's Landlock rule and
+	// its writes land there.
+	for _, p := range slices.Clone(paths) {
+		if real := resolveExisting(p); real != p {
+			paths = append(paths, real)
+		}
+	}
 	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
 		if _, err := os.Stat(f); err != nil {
 			paths = append(paths, f)
@@ -220,6 +228,17 @@ func layeredTops(plan *policy.Plan, writes []string, cwd string) func(top string
 	return func(top string) bool {
 		return slices.ContainsFunc(paths, func(p string) bool { return within(p, top) || within(top, p) })
 	}
+}
+
+// resolveExisting is path with the symlinks of its longest existing prefix resolved (on the host,
+// whose links the sandbox's read-only tree shows as they are); path itself when nothing resolves.
+func resolveExisting(path string) string {
+	for dir, rest := filepath.Clean(path), ""; dir != "/" && dir != "."; dir, rest = filepath.Dir(dir), filepath.Join(filepath.Base(dir), rest) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+	}
+	return path
 }
 
 // topEntry prepares one entry of the host's /.
@@ -241,7 +260,7 @@ func (r *rootfs) topEntry(e os.DirEntry, locked map[string]bool, layered bool) e
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return err
 	}
-	layer := topLayer{name: name, overlay: !locked[name] && layered, layered: layered}
+	layer := topLayer{name: name, overlay: !locked[name] && layered, locked: locked[name], layered: layered}
 	if layer.overlay {
 		if err := r.layerDirs(name); err != nil {
 			return err
@@ -310,8 +329,7 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 		if l.hidden {
 			src = r.empty()
 		} else if !l.overlay {
-			ms = append(ms, specs.Mount{Destination: dst, Type: "bind", Source: src,
-				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+			ms = append(ms, readOnlyTop(dst, l.locked, r.empty()))
 			continue
 		}
 		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,"+rootlessOverlayOpts, src,
@@ -320,6 +338,22 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 			Options: []string{"nosuid", "nodev", opts}})
 	}
 	return append(ms, r.hideMounts...)
+}
+
+// readOnlyTop is the mount of a top-level directory nothing may write below: an overlay without an
+// upper layer (the host's directory over an empty one), or a read-only recursive bind when mounts lie
+// below it (a user namespace locks them, and overlay refuses such a lower layer), read-only all the
+// way down (rro: ro alone would leave the mounts below writable, and Landlock does not stop chmod,
+// utimes or setxattr on the caller's files there). Not a bind where it
+// can be helped: a bind shows the host's own inodes, and through them the command could connect to
+// the host's unix sockets and open its FIFOs (neither is a write, so Landlock and a read-only mount let
+// both through); an overlay gives them inodes of its own, which lead to no host socket or pipe.
+func readOnlyTop(dst string, locked bool, empty string) specs.Mount {
+	if locked {
+		return specs.Mount{Destination: dst, Type: "bind", Source: dst, Options: []string{"rbind", "ro", "rro", "nosuid", "nodev", "rnosuid", "rnodev"}}
+	}
+	return specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
+		Options: []string{"ro", "nosuid", "nodev", fmt.Sprintf("lowerdir=%s:%s,userxattr", dst, empty)}}
 }
 
 // rootlessOverlays are the rootless sandbox's writable layers: the top-level overlays, and its / itself

@@ -93,9 +93,11 @@ func Spec(in SpecInput) *specs.Spec {
 		}
 	}
 	for _, sh := range in.Plan.Filesystem.Shares {
-		opts := []string{"rbind", "nosuid", "nodev", "ro"}
+		// rro, rnosuid, rnodev: the mounts below a share too (ro alone holds only for the share's
+		// own mount; below it, Landlock would still stop writes but not chmod, utimes or setxattr).
+		opts := []string{"rbind", "nosuid", "nodev", "ro", "rro", "rnosuid", "rnodev"}
 		if sh.Writable {
-			opts[3] = "rw"
+			opts = []string{"rbind", "nosuid", "nodev", "rw", "rnosuid", "rnodev"}
 		}
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: sh.Sandbox, Type: "bind", Source: sh.Host, Options: opts})
 	}
