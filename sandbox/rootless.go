@@ -171,13 +171,29 @@ func (r *rootfs) hideRootless(path, cwd string) error {
 		}
 		return r.layerDirs(name)
 	}
+	if i < 0 && path == "/"+name {
+		// A top-level symlink or file, copied into the sandbox's / by topEntry (a link would lead to
+		// what it hides): not there at all, as with root.
+		if err := os.Remove(filepath.Join(r.root.merged, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			r.hidSeen = append(r.hidSeen, hostSeen{path: path})
+		}
+		return nil
+	}
 	if i >= 0 && r.top[i].overlay {
 		// An opaque directory in the top-level directory's layer, in O(1) however many entries it
 		// hides; a working directory below it gets an overlay of its own (cwdRootless).
 		return r.hide(path, cwd, nil, true)
 	}
 	st, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) || i < 0 {
+	if errors.Is(err, os.ErrNotExist) {
+		// A warm pool's sandbox is stale once it appears (hiddenChanged).
+		r.hidSeen = append(r.hidSeen, hostSeen{path: path})
+		return nil
+	}
+	if i < 0 {
 		return nil
 	}
 	if err != nil {
