@@ -108,8 +108,9 @@ func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top str
 // cwdRootless gives the working directory an overlay of its own when its top-level directory has none
 // (a read-only bind, or hidden), or when it lies below a hidden directory (an opaque one in its layer):
 // the command works in it as in the caller's, its writes stay in the sandbox. Its mount point is made in
-// the layer above it with the host's modes, so that the way down looks as on the host. A working
-// directory that is a hidden directory itself stays hidden, as with root.
+// the layer above it with the host's modes, so that the way down looks as on the host; in a top-level
+// overlay, only the way down is made. A working directory that is a hidden directory itself stays
+// hidden, as with root.
 func (r *rootfs) cwdRootless(cwd string, hidden []string) error {
 	name := strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
 	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
@@ -117,7 +118,10 @@ func (r *rootfs) cwdRootless(cwd string, hidden []string) error {
 		return nil
 	}
 	if r.top[i].overlay && !r.top[i].hidden && !belowHidden(hidden, cwd) {
-		return nil
+		// The first write in the working directory copies its ancestors up into the layer, which a
+		// user namespace refuses (EOVERFLOW) for an ancestor owned by an unmapped uid (root's
+		// /srv/projects above the caller's /srv/projects/app): make the way down in the layer first.
+		return copyParents(r.root.Upper, cwd)
 	}
 	if below, err := mountsBelow(cwd); err != nil || below {
 		return fmt.Errorf("%w: the working directory %s has mounts below it, which a user namespace locks (%v)", ErrRootless, cwd, err)
