@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -137,15 +140,58 @@ const Hostname = "sbx"
 
 // hostsContent is the sandbox's /etc/hosts: loopback names and its own host name, as Docker writes
 // one, so that gethostbyname(gethostname()), hostname -f and Java's InetAddress.getLocalHost work. The
-// host's own file is not shown: its names (the host's name, its LAN) say nothing of the sandbox's
-// network, and in contract mode every other name resolves through the DNS filter, which records it.
-const hostsContent = "127.0.0.1\tlocalhost\n127.0.1.1\t" + Hostname + "\n" +
-	"::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+// host's own names are not shown: they (the host's name, its LAN) say nothing of the sandbox's network,
+// and in contract mode every other name resolves through the DNS filter, which records it. Only
+// whether localhost is also ::1 follows the host (localhost6): a server that listens on "localhost"
+// binds the first address, and a client that then dials 127.0.0.1 must find it as on the host.
+func hostsContent(localhost6 bool) string {
+	v6 := "::1\tip6-localhost ip6-loopback\n"
+	if localhost6 {
+		v6 = "::1\tlocalhost ip6-localhost ip6-loopback\n"
+	}
+	return "127.0.0.1\tlocalhost\n127.0.1.1\t" + Hostname + "\n" + v6 + "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+}
+
+// hostHostsPath is the host's hosts file, read (root's, never the command's) to tell whether localhost
+// is ::1 there too.
+const hostHostsPath = "/etc/hosts"
+
+// maxHostsFile bounds what sbx reads of the host's hosts file.
+const maxHostsFile = 1 << 20
+
+// localhost6 tells whether the hosts file data maps localhost to ::1. Without a readable file the
+// answer is the usual distributions' (and Docker's): yes.
+func localhost6(data []byte, err error) bool {
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if ip, perr := netip.ParseAddr(f[0]); perr == nil && ip == netip.IPv6Loopback() && slices.Contains(f[1:], "localhost") {
+			return true
+		}
+	}
+	return false
+}
+
+// readHostHosts reads at most maxHostsFile bytes of the host's hosts file.
+func readHostHosts() ([]byte, error) {
+	f, err := os.Open(hostHostsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxHostsFile))
+}
 
 // hostsFile writes the sandbox's /etc/hosts into dir and returns its path.
 func hostsFile(dir string) (string, error) {
 	p := filepath.Join(dir, "hosts")
-	if err := os.WriteFile(p, []byte(hostsContent), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(hostsContent(localhost6(readHostHosts()))), 0o644); err != nil {
 		return "", fmt.Errorf("writing the sandbox's /etc/hosts: %w", err)
 	}
 	return p, nil
