@@ -67,6 +67,9 @@ func Spec(in SpecInput) *specs.Spec {
 		// Group tty (5) is not mapped in the sandbox's user namespace: its terminals belong to the
 		// command's group, as in runc's rootless spec.
 		s.Mounts[i].Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "gid=5" })
+		if m.Destination == "/dev/shm" {
+			s.Mounts[i].Options = shmOptions(s.Mounts[i].Options, in.Plan.Limits.MemoryBytes)
+		}
 		if m.Type == "sysfs" && in.NetNS != "" && in.IDs != (IDMap{}) {
 			// sysfs mounts only in a network namespace of the sandbox's user namespace; a joined one
 			// (the contract's) belongs to the host's: bind the host's /sys read-only instead, as runc's
@@ -133,6 +136,17 @@ func Spec(in SpecInput) *specs.Spec {
 		s.Linux.Seccomp = notifySeccomp(s.Linux.Seccomp, in.Plan.Record, in.NotifyPath)
 	}
 	return s
+}
+
+// shmOptions sizes the sandbox's /dev/shm to its memory limit (the kernel's default, half the RAM, as
+// the host's, without one) instead of runc's 64 MiB: shared memory (multiprocessing, PyTorch's data
+// loaders, browsers) is memory, and its pages are charged to the sandbox's memory cgroup like the rest.
+func shmOptions(opts []string, memory int64) []string {
+	opts = slices.DeleteFunc(slices.Clone(opts), func(o string) bool { return strings.HasPrefix(o, "size=") })
+	if memory > 0 {
+		opts = append(opts, fmt.Sprintf("size=%d", memory))
+	}
+	return opts
 }
 
 // Hostname is the sandbox's host name (its UTS namespace's), which its /etc/hosts resolves.

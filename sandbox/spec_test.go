@@ -36,3 +36,25 @@ func TestLocalhost6(t *testing.T) {
 		})
 	}
 }
+
+// TestShmOptions checks that /dev/shm holds as much as the memory limit, or the kernel's default.
+func TestShmOptions(t *testing.T) {
+	base := []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}
+	for _, c := range []struct {
+		name   string
+		memory int64
+		want   string
+	}{
+		{"limit", 1 << 30, "nosuid,noexec,nodev,mode=1777,size=1073741824"},
+		{"no limit", 0, "nosuid,noexec,nodev,mode=1777"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := strings.Join(shmOptions(base, c.memory), ","); got != c.want {
+				t.Fatalf("shmOptions = %s, want %s", got, c.want)
+			}
+			if base[4] != "size=65536k" {
+				t.Fatal("shmOptions changed its input")
+			}
+		})
+	}
+}
