@@ -140,7 +140,7 @@ func (r *rootfs) cwdRootless(cwd string, hidden []string) error {
 			return err
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,"+rootlessOverlayOpts, cwd, r.cwd.Upper, r.cwd.work)
+	opts := overlayDirs(cwd, r.cwd.Upper, r.cwd.work) + "," + rootlessOverlayOpts
 	r.hideMounts = append(r.hideMounts, specs.Mount{Destination: cwd, Type: "overlay", Source: "overlay",
 		Options: []string{"nosuid", "nodev", opts}})
 	return sameMode(r.cwd.Upper, cwd)
@@ -318,8 +318,7 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 			continue
 		}
-		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,"+rootlessOverlayOpts, src,
-			filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name))
+		opts := overlayDirs(src, filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name)) + "," + rootlessOverlayOpts
 		ms = append(ms, specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
 			Options: []string{"nosuid", "nodev", opts}})
 	}
