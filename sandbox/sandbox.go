@@ -355,11 +355,32 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 		return nil, err
 	}
 	spec := Spec(in)
+	// The command creates files with the caller's umask, as on the host (runc's default is 022): a
+	// caller's 077 keeps what lands in a --rw share private.
+	spec.Process.User.Umask = callerUmask()
 	if Rootless() {
 		rootlessSpec(spec, s.rootfs.rootlessMounts())
 		spec.Process.Rlimits = append(spec.Process.Rlimits, s.rootlessRlimits()...)
 	}
 	return spec, nil
+}
+
+// callerUmask is sbx's own umask, read from /proc/self/status (umask(2) can only read it by changing
+// it, for every thread at once); nil, runc's default, when the kernel does not say.
+func callerUmask() *uint32 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				u := uint32(m)
+				return &u
+			}
+		}
+	}
+	return nil
 }
 
 // initProcess is the supervisor as libcontainer's init process, with the command's stdio and the
