@@ -23,8 +23,9 @@ const (
 	DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
-// BaseEnvPass are the variables every run passes from the caller (when set there).
-var BaseEnvPass = []string{"PATH", "LANG", "LC_*", "TERM"}
+// BaseEnvPass are the variables every run passes from the caller (when set there): where to find
+// programs, and how to show text and time (TZ, as LANG: a command's timestamps read as on the host).
+var BaseEnvPass = []string{"PATH", "LANG", "LC_*", "TZ", "TERM"}
 
 // Compile turns a resolved profile (from Load) into the Plan sandbox runs, after laying the overrides
 // over it. Hash is the sha256 of the profile with the overrides applied, as Marshal writes it.

@@ -78,11 +78,22 @@ func (o *overlay) mountOverlay() error {
 	}
 	// xino=auto gives every file one inode number in both layers' ranges, so that a directory's inode from
 	// readdir (scandir, find -inum) is the one stat shows, as on the host.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,volatile,metacopy=on,xino=auto", o.Lower, o.Upper, o.work)
+	opts := overlayDirs(o.Lower, o.Upper, o.work) + ",volatile,metacopy=on,xino=auto"
 	if err := unix.Mount("overlay", o.merged, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting the overlay of %s: %w", o.At, err)
 	}
 	return nil
+}
+
+// overlayEscaper escapes a path for overlayfs's mount data, which splits options at ',' and lower
+// layers at ':', with '\' escaping either.
+var overlayEscaper = strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`)
+
+// overlayDirs is overlayfs's lowerdir, upperdir and workdir options for these paths, escaped: a working
+// directory named "a,b" or "a:b" is a path like any other.
+func overlayDirs(lower, upper, work string) string {
+	e := overlayEscaper.Replace
+	return "lowerdir=" + e(lower) + ",upperdir=" + e(upper) + ",workdir=" + e(work)
 }
 
 // rootfs is what the sandbox sees as its files: the overlay of the host's root file system, and, when

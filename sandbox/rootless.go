@@ -109,8 +109,9 @@ func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top str
 // cwdRootless gives the working directory an overlay of its own when its top-level directory has none
 // (a read-only bind, or hidden), or when it lies below a hidden directory (an opaque one in its layer):
 // the command works in it as in the caller's, its writes stay in the sandbox. Its mount point is made in
-// the layer above it with the host's modes, so that the way down looks as on the host. A working
-// directory that is a hidden directory itself stays hidden, as with root.
+// the layer above it with the host's modes, so that the way down looks as on the host; in a top-level
+// overlay, only the way down is made. A working directory that is a hidden directory itself stays
+// hidden, as with root.
 func (r *rootfs) cwdRootless(cwd string, hidden []string) error {
 	name := strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
 	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
@@ -118,7 +119,10 @@ func (r *rootfs) cwdRootless(cwd string, hidden []string) error {
 		return nil
 	}
 	if r.top[i].overlay && !r.top[i].hidden && !belowHidden(hidden, cwd) {
-		return nil
+		// The first write in the working directory copies its ancestors up into the layer, which a
+		// user namespace refuses (EOVERFLOW) for an ancestor owned by an unmapped uid (root's
+		// /srv/projects above the caller's /srv/projects/app): make the way down in the layer first.
+		return copyParents(r.root.Upper, cwd)
 	}
 	if below, err := mountsBelow(cwd); err != nil || below {
 		return fmt.Errorf("%w: the working directory %s has mounts below it, which a user namespace locks (%v)", ErrRootless, cwd, err)
@@ -137,7 +141,7 @@ func (r *rootfs) cwdRootless(cwd string, hidden []string) error {
 			return err
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,"+rootlessOverlayOpts, cwd, r.cwd.Upper, r.cwd.work)
+	opts := overlayDirs(cwd, r.cwd.Upper, r.cwd.work) + "," + rootlessOverlayOpts
 	r.hideMounts = append(r.hideMounts, specs.Mount{Destination: cwd, Type: "overlay", Source: "overlay",
 		Options: []string{"nosuid", "nodev", opts}})
 	return sameMode(r.cwd.Upper, cwd)
@@ -348,8 +352,7 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 			ms = append(ms, readOnlyTop(dst, l.locked, r.empty()))
 			continue
 		}
-		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,"+rootlessOverlayOpts, src,
-			filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name))
+		opts := overlayDirs(src, filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name)) + "," + rootlessOverlayOpts
 		ms = append(ms, specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
 			Options: []string{"nosuid", "nodev", opts}})
 	}

@@ -355,11 +355,32 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 		return nil, err
 	}
 	spec := Spec(in)
+	// The command creates files with the caller's umask, as on the host (runc's default is 022): a
+	// caller's 077 keeps what lands in a --rw share private.
+	spec.Process.User.Umask = callerUmask()
 	if Rootless() {
 		rootlessSpec(spec, s.rootfs.rootlessMounts())
 		spec.Process.Rlimits = append(spec.Process.Rlimits, s.rootlessRlimits()...)
 	}
 	return spec, nil
+}
+
+// callerUmask is sbx's own umask, read from /proc/self/status (umask(2) can only read it by changing
+// it, for every thread at once); nil, runc's default, when the kernel does not say.
+func callerUmask() *uint32 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				u := uint32(m)
+				return &u
+			}
+		}
+	}
+	return nil
 }
 
 // initProcess is the supervisor as libcontainer's init process, with the command's stdio and the
@@ -411,8 +432,26 @@ func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
 // supervisorConfig is what the supervisor needs to start the command, sent over the control socket (no
 // size limit, unlike an environment variable or an argument).
 func (s *Sandbox) supervisorConfig() supervisor.Config {
+	env := s.cfg.Plan.Env
+	if s.rootfs != nil && s.rootfs.cwd != nil {
+		env = crossMountEnv(env)
+	}
 	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal,
-		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(s.cfg.Plan.Env), UID: s.ids.UID, GID: s.ids.GID}
+		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(env), UID: s.ids.UID, GID: s.ids.GID}
+}
+
+// gitAcrossMounts lets git look for a repository above the working directory across a mount point.
+const gitAcrossMounts = "GIT_DISCOVERY_ACROSS_FILESYSTEM"
+
+// crossMountEnv is env for a working directory that is a mount of its own (its overlay): git stops
+// looking for the repository at a mount point, so in a repository's subdirectory "git status" said
+// "not a git repository" where on the host it finds the repository above. A value the profile or the
+// caller gives is kept.
+func crossMountEnv(env []string) []string {
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, gitAcrossMounts+"=") }) {
+		return env
+	}
+	return append(slices.Clip(env), gitAcrossMounts+"=1")
 }
 
 // supervisorPrepare is what the supervisor prepares as soon as it runs: the command's Landlock ruleset.

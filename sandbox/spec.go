@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -64,6 +67,9 @@ func Spec(in SpecInput) *specs.Spec {
 		// Group tty (5) is not mapped in the sandbox's user namespace: its terminals belong to the
 		// command's group, as in runc's rootless spec.
 		s.Mounts[i].Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "gid=5" })
+		if m.Destination == "/dev/shm" {
+			s.Mounts[i].Options = shmOptions(s.Mounts[i].Options, in.Plan.Limits.MemoryBytes)
+		}
 		if m.Type == "sysfs" && in.NetNS != "" && in.IDs != (IDMap{}) {
 			// sysfs mounts only in a network namespace of the sandbox's user namespace; a joined one
 			// (the contract's) belongs to the host's: bind the host's /sys read-only instead, as runc's
@@ -134,20 +140,74 @@ func Spec(in SpecInput) *specs.Spec {
 	return s
 }
 
+// shmOptions sizes the sandbox's /dev/shm to its memory limit (the kernel's default, half the RAM, as
+// the host's, without one) instead of runc's 64 MiB: shared memory (multiprocessing, PyTorch's data
+// loaders, browsers) is memory, and its pages are charged to the sandbox's memory cgroup like the rest.
+func shmOptions(opts []string, memory int64) []string {
+	opts = slices.DeleteFunc(slices.Clone(opts), func(o string) bool { return strings.HasPrefix(o, "size=") })
+	if memory > 0 {
+		opts = append(opts, fmt.Sprintf("size=%d", memory))
+	}
+	return opts
+}
+
 // Hostname is the sandbox's host name (its UTS namespace's), which its /etc/hosts resolves.
 const Hostname = "sbx"
 
 // hostsContent is the sandbox's /etc/hosts: loopback names and its own host name, as Docker writes
 // one, so that gethostbyname(gethostname()), hostname -f and Java's InetAddress.getLocalHost work. The
-// host's own file is not shown: its names (the host's name, its LAN) say nothing of the sandbox's
-// network, and in contract mode every other name resolves through the DNS filter, which records it.
-const hostsContent = "127.0.0.1\tlocalhost\n127.0.1.1\t" + Hostname + "\n" +
-	"::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+// host's own names are not shown: they (the host's name, its LAN) say nothing of the sandbox's network,
+// and in contract mode every other name resolves through the DNS filter, which records it. Only
+// whether localhost is also ::1 follows the host (localhost6): a server that listens on "localhost"
+// binds the first address, and a client that then dials 127.0.0.1 must find it as on the host.
+func hostsContent(localhost6 bool) string {
+	v6 := "::1\tip6-localhost ip6-loopback\n"
+	if localhost6 {
+		v6 = "::1\tlocalhost ip6-localhost ip6-loopback\n"
+	}
+	return "127.0.0.1\tlocalhost\n127.0.1.1\t" + Hostname + "\n" + v6 + "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+}
+
+// hostHostsPath is the host's hosts file, read (root's, never the command's) to tell whether localhost
+// is ::1 there too.
+const hostHostsPath = "/etc/hosts"
+
+// maxHostsFile bounds what sbx reads of the host's hosts file.
+const maxHostsFile = 1 << 20
+
+// localhost6 tells whether the hosts file data maps localhost to ::1. Without a readable file the
+// answer is the usual distributions' (and Docker's): yes.
+func localhost6(data []byte, err error) bool {
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if ip, perr := netip.ParseAddr(f[0]); perr == nil && ip == netip.IPv6Loopback() && slices.Contains(f[1:], "localhost") {
+			return true
+		}
+	}
+	return false
+}
+
+// readHostHosts reads at most maxHostsFile bytes of the host's hosts file.
+func readHostHosts() ([]byte, error) {
+	f, err := os.Open(hostHostsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxHostsFile))
+}
 
 // hostsFile writes the sandbox's /etc/hosts into dir and returns its path.
 func hostsFile(dir string) (string, error) {
 	p := filepath.Join(dir, "hosts")
-	if err := os.WriteFile(p, []byte(hostsContent), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(hostsContent(localhost6(readHostHosts()))), 0o644); err != nil {
 		return "", fmt.Errorf("writing the sandbox's /etc/hosts: %w", err)
 	}
 	return p, nil

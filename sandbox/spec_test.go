@@ -1,0 +1,60 @@
+package sandbox
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestLocalhost6 checks that the sandbox's localhost is ::1 exactly when the host's is.
+func TestLocalhost6(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		hosts string
+		err   error
+		want  bool
+	}{
+		{"debian", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n", nil, true},
+		{"v4 only", "127.0.0.1 localhost\n127.0.0.1 vm\n", nil, false},
+		{"ip6-localhost only", "127.0.0.1 localhost\n::1 ip6-localhost ip6-loopback\n", nil, false},
+		{"commented", "127.0.0.1 localhost\n# ::1 localhost\n::1 ip6-loopback # localhost\n", nil, false},
+		{"long form", "0:0:0:0:0:0:0:1 localhost\n", nil, true},
+		{"unreadable", "", errors.New("no file"), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := localhost6([]byte(c.hosts), c.err)
+			if got != c.want {
+				t.Fatalf("localhost6 = %v, want %v", got, c.want)
+			}
+			content := hostsContent(got)
+			if has := strings.Contains(content, "::1\tlocalhost "); has != c.want {
+				t.Fatalf("hosts file maps localhost to ::1: %v, want %v:\n%s", has, c.want, content)
+			}
+			if !strings.Contains(content, "127.0.0.1\tlocalhost\n") || !strings.Contains(content, "\t"+Hostname+"\n") {
+				t.Fatalf("hosts file lacks localhost or the sandbox's name:\n%s", content)
+			}
+		})
+	}
+}
+
+// TestShmOptions checks that /dev/shm holds as much as the memory limit, or the kernel's default.
+func TestShmOptions(t *testing.T) {
+	base := []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}
+	for _, c := range []struct {
+		name   string
+		memory int64
+		want   string
+	}{
+		{"limit", 1 << 30, "nosuid,noexec,nodev,mode=1777,size=1073741824"},
+		{"no limit", 0, "nosuid,noexec,nodev,mode=1777"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := strings.Join(shmOptions(base, c.memory), ","); got != c.want {
+				t.Fatalf("shmOptions = %s, want %s", got, c.want)
+			}
+			if base[4] != "size=65536k" {
+				t.Fatal("shmOptions changed its input")
+			}
+		})
+	}
+}
