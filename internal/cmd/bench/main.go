@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,9 +191,15 @@ func bwrapArgv(int) []string {
 const settleAfterWarm = 300 * time.Millisecond
 
 // runAll runs every contender n times, interleaved, after three warm-up rounds that are not counted.
+//
+// Each round runs the contenders in an order of its own: whatever the one before leaves behind (a
+// warm call's refill, page cache, a scheduler's state) falls on every contender alike, not always on
+// the one that comes next in a fixed order (measured: sbx exec, always first, came out 5-7 ms slower
+// than the same command later in the round).
 func runAll(cs []*contender, n int, dir string) error {
 	for i := -3; i < n; i++ {
-		for _, c := range cs {
+		for _, k := range rand.Perm(len(cs)) {
+			c := cs[k]
 			wd := dir
 			if c.dir != "" {
 				wd = c.dir
