@@ -19,3 +19,6 @@ var ErrNotSupported = supervisor.ErrNotSupported
 
 // ErrShare is matched by errors about a host path to share that cannot be shared (it does not exist).
 var ErrShare = errors.New("cannot share host path")
+
+// ErrLimit is matched by errors about a limit of the profile that this host or user cannot set.
+var ErrLimit = errors.New("a limit of the profile cannot be set here")

@@ -161,6 +161,26 @@ func (cfg Config) check() error {
 			return fmt.Errorf("%w: %s: %w", ErrShare, sh.Host, err)
 		}
 	}
+	return checkNoFile(cfg.Plan.Limits.NoFile)
+}
+
+// checkNoFile refuses, before anything is built, an open-files limit the sandbox's init could not set:
+// above the kernel's fs.nr_open, or above sbx's own hard limit, which the init, root only in its own
+// user namespace, may not raise (libcontainer's init would fail on it with "error setting rlimit type 7:
+// operation not permitted").
+func checkNoFile(n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if max, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > max {
+			return fmt.Errorf("%w: limits.nofile %d is above the kernel's fs.nr_open, %d", ErrLimit, n, max)
+		}
+	}
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && n > rl.Max {
+		return fmt.Errorf("%w: limits.nofile %d is above sbx's own hard limit of open files, %d, which the sandbox (root only in its user namespace) cannot raise", ErrLimit, n, rl.Max)
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/sandbox"
@@ -30,6 +31,10 @@ type stdio struct {
 
 // run executes sbx with args and returns the exit status.
 func run(args []string, in io.Reader, out, errw io.Writer) int {
+	// libcontainer logs warnings through logrus onto stderr (an OOM count it cannot read once a start
+	// failed without root, ...), where they would come before sbx's one-line error; what matters reaches
+	// sbx as that error. Its errors still show.
+	logrus.SetLevel(logrus.ErrorLevel)
 	root := newRootCmd(stdio{in, out, errw})
 	root.SetArgs(args)
 	// Commands that build sandboxes make the context one that SIGINT and SIGTERM cancel
