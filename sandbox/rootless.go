@@ -533,6 +533,14 @@ func (s *Sandbox) rootlessRlimits() []specs.POSIXRlimit {
 		n := uint64(l.Pids) + uint64(processesOf(os.Getuid()))
 		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
 	}
+	// Never above the caller's own hard limits: the sandbox's init may not raise them, and its start
+	// would fail; a lower limit holds already.
+	for i, r := range out {
+		var cur unix.Rlimit
+		if t, ok := rlimitTypes[r.Type]; ok && unix.Getrlimit(t, &cur) == nil && r.Hard > cur.Max {
+			out[i].Hard, out[i].Soft = cur.Max, min(r.Soft, cur.Max)
+		}
+	}
 	return out
 }
 
