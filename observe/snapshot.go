@@ -527,9 +527,10 @@ func sortSockets(socks []report.Socket) {
 
 // LeftRunning returns the processes of after that did not exist in before: new since the before snapshot
 // and still alive once the command exited. A process is the same when its host pid and start time match,
-// so a reused pid counts as new. Zombies are not running and are left out. The command itself is left out when it is still listed (a zombie not yet
-// reaped, or a caller snapshotting too early); the init is never in a Snap.
-func LeftRunning(before, after *Snap, commandHostPid int) []report.Process {
+// so a reused pid counts as new. Zombies are not running and are left out; the init is never in a Snap.
+// after is taken once the command was reaped: a process with the command's pid then is another one (a pid
+// is no identity, and a command could have a process of the sandbox take its pid to go unlisted).
+func LeftRunning(before, after *Snap) []report.Process {
 	type key struct {
 		pid   int
 		start uint64
@@ -543,7 +544,7 @@ func LeftRunning(before, after *Snap, commandHostPid int) []report.Process {
 	var left []report.Process
 	for _, p := range after.Processes {
 		// A zombie has exited already; the init reaps it.
-		if p.HostPid == commandHostPid || p.State == "Z" || p.State == "X" || old[key{p.HostPid, p.Start}] {
+		if p.State == "Z" || p.State == "X" || old[key{p.HostPid, p.Start}] {
 			continue
 		}
 		left = append(left, p)

@@ -133,7 +133,7 @@ func TestSnapshotVictim(t *testing.T) {
 
 	t.Run("left running", func(t *testing.T) {
 		before := &Snap{Processes: []report.Process{sleeper}}
-		left := LeftRunning(before, snap, 0)
+		left := LeftRunning(before, snap)
 		if len(left) != 1 || left[0].HostPid != daemon.HostPid {
 			t.Errorf("LeftRunning = %v, want only the daemon %d", left, daemon.HostPid)
 		}
@@ -238,13 +238,13 @@ func TestLeftRunning(t *testing.T) {
 		p(11, 555, "S"), // same pid, new start time: a reused pid, new
 		p(12, 600, "S"), // new
 		p(13, 600, "Z"), // exited, not reaped yet
-		p(14, 500, "S"), // the command itself
+		p(14, 500, "S"), // new, with the host pid the command had (reaped before the snapshot)
 	}}
 	var got []int
-	for _, l := range LeftRunning(before, after, 14) {
+	for _, l := range LeftRunning(before, after) {
 		got = append(got, l.HostPid)
 	}
-	if !slices.Equal(got, []int{11, 12}) {
-		t.Errorf("LeftRunning = %v, want [11 12]", got)
+	if !slices.Equal(got, []int{11, 12, 14}) {
+		t.Errorf("LeftRunning = %v, want [11 12 14]", got)
 	}
 }

@@ -105,6 +105,10 @@ func (p *Profile) validateShares() error {
 		if target == "/" {
 			return p.invalid(field+".path", "share a directory below /", "cannot share onto /")
 		}
+		if k := kernelDir(target); k != "" {
+			return p.invalid(field+".path", "share a path outside /proc, /sys and /dev, or give it another path in the sandbox",
+				"cannot share onto %s: the sandbox's own %s is there (a share would show the host's processes, or hide sbx's init)", target, k)
+		}
 		if err := p.enum(field+".mode", string(s.Mode), s.Mode.Values()); err != nil {
 			return err
 		}
@@ -114,6 +118,22 @@ func (p *Profile) validateShares() error {
 		seen[target] = i
 	}
 	return nil
+}
+
+// kernelDirs are the file systems the sandbox mounts for itself: its own /proc (of its pid namespace),
+// /sys and /dev (which holds sbx's init). A share onto one of them or below would cover them with the
+// host's: --ro /proc showed every host process and its command line, --ro /dev hid the init.
+var kernelDirs = []string{"/proc", "/sys", "/dev"}
+
+// kernelDir is the entry of kernelDirs that target is or lies below, "" for none.
+func kernelDir(target string) string {
+	clean := path.Clean(target)
+	for _, k := range kernelDirs {
+		if clean == k || strings.HasPrefix(clean, k+"/") {
+			return k
+		}
+	}
+	return ""
 }
 
 // target is the sandbox path of a share.

@@ -255,7 +255,7 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	r.rep.Timings.Run = ms(t2.Sub(t1))
 	if end == endExited {
 		// A sandbox sbx killed has nothing left to look at.
-		r.observe(cmd.Pid)
+		r.observe()
 	}
 	r.observeAfterward(cmd.Pid)
 	r.judge()
@@ -352,8 +352,9 @@ func (r *run) snapshot() *observe.Snap {
 
 // observe freezes the sandbox, takes the after snapshot and fills the report's observations. The
 // sandbox stays frozen until Destroy, so that nothing changes under the rest of the observation (file
-// changes, copies).
-func (r *run) observe(cmdPid int) {
+// changes, copies). It runs once the command was reaped (its exit status came from the supervisor's
+// wait): the command is in no snapshot, and a process that took its pid since is reported like any other.
+func (r *run) observe() {
 	r.sb.Settle(settleMax)
 	if r.sb.OnlyInit() {
 		// Only the supervisor is left, which can start nothing: no process to list, and no socket of
@@ -370,7 +371,7 @@ func (r *run) observe(cmdPid int) {
 		r.rep.MarkIncomplete("freezing the sandbox", err)
 	}
 	after := r.snapshot()
-	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after, cmdPid))
+	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after))
 	r.rep.Sockets.Listening = nonNil(r.notFilter(after.Listening))
 	r.rep.Sockets.Established = nonNil(r.notFilter(after.Established))
 }

@@ -187,27 +187,39 @@ func localhost6(data []byte, err error) bool {
 		if len(f) < 2 {
 			continue
 		}
-		if ip, perr := netip.ParseAddr(f[0]); perr == nil && ip == netip.IPv6Loopback() && slices.Contains(f[1:], "localhost") {
+		// Host names match case-insensitively, as in glibc's files backend: "::1 LOCALHOST" counts.
+		isLocalhost := func(name string) bool { return strings.EqualFold(name, "localhost") }
+		if ip, perr := netip.ParseAddr(f[0]); perr == nil && ip == netip.IPv6Loopback() && slices.ContainsFunc(f[1:], isLocalhost) {
 			return true
 		}
 	}
 	return false
 }
 
-// readHostHosts reads at most maxHostsFile bytes of the host's hosts file.
-func readHostHosts() ([]byte, error) {
-	f, err := os.Open(hostHostsPath)
+// readHosts reads at most maxHostsFile bytes of the hosts file at path (the host's, hostHostsPath). It
+// opens it without blocking and reads only a regular file: a FIFO there (or a device) would otherwise
+// hang every run's setup, or feed it what it should not read.
+func readHosts(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("reading %s: not a regular file (%v)", path, st.Mode().Type())
+	}
 	return io.ReadAll(io.LimitReader(f, maxHostsFile))
 }
 
 // hostsFile writes the sandbox's /etc/hosts into dir and returns its path.
 func hostsFile(dir string) (string, error) {
 	p := filepath.Join(dir, "hosts")
-	if err := os.WriteFile(p, []byte(hostsContent(localhost6(readHostHosts()))), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(hostsContent(localhost6(readHosts(hostHostsPath)))), 0o644); err != nil {
 		return "", fmt.Errorf("writing the sandbox's /etc/hosts: %w", err)
 	}
 	return p, nil

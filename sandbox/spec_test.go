@@ -2,8 +2,13 @@ package sandbox
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestLocalhost6 checks that the sandbox's localhost is ::1 exactly when the host's is.
@@ -19,6 +24,7 @@ func TestLocalhost6(t *testing.T) {
 		{"ip6-localhost only", "127.0.0.1 localhost\n::1 ip6-localhost ip6-loopback\n", nil, false},
 		{"commented", "127.0.0.1 localhost\n# ::1 localhost\n::1 ip6-loopback # localhost\n", nil, false},
 		{"long form", "0:0:0:0:0:0:0:1 localhost\n", nil, true},
+		{"upper case", "127.0.0.1 localhost\n::1 LocalHost\n", nil, true},
 		{"unreadable", "", errors.New("no file"), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -34,6 +40,43 @@ func TestLocalhost6(t *testing.T) {
 				t.Fatalf("hosts file lacks localhost or the sandbox's name:\n%s", content)
 			}
 		})
+	}
+}
+
+// TestReadHostsNoBlock checks that a hosts file that is not a regular file neither blocks the run's
+// setup (a FIFO with no writer: open without O_NONBLOCK waits for one forever) nor is read.
+func TestReadHostsNoBlock(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "hosts")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := readHosts(fifo)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("readHosts read a FIFO")
+		}
+	case <-time.After(10 * time.Second):
+		// Unblock the reader so that the test ends: open the FIFO for writing and close it.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("readHosts blocked on a FIFO")
+	}
+	if !localhost6(readHosts(fifo)) {
+		t.Fatal("a hosts file that cannot be read must give the usual answer (localhost is ::1)")
+	}
+	regular := filepath.Join(dir, "regular")
+	if err := os.WriteFile(regular, []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := readHosts(regular); err != nil || string(data) != "127.0.0.1 localhost\n" {
+		t.Fatalf("readHosts(regular) = %q, %v", data, err)
 	}
 }
 
