@@ -71,11 +71,11 @@ const rootlessOverlayOpts = "userxattr,volatile"
 // kernelDirs are mounted by libcontainer itself.
 var kernelDirs = []string{"proc", "sys", "dev"}
 
-// buildRootless lays out the sandbox's / in the run dir: the host's top-level symlinks and files as they
-// are, a mount point, an upper and a work dir for every top-level directory, hidden paths written into
-// the uppers.
+// buildRootless lays out the sandbox's / in the run dir: the host's top-level symlinks as they are (but
+// hidden ones), a mount point for every top-level directory, an upper and a work dir for those that get
+// a writable overlay, hidden paths written into the uppers.
 //
-// A top-level directory gets an overlay only when something in the sandbox may write below it
+// A top-level directory gets a writable overlay only when something in the sandbox may write below it
 // (layered): with Landlock enforced, the command can write nowhere else, and a read-only overlay (no
 // upper, no work dir) costs a fraction of a writable one's mount and removal.
 func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top string) bool) error {
