@@ -388,19 +388,30 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 // callerUmask is sbx's own umask, read from /proc/self/status (umask(2) can only read it by changing
 // it, for every thread at once); nil, runc's default, when the kernel does not say.
 func callerUmask() *uint32 {
-	data, err := os.ReadFile("/proc/self/status")
+	v, ok := procField("/proc/self/status", "Umask")
+	if !ok {
+		return nil
+	}
+	m, err := strconv.ParseUint(v, 8, 32)
 	if err != nil {
 		return nil
 	}
+	u := uint32(m)
+	return &u
+}
+
+// procField is the value of the "key:" line of a /proc file of such lines (status, fdinfo), trimmed.
+func procField(path, key string) (string, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
-			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
-				u := uint32(m)
-				return &u
-			}
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			return strings.TrimSpace(v), true
 		}
 	}
-	return nil
+	return "", false
 }
 
 // initProcess is the supervisor as libcontainer's init process, with the command's stdio and the
@@ -638,36 +649,18 @@ func (s *Sandbox) commandPidfd(n int) (fd, pid int) {
 // pidfdPid is the pid, in sbx's pid namespace, of the process a pidfd refers to (the "Pid:" line of its
 // fdinfo); -1 once that process was reaped, 0 when unknown.
 func pidfdPid(fd int) int {
-	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
-			if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-				return pid
-			}
-		}
-	}
-	return 0
+	v, _ := procField("/proc/self/fdinfo/"+strconv.Itoa(fd), "Pid")
+	pid, _ := strconv.Atoi(v)
+	return pid
 }
 
 // hostPid maps a pid of the sandbox's pid namespace to the host's.
 func (s *Sandbox) hostPid(nsPid int) int {
 	pids, _ := s.Pids()
 	for _, pid := range pids {
-		status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(status), "\n") {
-			if f, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				fields := strings.Fields(f)
-				if len(fields) > 0 && fields[len(fields)-1] == strconv.Itoa(nsPid) {
-					return pid
-				}
-				break
-			}
+		v, _ := procField("/proc/"+strconv.Itoa(pid)+"/status", "NSpid")
+		if fields := strings.Fields(v); len(fields) > 0 && fields[len(fields)-1] == strconv.Itoa(nsPid) {
+			return pid
 		}
 	}
 	return 0
