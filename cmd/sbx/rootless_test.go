@@ -85,7 +85,7 @@ func runRootless(t *testing.T, dir, prefix string) {
 			return err
 		}
 		script := "#!/bin/sh\nexec " + strings.Join(u.argv(bin, env.WorkDir, state), " ") + " \"$@\"\n"
-		if err := os.WriteFile(filepath.Join(wrapper, "sbx"), []byte(script), 0o755); err != nil {
+		if err := writeExecutable(filepath.Join(wrapper, "sbx"), []byte(script)); err != nil {
 			return err
 		}
 		env.Setenv("PATH", wrapper+":"+env.Getenv("PATH"))
@@ -142,7 +142,7 @@ func installSbx(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "sbx")
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
+	if err := writeExecutable(bin, data); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
@@ -285,4 +285,13 @@ func cmdUpstream(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(os.Chmod("/dev/net/tun", 0o666))
 		ts.Defer(func() { os.Chmod("/dev/net/tun", st.Mode().Perm()) })
 	}
+}
+
+// writeExecutable writes a program that is run at once, with forks held off meanwhile: the scripts run
+// in parallel, and a child forked by another one while the file was open for writing would hold that fd
+// until its exec, failing the exec of this program with ETXTBSY ("text file busy", Go issue 22315).
+func writeExecutable(path string, data []byte) error {
+	syscall.ForkLock.Lock()
+	defer syscall.ForkLock.Unlock()
+	return os.WriteFile(path, data, 0o755)
 }
