@@ -1,38 +1,112 @@
 package sandbox
 
 import (
+	"bytes"
+	"errors"
+	"io"
+	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
-	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
-// TestLandlockFailsClosed: when the seccomp filter answers ENOSYS for Landlock (as a profile could make
-// it), the command does not run and sbx says why, unless the profile allows degrading.
+// TestLandlockFailsClosed: on a kernel without Landlock, the command does not run and sbx says why,
+// unless the profile allows degrading. The kernel is simulated: the sandbox is started from a thread
+// whose seccomp filter answers ENOSYS for landlock_create_ruleset, which libcontainer's init, the
+// supervisor and the command inherit. A profile's own filter cannot do this: the supervisor applies
+// Landlock before it loads the profile's filter.
 func TestLandlockFailsClosed(t *testing.T) {
-	enosys := uint(38)
-	noLandlock := func(degrade bool) *policy.Plan {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	run := func(degrade bool, args ...string) (int, string) {
+		t.Helper()
 		p := testPlan(t)
-		p.Seccomp.Syscalls = append(p.Seccomp.Syscalls, specs.LinuxSyscall{
-			Names: []string{"landlock_create_ruleset"}, Action: specs.ActErrno, ErrnoRet: &enosys,
-		})
-		removeSyscall(p.Seccomp, "landlock_create_ruleset")
 		p.Filesystem.LandlockDegrade = degrade
-		return p
+		type result struct {
+			code   int
+			stderr string
+			err    error
+		}
+		done := make(chan result)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread, and its filter, end with the goroutine
+			if err := denyLandlockThread(); err != nil {
+				done <- result{err: err}
+				return
+			}
+			var errb bytes.Buffer
+			sb, err := Create(Config{Plan: p, StateRoot: testutil.StateRoot(t), Command: Command{
+				Args: args, Cwd: "/", Stdout: io.Discard, Stderr: &errb}})
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			r, err := sb.Start()
+			code := -1
+			if err == nil {
+				code, err = r.Wait()
+			}
+			err = errors.Join(err, sb.Destroy())
+			done <- result{code, errb.String(), err}
+		}()
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.code, r.stderr
 	}
-	code, _, stderr := runPlan(t, noLandlock(false), "/", "sh", "-c", "echo ran")
+	code, stderr := run(false, "sh", "-c", "echo ran")
 	if code != ExitSetup {
 		t.Errorf("status %d, want %d (stderr %q)", code, ExitSetup, stderr)
 	}
 	if !strings.Contains(stderr, "sbx: error: landlock: landlock needs ABI 1") || !strings.Contains(stderr, "sbx: hint: ") {
 		t.Errorf("stderr %q does not say why and what to do", stderr)
 	}
-	code, _, stderr = runPlan(t, noLandlock(true), "/", "sh", "-c", "exit 3")
+	code, stderr = run(true, "sh", "-c", "exit 3")
 	if code != 3 || !strings.Contains(stderr, "running without Landlock") {
 		t.Errorf("degrade: status %d, stderr %q; want 3 and a warning", code, stderr)
 	}
+}
+
+// TestProfileCannotDisableLandlock: a profile whose filter refuses the Landlock syscalls still gets
+// Landlock: the supervisor applies it before the filter. The write below is refused by Landlock alone.
+func TestProfileCannotDisableLandlock(t *testing.T) {
+	enosys := uint(38)
+	p := testPlan(t)
+	p.Seccomp.Syscalls = append(p.Seccomp.Syscalls, specs.LinuxSyscall{
+		Names: []string{"landlock_create_ruleset"}, Action: specs.ActErrno, ErrnoRet: &enosys,
+	})
+	removeSyscall(p.Seccomp, "landlock_create_ruleset")
+	p.Filesystem.Write, p.Filesystem.WriteCwd = []string{"/var/tmp"}, false
+	code, out, stderr := runPlan(t, p, "/", "sh", "-c", "echo x > /tmp/a && echo wrote")
+	if code == 0 || code == ExitSetup || strings.Contains(out, "wrote") || !strings.Contains(stderr, "Permission denied") {
+		t.Errorf("status %d, stdout %q, stderr %q: want the write refused by Landlock", code, out, stderr)
+	}
+}
+
+// denyLandlockThread loads, on the calling thread only, a filter that answers ENOSYS for
+// landlock_create_ruleset, as a kernel without Landlock does.
+func denyLandlockThread() error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: unix.SYS_LANDLOCK_CREATE_RULESET},
+		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	_, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // removeSyscall takes name out of every rule but the last, which is the one the test added.

@@ -79,10 +79,11 @@ type Sandbox struct {
 	initPid   int
 	ctl       *supervisor.Conn // sbx's end of the supervisor's control socket
 	console   *os.File
-	pidfd     int             // the command's, once started; 0 = none
-	tasks     [2]string       // cgroup dir and file name of the task list, once found (freeze.go)
-	notify    *notifyListener // seccomp notifications (seccompnotify.go); nil when nothing is recorded
-	notifyOff string          // why the plan's recording could not be set up, for the report
+	pidfd     int                 // the command's, once started; 0 = none
+	tasks     [2]string           // cgroup dir and file name of the task list, once found (freeze.go)
+	seccomp   *supervisor.Seccomp // the command's filter, compiled (seccompbpf.go); nil for none
+	notify    *notifyListener     // seccomp notifications (seccompnotify.go); nil when nothing is recorded
+	notifyOff string              // why the plan's recording could not be set up, for the report
 	ids       IDMap
 	relays    relays
 	diagFD    int  // the supervisor's sock_diag socket, in its process; -1 = none
@@ -297,6 +298,14 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	if err != nil {
 		return err
 	}
+	if spec.Linux.Seccomp != nil {
+		// The supervisor loads the filter, compiled here once per profile (seccompbpf.go), not
+		// libcontainer's init, which would compile it again on every run.
+		if s.seccomp, err = seccompProgram(s.cfg.StateRoot, spec.Linux.Seccomp); err != nil {
+			return specError(err)
+		}
+		spec.Linux.Seccomp = nil
+	}
 	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: s.ID, Spec: spec,
 		RootlessEUID: Rootless(), RootlessCgroups: Rootless()})
 	if err != nil {
@@ -368,9 +377,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if s.net != nil {
 		in.NetNS, in.ResolvConf = s.net.NetNSPath(), s.net.ResolvConf()
 	}
-	if s.notify != nil {
-		in.NotifyPath = s.notify.path
-	}
+	in.Notify = s.notify != nil
 	if in.Hosts, err = hostsFile(s.run.dir); err != nil {
 		return nil, err
 	}
@@ -425,6 +432,9 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Pro
 		// specconv leaves the spec's rlimits to its caller (runc's main package): set them here.
 		Rlimits:    processRlimits(spec.Process.Rlimits),
 		ExtraFiles: []*os.File{ctl},
+	}
+	if os.Getenv("SBX_LCDEBUG") != "" {
+		p.LogLevel = "5"
 	}
 	if cmd.Terminal {
 		p.Stdin, p.Stdout, p.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
@@ -490,7 +500,7 @@ func crossMountEnv(env []string) []string {
 // working directory).
 func (s *Sandbox) supervisorPrepare() supervisor.Prepare {
 	fs := s.cfg.Plan.Filesystem
-	return supervisor.Prepare{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade}
+	return supervisor.Prepare{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade, Seccomp: s.seccomp}
 }
 
 // writePaths are the Landlock write paths of the command: the profile's and the working directory.
@@ -595,6 +605,9 @@ func (s *Sandbox) Start() (*Running, error) {
 			return nil, fmt.Errorf("%w: loading the network contract: %w", ErrSetup, err)
 		}
 	}
+	if err := s.awaitReady(); err != nil {
+		return nil, err
+	}
 	if err := s.ctl.SendGo(s.supervisorConfig()); err != nil {
 		return nil, fmt.Errorf("starting the command: %w", err)
 	}
@@ -620,6 +633,26 @@ func (s *Sandbox) Start() (*Running, error) {
 		}
 	}
 	return r, nil
+}
+
+// awaitReady waits for the supervisor's preparation and hands the seccomp filter's notification fd,
+// when there is one, to the listener. A filter that notifies with nobody to answer would leave the
+// command waiting: then the run fails.
+func (s *Sandbox) awaitReady() error {
+	fd, err := s.ctl.ReadReady()
+	if err != nil {
+		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, err)
+	}
+	switch {
+	case s.notify != nil && fd >= 0:
+		s.notify.attach(fd)
+	case fd >= 0:
+		unix.Close(fd)
+	case s.notify != nil && s.seccomp != nil && s.seccomp.Flags&unix.SECCOMP_FILTER_FLAG_NEW_LISTENER != 0:
+		// Landlock or the filter failed: the command will not start (go reports why).
+		s.notify.fail("the supervisor could not load the seccomp filter")
+	}
+	return nil
 }
 
 // commandPidfd copies the command's pidfd from the supervisor (its fd there is n) and reads the

@@ -14,19 +14,17 @@ package sandbox
 //     record is best effort (a thread could change the path between sbx's read and the kernel's);
 //     enforcement never depends on it. Opens for reading stay plain ALLOW rules (a masked flag check).
 //
-// runc loads the filter in the sandbox's init with SECCOMP_FILTER_FLAG_NEW_LISTENER and sends the
-// notification fd, with the container's state, over a unix socket to the spec's seccomp listenerPath:
-// a socket in the run dir that sbx listens on. sbx's supervisor (pid 1) runs under the same filter:
-// its own writes go on unrecorded. When sbx dies, the kernel answers every pending and later
-// notification with ENOSYS, so nothing inside hangs; Destroy stops the listener only once every process
-// of the sandbox is dead.
+// The supervisor loads the filter (seccompbpf.go) with SECCOMP_FILTER_FLAG_NEW_LISTENER on the thread
+// it starts the command from, and sends the notification fd to sbx over the control socket before go:
+// nothing the filter notifies runs before sbx holds it. The supervisor (pid 1) itself runs unfiltered,
+// and keeps no copy of the fd. When sbx dies, the kernel answers every pending and later notification
+// with ENOSYS, so nothing inside hangs; Destroy stops the listener only once every process of the
+// sandbox is dead.
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -44,9 +42,6 @@ import (
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 )
-
-// notifySocket is the listener's socket in the run dir.
-const notifySocket = "seccomp.sock"
 
 // maxNotifyKeys and maxNotifyBytes bound the distinct records kept and the bytes of their strings
 // (paths may be PATH_MAX long), whatever the command floods the listener with.
@@ -77,12 +72,11 @@ var writeSyscalls = map[string]writeSyscall{
 // openWriteFlags are the open flags that make an open a write.
 const openWriteFlags = unix.O_WRONLY | unix.O_RDWR | unix.O_CREAT | unix.O_TRUNC
 
-// notifySeccomp returns a copy of sc in which the syscalls rec names notify the listener at
-// listenerPath instead of failing (deny list) or passing (writes) silently. A write syscall that the
-// filter does not allow unconditionally keeps its rules.
-func notifySeccomp(sc *specs.LinuxSeccomp, rec policy.Record, listenerPath string) *specs.LinuxSeccomp {
+// notifySeccomp returns a copy of sc in which the syscalls rec names notify sbx's listener instead of
+// failing (deny list) or passing (writes) silently. A write syscall that the filter does not allow
+// unconditionally keeps its rules.
+func notifySeccomp(sc *specs.LinuxSeccomp, rec policy.Record) *specs.LinuxSeccomp {
 	out := *sc
-	out.ListenerPath = listenerPath
 	out.Syscalls = nil
 	var notify []string
 	writes := map[string]bool{}
@@ -154,20 +148,17 @@ func allowedPlainly(sc *specs.LinuxSeccomp, name string) bool {
 	}))
 }
 
-// notifyListener receives the filter's notification fd from runc and answers every notification.
+// notifyListener takes the filter's notification fd from the supervisor and answers every notification.
 type notifyListener struct {
-	path   string
-	ln     *net.UnixListener
 	errnos map[int32]int32 // deny-list syscall number → errno to answer
 	names  map[int32]string
 	writes map[int32]writeSyscall
 	wpaths []string // Landlock write paths, as seen inside the sandbox
 	wake   [2]int
-	done   chan struct{}
+	done   chan struct{} // closed when serve ends; nil until attach
 
 	mu      sync.Mutex
-	fd      int // the notification fd; -1 until received
-	initPid int // the supervisor's host pid: its writes go on unrecorded
+	fd      int // the notification fd; -1 until attached
 	reason  string
 	seccomp map[notifyKey]int
 	written map[notifyKey]int
@@ -185,11 +176,11 @@ type notifyKey struct {
 	write      bool
 }
 
-// startNotify listens on the run dir's socket for the notification fd and serves notifications until
-// stop. writePaths are the Landlock write paths as the supervisor applies them.
-func startNotify(dir string, sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string) (*notifyListener, error) {
-	l := &notifyListener{path: filepath.Join(dir, notifySocket), fd: -1, errnos: map[int32]int32{},
-		names: map[int32]string{}, writes: map[int32]writeSyscall{}, done: make(chan struct{}),
+// newNotify prepares the listener of sc's notifications; attach starts it. writePaths are the Landlock
+// write paths as the supervisor applies them.
+func newNotify(sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string) (*notifyListener, error) {
+	l := &notifyListener{fd: -1, errnos: map[int32]int32{},
+		names: map[int32]string{}, writes: map[int32]writeSyscall{},
 		seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
 	for _, r := range sc.Syscalls {
 		for _, n := range r.Names {
@@ -204,16 +195,26 @@ func startNotify(dir string, sc *specs.LinuxSeccomp, rec policy.Record, writePat
 		}
 		l.wpaths = writeRoots(writePaths)
 	}
-	var err error
-	if l.ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: l.path, Net: "unix"}); err != nil {
-		return nil, fmt.Errorf("listening for the seccomp notification fd: %w", err)
-	}
 	if err := unix.Pipe2(l.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		l.ln.Close()
 		return nil, err
 	}
-	go l.serve()
 	return l, nil
+}
+
+// attach serves the notifications of fd (the listener owns it from here) until stop.
+func (l *notifyListener) attach(fd int) {
+	l.mu.Lock()
+	l.fd = fd
+	l.mu.Unlock()
+	l.done = make(chan struct{})
+	go l.serve(fd)
+}
+
+// fail says why the listener never got its fd.
+func (l *notifyListener) fail(reason string) {
+	l.mu.Lock()
+	l.reason = reason
+	l.mu.Unlock()
 }
 
 func (l *notifyListener) addSyscall(name string, set func(int32)) {
@@ -239,19 +240,9 @@ func writeRoots(paths []string) []string {
 	return out
 }
 
-// serve takes the fd from runc, then answers notifications until stop.
-func (l *notifyListener) serve() {
+// serve answers the notifications of fd until stop.
+func (l *notifyListener) serve(fd int) {
 	defer close(l.done)
-	fd, initPid, err := l.receive()
-	l.mu.Lock()
-	l.fd, l.initPid = fd, initPid
-	if err != nil {
-		l.reason = err.Error()
-	}
-	l.mu.Unlock()
-	if err != nil {
-		return
-	}
 	// The notifying task hands its CPU straight to this listener and back (kernel 6.6+; an older
 	// kernel refuses the flag and wakes the listener the ordinary way).
 	_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
@@ -272,66 +263,6 @@ func (l *notifyListener) serve() {
 			return // no process uses the filter any more
 		}
 	}
-}
-
-// receive accepts runc's connection and takes the container's state and the notification fd.
-// libcontainer runs in sbx's own process: a connection from any other process is dropped (the run dir
-// is sbx's alone, so this is a second lock on the door).
-func (l *notifyListener) receive() (int, int, error) {
-	for range 16 {
-		conn, err := l.ln.AcceptUnix()
-		if err != nil {
-			return -1, 0, fmt.Errorf("waiting for the seccomp notification fd: %w", err)
-		}
-		if peerPid(conn) != os.Getpid() {
-			conn.Close()
-			continue
-		}
-		defer conn.Close()
-		return l.receiveFrom(conn)
-	}
-	return -1, 0, errors.New("waiting for the seccomp notification fd: too many connections from other processes")
-}
-
-// peerPid is the pid of the process at the other end of a unix connection, 0 when unknown.
-func peerPid(conn *net.UnixConn) int {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return 0
-	}
-	var cred *unix.Ucred
-	raw.Control(func(fd uintptr) { cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
-	if cred == nil {
-		return 0
-	}
-	return int(cred.Pid)
-}
-
-// receiveFrom reads runc's message: the container's state as JSON, with the notification fd.
-func (l *notifyListener) receiveFrom(conn *net.UnixConn) (int, int, error) {
-	buf := make([]byte, 1<<16)
-	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
-	if err != nil {
-		return -1, 0, fmt.Errorf("receiving the seccomp notification fd: %w", err)
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return -1, 0, fmt.Errorf("receiving the seccomp notification fd: %d control messages (%v)", len(msgs), err)
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return -1, 0, fmt.Errorf("receiving the seccomp notification fd: %d fds (%v)", len(fds), err)
-	}
-	unix.CloseOnExec(fds[0])
-	var state specs.ContainerProcessState
-	if err := json.Unmarshal(buf[:n], &state); err != nil {
-		return fds[0], 0, nil // the fd is what matters; without the init's pid its writes are recorded too
-	}
-	return fds[0], state.Pid, nil
 }
 
 // seccompNotif and seccompNotifResp are struct seccomp_notif and seccomp_notif_resp.
@@ -380,9 +311,7 @@ func (l *notifyListener) handle(fd int) {
 		l.record(fd, &req, false, l.names[req.Nr], decodeArgs(l.names[req.Nr], &req), "")
 	} else if ws, ok := l.writes[req.Nr]; ok {
 		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
-		if int(req.Pid) != l.initPid {
-			l.recordWrite(fd, &req, ws)
-		}
+		l.recordWrite(fd, &req, ws)
 	} else {
 		resp.Error = -int32(unix.EPERM) // nothing else notifies: fail closed
 	}
@@ -719,7 +648,7 @@ func (l *notifyListener) records(rec policy.Record) report.Denials {
 	recording := l.fd >= 0
 	reason := l.reason
 	if !recording && reason == "" {
-		reason = "the sandbox never sent its seccomp notification fd"
+		reason = "the supervisor never sent the seccomp notification fd"
 	}
 	if l.lost > 0 {
 		reason = fmt.Sprintf("%d distinct records over the bound (%d records, %d bytes) dropped", l.lost, maxNotifyKeys, maxNotifyBytes)
@@ -749,9 +678,10 @@ func (l *notifyListener) records(rec policy.Record) report.Denials {
 // stop ends the listener. Call it only when no process of the sandbox is left: a process that
 // notifies after the fd is closed gets ENOSYS.
 func (l *notifyListener) stop() {
-	l.ln.Close() // ends a receive still waiting for runc
-	_, _ = unix.Write(l.wake[1], []byte{0})
-	<-l.done
+	if l.done != nil {
+		_, _ = unix.Write(l.wake[1], []byte{0})
+		<-l.done
+	}
 	l.mu.Lock()
 	if l.fd >= 0 {
 		unix.Close(l.fd)
@@ -759,7 +689,6 @@ func (l *notifyListener) stop() {
 	l.mu.Unlock()
 	unix.Close(l.wake[0])
 	unix.Close(l.wake[1])
-	os.Remove(l.path)
 }
 
 // startNotify starts the listener of the seccomp notifications when the plan records anything.
@@ -773,7 +702,7 @@ func (s *Sandbox) startNotify() error {
 		s.notifyOff = fmt.Sprintf("seccomp user notification needs libseccomp 2.5 and Linux 5.7 (libseccomp API 6, this one has %d)", api)
 		return nil
 	}
-	l, err := startNotify(s.run.dir, plan.Seccomp, plan.Record, s.writePaths())
+	l, err := newNotify(plan.Seccomp, plan.Record, s.writePaths())
 	if err != nil {
 		return err
 	}

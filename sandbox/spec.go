@@ -37,7 +37,7 @@ type SpecInput struct {
 	Args       []string
 	Cwd        string
 	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
-	NotifyPath string // socket of sbx's seccomp notification listener (seccompnotify.go); "" = none
+	Notify     bool   // the syscalls the plan records notify sbx's listener (seccompnotify.go)
 	// IDs maps the sandbox's user namespace: which host uid and gid its root (sbx's supervisor) and the
 	// command's user are. Zero: no user namespace (an exported bundle, whose runtime decides).
 	IDs IDMap
@@ -134,8 +134,8 @@ func Spec(in SpecInput) *specs.Spec {
 		logged.Flags = append(slices.Clone(sc.Flags), specs.LinuxSeccompFlagLog)
 		s.Linux.Seccomp = &logged
 	}
-	if in.NotifyPath != "" && s.Linux.Seccomp != nil {
-		s.Linux.Seccomp = notifySeccomp(s.Linux.Seccomp, in.Plan.Record, in.NotifyPath)
+	if in.Notify && s.Linux.Seccomp != nil {
+		s.Linux.Seccomp = notifySeccomp(s.Linux.Seccomp, in.Plan.Record)
 	}
 	return s
 }

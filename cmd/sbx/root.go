@@ -35,6 +35,10 @@ func run(args []string, in io.Reader, out, errw io.Writer) int {
 	// failed without root, ...), where they would come before sbx's one-line error; what matters reaches
 	// sbx as that error. Its errors still show.
 	logrus.SetLevel(logrus.ErrorLevel)
+	if os.Getenv("SBX_LCDEBUG") != "" {
+		logrus.SetLevel(logrus.DebugLevel)
+		logrus.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "05.000000"})
+	}
 	root := newRootCmd(stdio{in, out, errw})
 	root.SetArgs(args)
 	// Commands that build sandboxes make the context one that SIGINT and SIGTERM cancel

@@ -19,7 +19,9 @@ import (
 //	  |                                                  | starts, the sandbox built around it
 //	  |-- prep ----------------------------------------->|
 //	  |-- {Prepare as JSON} ---------------------------->| builds the Landlock ruleset and a thread
-//	  |                                                  |   restricted by it, then waits
+//	  |                                                  |   restricted by it, which loads the filter
+//	  |<---------------------------------- ready N ------| N = 1: the filter's notification fd rides
+//	  |                                                  |   along (SCM_RIGHTS); 0: none. Then waits
 //	  |-- go ------------------------------------------->|
 //	  |-- {Config as JSON} ----------------------------->| starts the command from that thread
 //	  |<------------------------ pid PID DIAGFD PIDFD --| started (PID inside the sandbox)
@@ -27,6 +29,7 @@ import (
 //	  |                                                  | reaps every orphan
 //	  |<---------------------------- exit WAITSTATUS ----| the command ended
 //
+// sbx reads ready before it sends go: nothing the filter notifies can run before sbx holds the fd.
 // DIAGFD is the fd of the supervisor's sock_diag socket in its own process, -1 for none; PIDFD the fd of
 // the command's pidfd there, -1 for none (sbx copies it with pidfd_getfd: its host pid, from the copy's
 // fdinfo, without a search of the sandbox's processes). sbx signals the
@@ -35,6 +38,7 @@ import (
 // Messages of the control protocol.
 const (
 	msgPrep   = "prep"
+	msgReady  = "ready"
 	msgGo     = "go"
 	msgPid    = "pid"
 	msgFail   = "fail"
@@ -100,6 +104,88 @@ func (c *Conn) readJSON(msg string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %q, want %s", ErrProtocol, line, msg)
 	}
 	return c.in.ReadBytes('\n')
+}
+
+// SendReady says the preparation is done (the supervisor's side), with the seccomp filter's
+// notification fd when fd >= 0 (sbx gets a copy; the caller still owns fd).
+func (c *Conn) SendReady(fd int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msg, oob := []byte(msgReady+" 0\n"), []byte(nil)
+	if fd >= 0 {
+		msg, oob = []byte(msgReady+" 1\n"), unix.UnixRights(fd)
+	}
+	raw, err := c.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Write(func(s uintptr) bool {
+		serr = unix.Sendmsg(int(s), msg, oob, nil, 0)
+		return serr != unix.EAGAIN
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// ReadReady waits for ready (sbx's side) and returns the notification fd that came with it (close-on-
+// exec), or -1. It must be the first message sbx reads: the fd comes with the message's bytes, which a
+// buffered read would take without it.
+func (c *Conn) ReadReady() (int, error) {
+	if c.in.Buffered() > 0 {
+		return -1, fmt.Errorf("%w: data before ready", ErrProtocol)
+	}
+	raw, err := c.f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	// "ready N\n" comes whole: the supervisor sends nothing else until go, so this reads no further.
+	buf, oob := make([]byte, len(msgReady)+3), make([]byte, unix.CmsgSpace(4))
+	var n, oobn int
+	var rerr error
+	if err := raw.Read(func(s uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(s), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN
+	}); err != nil {
+		return -1, err
+	}
+	if rerr != nil {
+		return -1, rerr
+	}
+	fd := -1
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err == nil && len(msgs) == 1 {
+			if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil {
+				for i, f := range fds {
+					if i == 0 {
+						fd = f
+					} else {
+						unix.Close(f)
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return -1, io.EOF
+	}
+	line := string(buf[:n])
+	if (line != msgReady+" 1\n" || fd < 0) && line != msgReady+" 0\n" {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return -1, fmt.Errorf("%w: %q, want ready", ErrProtocol, line)
+	}
+	if line == msgReady+" 0\n" && fd >= 0 {
+		unix.Close(fd)
+		fd = -1
+	}
+	return fd, nil
 }
 
 // SendStarted answers go (the supervisor's side).

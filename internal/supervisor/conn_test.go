@@ -1,10 +1,13 @@
 package supervisor
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -34,7 +37,8 @@ func TestConnRun(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sbx, sup := pair(t)
-			prep := Prepare{Read: []string{"/"}, Write: []string{"/tmp"}, Degrade: true}
+			prep := Prepare{Read: []string{"/"}, Write: []string{"/tmp"}, Degrade: true,
+				Seccomp: &Seccomp{Filter: []byte{6, 0, 0, 0, 0, 0, 0xff, 0x7f}, Flags: unix.SECCOMP_FILTER_FLAG_LOG}}
 			if err := sbx.SendPrepare(prep); err != nil {
 				t.Fatal(err)
 			}
@@ -45,6 +49,12 @@ func TestConnRun(t *testing.T) {
 			var gotPrep Prepare
 			if err := json.Unmarshal(raw, &gotPrep); err != nil || !reflect.DeepEqual(gotPrep, prep) {
 				t.Fatalf("preparation %+v (%v), want %+v", gotPrep, err, prep)
+			}
+			if err := sup.SendReady(-1); err != nil {
+				t.Fatal(err)
+			}
+			if fd, err := sbx.ReadReady(); err != nil || fd != -1 {
+				t.Fatalf("ready: %d, %v", fd, err)
 			}
 			cfg := Config{Argv: [][]byte{[]byte("true"), {0xff}}, Env: [][]byte{[]byte("A=1")}, UID: 1000, GID: 1000}
 			if err := sbx.SendGo(cfg); err != nil {
@@ -104,5 +114,84 @@ func TestConnUnexpected(t *testing.T) {
 	}
 	if _, err := sup.ReadPrepare(); !errors.Is(err, ErrProtocol) {
 		t.Errorf("ReadPrepare on go: %v, want ErrProtocol", err)
+	}
+}
+
+// TestConnReadyFD: the notification fd rides along with ready, close-on-exec, and is the same file.
+func TestConnReadyFD(t *testing.T) {
+	sbx, sup := pair(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := sup.SendReady(int(w.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	fd, err := sbx.ReadReady()
+	if err != nil || fd < 0 {
+		t.Fatalf("ready: %d, %v", fd, err)
+	}
+	got := os.NewFile(uintptr(fd), "copy")
+	defer got.Close()
+	if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Fatalf("fd flags %#x (%v), want close-on-exec", flags, err)
+	}
+	if _, err := got.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	if _, err := r.Read(b); err != nil || b[0] != 'x' {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	// Anything else than ready is a protocol error, and an fd that comes with it is not kept.
+	if err := sup.SendStarted(Started{Pid: 2, DiagFD: -1, PidFD: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sbx.ReadReady(); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("ReadReady on pid: %v, want ErrProtocol", err)
+	}
+}
+
+// TestLoadSeccomp: a program is loaded on the calling thread only, and a malformed one is refused.
+func TestLoadSeccomp(t *testing.T) {
+	for _, bad := range []*Seccomp{{}, {Filter: make([]byte, 7)}, {Filter: make([]byte, 8*4097)},
+		{Filter: []byte{6, 0, 0, 0, 0, 0, 0xff, 0x7f}, Flags: unix.SECCOMP_FILTER_FLAG_TSYNC}} {
+		if _, err := loadSeccomp(bad); err == nil {
+			t.Errorf("loaded a program of %d bytes, flags %#x", len(bad.Filter), bad.Flags)
+		}
+	}
+	// ret ERRNO(ESRCH) for getppid, else allow: ld [0]; jeq #getppid, 0, 1; ret errno; ret allow.
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: unix.SYS_GETPPID},
+		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ESRCH)},
+		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
+	}
+	raw := make([]byte, 0, 32)
+	for _, in := range prog {
+		raw = binary.NativeEndian.AppendUint16(raw, in.Code)
+		raw = append(raw, in.Jt, in.Jf)
+		raw = binary.NativeEndian.AppendUint32(raw, in.K)
+	}
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, and its filter with it
+		if _, err := loadSeccomp(&Seccomp{Filter: raw}); err != nil {
+			done <- err
+			return
+		}
+		if _, _, errno := unix.RawSyscall(unix.SYS_GETPPID, 0, 0, 0); errno != unix.ESRCH {
+			done <- fmt.Errorf("getppid on the filtered thread: %v, want ESRCH", errno)
+			return
+		}
+		done <- nil
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETPPID, 0, 0, 0); errno != 0 {
+		t.Fatalf("getppid elsewhere: %v", errno)
 	}
 }

@@ -119,9 +119,11 @@ func (r *ruleset) restrictThread() error {
 // command controls but the control socket. The thread is never unlocked, so the runtime ends it with its
 // goroutine, and its domain with it.
 type starter struct {
-	fatal   error  // the command must not start: the ruleset could not be built or enforced
-	warning string // the profile allows running without Landlock, and Landlock could not be applied
-	req     chan startRequest
+	fatal    error  // the command must not start: the ruleset or the filter could not be built or enforced
+	hint     string // with fatal
+	warning  string // the profile allows running without Landlock, and Landlock could not be applied
+	notifyFD int    // the seccomp filter's notification fd, -1 for none: sent to sbx with ready
+	req      chan startRequest
 }
 
 type startRequest struct {
@@ -136,10 +138,10 @@ type startResult struct {
 	err error
 }
 
-// prepare builds the ruleset of raw (a Prepare) and the restricted thread. Failures are kept for go,
-// which reports them on the command's stderr.
+// prepare builds the ruleset of raw (a Prepare) and the restricted thread, which also loads the
+// seccomp filter. Failures are kept for go, which reports them on the command's stderr.
 func prepare(raw []byte) *starter {
-	s := &starter{req: make(chan startRequest, 1)}
+	s := &starter{req: make(chan startRequest, 1), notifyFD: -1, hint: landlockHint}
 	var p Prepare
 	if err := json.Unmarshal(raw, &p); err != nil {
 		s.fatal = fmt.Errorf("supervisor: bad preparation: %w", err)
@@ -154,20 +156,30 @@ func prepare(raw []byte) *starter {
 		s.warning = fmt.Sprintf("running without Landlock: %v", err)
 	}
 	ready := make(chan error, 1)
-	go s.thread(rs, ready)
+	go s.thread(rs, p.Seccomp, ready)
 	s.fatal = <-ready
 	return s
 }
 
-// thread is the restricted thread: it enforces rs (nil: nothing to enforce), says so on ready, and
-// starts the one command it is asked to.
-func (s *starter) thread(rs *ruleset, ready chan<- error) {
+// thread is the restricted thread: it enforces rs (nil: nothing to enforce) and then the seccomp
+// filter sc (nil: none), says so on ready, and starts the one command it is asked to. The filter comes
+// last, so that it may refuse the Landlock syscalls to the command.
+func (s *starter) thread(rs *ruleset, sc *Seccomp, ready chan<- error) {
 	runtime.LockOSThread()
 	if rs != nil {
 		if err := rs.restrictThread(); err != nil {
 			ready <- err
 			return
 		}
+	}
+	if sc != nil {
+		fd, err := loadSeccomp(sc)
+		if err != nil {
+			s.hint = seccompHint
+			ready <- err
+			return
+		}
+		s.notifyFD = fd
 	}
 	ready <- nil
 	r := <-s.req

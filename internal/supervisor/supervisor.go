@@ -45,12 +45,13 @@ var stdio = []*os.File{os.Stdin, os.Stdout, os.Stderr}
 // Role is the first argument the supervisor is started with (sbx dispatches on it when it runs itself).
 const Role = "__sbx_supervise"
 
-// Prepare is what the supervisor prepares before the command is known: the command's Landlock ruleset.
-// sbx sends it as soon as the sandbox runs ([Conn.SendPrepare]).
+// Prepare is what the supervisor prepares before the command is known: the command's Landlock ruleset
+// and seccomp filter. sbx sends it as soon as the sandbox runs ([Conn.SendPrepare]).
 type Prepare struct {
 	Read    []string `json:"read"`
 	Write   []string `json:"write"`
-	Degrade bool     `json:"degrade"` // go on without Landlock when it cannot be applied
+	Degrade bool     `json:"degrade"`           // go on without Landlock when it cannot be applied
+	Seccomp *Seccomp `json:"seccomp,omitempty"` // the command's filter; nil for none
 }
 
 // Config is the command the supervisor starts; sbx sends it with go ([Conn.SendGo]).
@@ -63,8 +64,8 @@ type Config struct {
 }
 
 // Main runs the supervisor as pid 1 of the sandbox. It waits for sbx's go on the control socket (the
-// protocol is in conn.go), builds the command's Landlock ruleset, starts the command from a thread
-// restricted by it, reports the command's pid and exit status, and reaps every orphan until the sandbox
+// protocol is in conn.go), builds the command's Landlock ruleset, loads its seccomp filter on a thread
+// restricted by both (sending the filter's notification fd to sbx), starts the command from that thread, reports the command's pid and exit status, and reaps every orphan until the sandbox
 // is destroyed. It returns only when the control socket fails before the command starts.
 //
 // Running the command as the init's child, rather than as a second process that joins the namespaces,
@@ -94,6 +95,15 @@ func Main() int {
 		return ExitSetup
 	}
 	st := prepare(prep)
+	// The notification fd goes to sbx and is closed here: once sbx is gone, no process holds it, and
+	// the kernel answers every notification with ENOSYS instead of leaving its process waiting.
+	err = ctl.SendReady(st.notifyFD)
+	if st.notifyFD >= 0 {
+		unix.Close(st.notifyFD)
+	}
+	if err != nil {
+		return ExitSetup
+	}
 	openOOMScoreAdj()
 	cfg, err := ctl.ReadGo()
 	if err != nil {
@@ -148,7 +158,7 @@ func startCommand(raw []byte, st *starter) (pid, pidfd, code int) {
 	setOOMScoreAdj("1000")
 	defer setOOMScoreAdj("0")
 	if st.fatal != nil {
-		return 0, -1, failure(ExitSetup, st.fatal.Error(), landlockHint)
+		return 0, -1, failure(ExitSetup, st.fatal.Error(), st.hint)
 	}
 	if st.warning != "" {
 		fmt.Fprintf(stdio[2], "sbx: warning: %s\n", st.warning)

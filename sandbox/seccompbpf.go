@@ -1,0 +1,182 @@
+package sandbox
+
+// The command's seccomp filter is compiled on the host, once per profile, and loaded by the supervisor.
+//
+// libcontainer compiles a container's filter with libseccomp in the init of every run: 2.5-4 ms of
+// each cold start here, the largest single step of the init. sbx instead compiles it with runc's own
+// code (linked by name below, so that the program is the one libcontainer would load: the same rules,
+// the same -ENOSYS stub for syscalls newer than the profile, the same flags), keeps the program in the
+// state root's cache, keyed by a hash of the filter's configuration and of everything else its bytes
+// depend on, and hands it to the supervisor with prep. The supervisor loads it on the thread it starts
+// the command from, after Landlock, and sends the notification fd back with ready
+// (internal/supervisor). The supervisor's other threads run unfiltered: they run only its own code.
+//
+// TestSeccompMatchesLibcontainer checks, byte for byte, that the program equals the one runc's
+// InitSeccomp loads for the same configuration.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/supervisor"
+)
+
+// compileSeccomp compiles sc as runc's InitSeccomp would, into the program and flags it would load.
+func compileSeccomp(sc *specs.LinuxSeccomp) (*supervisor.Seccomp, error) {
+	config, err := specconv.SetupSeccomp(sc)
+	if err != nil {
+		return nil, err
+	}
+	if config == nil {
+		return nil, nil
+	}
+	return compileConfig(config)
+}
+
+// seccompCache holds the programs this process compiled or read, by key: a long-running sbx (mcp, the
+// pool) compiles each profile's filter once.
+var seccompCache sync.Map
+
+// maxSeccompCacheFiles bounds the files of the state root's cache: past it, they are all removed.
+const maxSeccompCacheFiles = 64
+
+// seccompFileMagic starts a cache file, followed by the flags (8 bytes, little-endian), the SHA-256 of
+// the program and the program.
+const seccompFileMagic = "sbxbpf1\n"
+
+// seccompProgram is the compiled filter of sc, from this process's cache, the state root's, or compiled
+// now (and then cached in both). A cache that cannot be read or written is passed over: it only saves
+// time.
+func seccompProgram(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Seccomp, error) {
+	key, err := seccompKey(sc)
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := seccompCache.Load(key); ok {
+		return p.(*supervisor.Seccomp), nil
+	}
+	dir := filepath.Join(stateRoot, "cache")
+	file := filepath.Join(dir, "seccomp-"+key+".bpf")
+	if p := readSeccompFile(file); p != nil {
+		seccompCache.Store(key, p)
+		return p, nil
+	}
+	p, err := compileSeccomp(sc)
+	if err != nil || p == nil {
+		return p, err
+	}
+	seccompCache.Store(key, p)
+	writeSeccompFile(dir, file, p)
+	return p, nil
+}
+
+var seccompKeyBase = sync.OnceValue(func() string {
+	// The program's bytes depend on the configuration and on these: runc's and libseccomp-golang's code,
+	// libseccomp's syscall tables, what the kernel supports (the API level), the architecture.
+	var b strings.Builder
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == "github.com/opencontainers/runc" || m.Path == "github.com/seccomp/libseccomp-golang" {
+				fmt.Fprintf(&b, "%s@%s %s;", m.Path, m.Version, m.Sum)
+			}
+		}
+	}
+	maj, mnr, mic := libseccomp.GetLibraryVersion()
+	api, _ := libseccomp.GetAPI()
+	fmt.Fprintf(&b, "libseccomp %d.%d.%d api %d %s", maj, mnr, mic, api, runtime.GOARCH)
+	return b.String()
+})
+
+// seccompKey is the cache key of sc: a hash of its configuration (without the listener's path, which
+// the supervisor's handover does not use) and of seccompKeyBase.
+func seccompKey(sc *specs.LinuxSeccomp) (string, error) {
+	c := *sc
+	c.ListenerPath, c.ListenerMetadata = "", ""
+	j, err := json.Marshal(&c)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	io.WriteString(h, seccompKeyBase())
+	h.Write([]byte{0})
+	h.Write(j)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// readSeccompFile reads a cache file, nil when there is none or it is not one of sbx's whole files: it
+// must be a regular file of this user's, writable by nobody else, in a directory of the same kind.
+func readSeccompFile(file string) *supervisor.Seccomp {
+	if !ownDir(filepath.Dir(file)) {
+		return nil
+	}
+	f, err := os.OpenFile(file, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	const head = len(seccompFileMagic) + 8 + sha256.Size
+	if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() ||
+		st.Mode&0o022 != 0 || st.Size <= int64(head) || st.Size > int64(head+8*4096) {
+		return nil
+	}
+	b := make([]byte, st.Size)
+	if _, err := io.ReadFull(f, b); err != nil || string(b[:len(seccompFileMagic)]) != seccompFileMagic {
+		return nil
+	}
+	prog := b[head:]
+	if sum := sha256.Sum256(prog); !bytes.Equal(sum[:], b[head-sha256.Size:head]) || len(prog)%8 != 0 {
+		return nil
+	}
+	return &supervisor.Seccomp{Filter: prog, Flags: uint(binary.LittleEndian.Uint64(b[len(seccompFileMagic):]))}
+}
+
+// ownDir says whether dir is a directory of this user's that nobody else may write to.
+func ownDir(dir string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(dir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && int(st.Uid) == os.Geteuid() && st.Mode&0o022 == 0
+}
+
+// writeSeccompFile stores p in the cache, whole or not at all (a temporary file renamed into place).
+func writeSeccompFile(dir, file string, p *supervisor.Seccomp) {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return
+	}
+	if !ownDir(dir) {
+		return
+	}
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) >= maxSeccompCacheFiles {
+		for _, e := range entries {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	f, err := os.CreateTemp(dir, ".seccomp-*")
+	if err != nil {
+		return
+	}
+	sum := sha256.Sum256(p.Filter)
+	b := binary.LittleEndian.AppendUint64([]byte(seccompFileMagic), uint64(p.Flags))
+	b = append(append(b, sum[:]...), p.Filter...)
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil && cerr == nil && os.Rename(f.Name(), file) == nil {
+		return
+	}
+	os.Remove(f.Name())
+}

@@ -1,0 +1,208 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	runcseccomp "github.com/opencontainers/runc/libcontainer/seccomp"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// roleLoadSeccomp loads the filter of the seccomp config in the file args[0] as libcontainer's init
+// does (runc's InitSeccomp), prints the thread's id and waits for stdin to close.
+const roleLoadSeccomp = "__test_load_seccomp"
+
+func init() {
+	RegisterRole(roleLoadSeccomp, func(args []string) int {
+		runtime.LockOSThread()
+		raw, err := os.ReadFile(args[0])
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		var sc specs.LinuxSeccomp
+		if err := json.Unmarshal(raw, &sc); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		config, err := specconv.SetupSeccomp(&sc)
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		if _, err := runcseccomp.InitSeccomp(config); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		fmt.Println(unix.Gettid())
+		os.Stdin.Read(make([]byte, 1))
+		return 0
+	})
+}
+
+// TestSeccompMatchesLibcontainer: the program sbx compiles for every built-in profile (as Spec gives
+// it, with the notified syscalls and the log flag) is the one runc's InitSeccomp loads, byte for byte
+// (read back from a process with PTRACE_SECCOMP_GET_FILTER), with the same listener flag.
+func TestSeccompMatchesLibcontainer(t *testing.T) {
+	needRoot(t) // PTRACE_SECCOMP_GET_FILTER needs CAP_SYS_ADMIN
+	for _, name := range policy.Builtins() {
+		t.Run(name, func(t *testing.T) {
+			p, err := policy.Load(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := policy.Compile(p, policy.CompileContext{Cwd: "/work"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := Spec(SpecInput{Plan: plan, ID: "x", Rootfs: "/", Notify: plan.Seccomp != nil})
+			if spec.Linux.Seccomp == nil {
+				t.Skip("no filter")
+			}
+			got, err := compileSeccomp(spec.Linux.Seccomp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := loadedByRunc(t, spec.Linux.Seccomp)
+			if !bytes.Equal(got.Filter, want) {
+				t.Fatalf("sbx compiled %d instructions, runc loaded %d, and they differ", len(got.Filter)/8, len(want)/8)
+			}
+			notifies := strings.Contains(string(mustJSON(t, spec.Linux.Seccomp)), string(specs.ActNotify))
+			if hasListener := got.Flags&unix.SECCOMP_FILTER_FLAG_NEW_LISTENER != 0; hasListener != notifies {
+				t.Fatalf("flags %#x: listener %v, want %v", got.Flags, hasListener, notifies)
+			}
+			if got.Flags&unix.SECCOMP_FILTER_FLAG_LOG == 0 {
+				t.Fatalf("flags %#x without SECCOMP_FILTER_FLAG_LOG", got.Flags)
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// loadedByRunc is the program runc's InitSeccomp loads for sc, in a child process.
+func loadedByRunc(t *testing.T, sc *specs.LinuxSeccomp) []byte {
+	file := filepath.Join(t.TempDir(), "seccomp.json")
+	if err := os.WriteFile(file, mustJSON(t, sc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/proc/self/exe", roleLoadSeccomp, file)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	tid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("child: %q", line)
+	}
+	// The tracer is a thread: stay on one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.PtraceSeize(tid); err != nil {
+		t.Fatalf("PTRACE_SEIZE: %v", err)
+	}
+	defer unix.PtraceDetach(tid)
+	if err := unix.PtraceInterrupt(tid); err != nil {
+		t.Fatalf("PTRACE_INTERRUPT: %v", err)
+	}
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	const ptraceSeccompGetFilter = 0x420c
+	n, _, errno := unix.Syscall6(unix.SYS_PTRACE, ptraceSeccompGetFilter, uintptr(tid), 0, 0, 0, 0)
+	if errno != 0 {
+		t.Fatalf("PTRACE_SECCOMP_GET_FILTER: %v", errno)
+	}
+	prog := make([]unix.SockFilter, n)
+	if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, ptraceSeccompGetFilter, uintptr(tid), 0, uintptr(unsafe.Pointer(&prog[0])), 0, 0); errno != 0 {
+		t.Fatalf("PTRACE_SECCOMP_GET_FILTER: %v", errno)
+	}
+	return bytes.Clone(unsafe.Slice((*byte)(unsafe.Pointer(&prog[0])), len(prog)*8))
+}
+
+// TestSeccompCache: a compiled program is kept in the state root, read back whole, and passed over when
+// the file is not sbx's whole file.
+func TestSeccompCache(t *testing.T) {
+	p, err := policy.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := policy.Compile(p, policy.CompileContext{Cwd: "/work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := Spec(SpecInput{Plan: plan, ID: "x", Rootfs: "/", Notify: true}).Linux.Seccomp
+	root := t.TempDir()
+	want, err := seccompProgram(root, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := seccompKey(sc)
+	file := filepath.Join(root, "cache", "seccomp-"+key+".bpf")
+	got := readSeccompFile(file)
+	if got == nil || !bytes.Equal(got.Filter, want.Filter) || got.Flags != want.Flags {
+		t.Fatalf("read back %+v", got)
+	}
+	// Another listener path is the same filter.
+	other := *sc
+	other.ListenerPath = "/elsewhere"
+	if k2, _ := seccompKey(&other); k2 != key {
+		t.Fatal("the listener path changed the key")
+	}
+	raw, _ := os.ReadFile(file)
+	for name, mangle := range map[string]func(){
+		"flipped": func() { b := bytes.Clone(raw); b[len(b)-3] ^= 1; os.WriteFile(file, b, 0o600) },
+		"short":   func() { os.WriteFile(file, raw[:len(raw)-4], 0o600) },
+		"group-writable": func() {
+			os.WriteFile(file, raw, 0o600)
+			os.Chmod(file, 0o620)
+		},
+		"symlink": func() {
+			os.Remove(file)
+			os.WriteFile(file+".real", raw, 0o600)
+			os.Symlink(file+".real", file)
+		},
+	} {
+		os.Remove(file)
+		mangle()
+		if got := readSeccompFile(file); got != nil {
+			t.Errorf("%s: read back a program", name)
+		}
+		os.Remove(file + ".real")
+	}
+}
