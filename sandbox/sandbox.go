@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runc/libcontainer/utils"
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/safefs"
@@ -433,8 +434,8 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Pro
 		Rlimits:    processRlimits(spec.Process.Rlimits),
 		ExtraFiles: []*os.File{ctl},
 	}
-	if os.Getenv("SBX_LCDEBUG") != "" {
-		p.LogLevel = "5"
+	if TraceLibcontainer() {
+		p.LogLevel = strconv.Itoa(int(logrus.DebugLevel))
 	}
 	if cmd.Terminal {
 		p.Stdin, p.Stdout, p.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr

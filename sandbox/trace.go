@@ -17,6 +17,10 @@ type tracer struct {
 
 func newTracer() *tracer { return &tracer{on: os.Getenv("SBX_TRACE") != "", last: time.Now()} }
 
+// TraceLibcontainer says whether SBX_TRACE=lc asks for libcontainer's debug log too (its init's steps,
+// timestamped by the caller's logger), for a look inside lc.run.
+func TraceLibcontainer() bool { return os.Getenv("SBX_TRACE") == "lc" }
+
 func (t *tracer) mark(step string) {
 	if !t.on {
 		return

@@ -35,7 +35,7 @@ func run(args []string, in io.Reader, out, errw io.Writer) int {
 	// failed without root, ...), where they would come before sbx's one-line error; what matters reaches
 	// sbx as that error. Its errors still show.
 	logrus.SetLevel(logrus.ErrorLevel)
-	if os.Getenv("SBX_LCDEBUG") != "" {
+	if sandbox.TraceLibcontainer() {
 		logrus.SetLevel(logrus.DebugLevel)
 		logrus.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "05.000000"})
 	}
