@@ -337,6 +337,11 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		defer consoleChild.Close()
 		s.init.ConsoleSocket = consoleChild
 	}
+	// The preparation is sent while libcontainer starts the init: it waits in the socket, and the
+	// supervisor reads it as soon as it runs. (A preparation larger than the socket's buffer completes
+	// once the supervisor reads; Destroy's close of the socket ends the write if it never does.)
+	prepared := make(chan error, 1)
+	go func() { prepared <- s.ctl.SendPrepare(s.supervisorPrepare()) }()
 	err = s.container.Run(s.init)
 	s.relays.started()
 	if err != nil {
@@ -346,7 +351,7 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	if s.initPid, err = s.init.Pid(); err != nil {
 		return err
 	}
-	if err := s.ctl.SendPrepare(s.supervisorPrepare()); err != nil {
+	if err := <-prepared; err != nil {
 		return fmt.Errorf("preparing the supervisor: %w", err)
 	}
 	if consoleParent != nil {
@@ -606,13 +611,18 @@ func (s *Sandbox) Start() (*Running, error) {
 			return nil, fmt.Errorf("%w: loading the network contract: %w", ErrSetup, err)
 		}
 	}
+	tr := newTracer()
+	defer tr.done()
 	if err := s.awaitReady(); err != nil {
 		return nil, err
 	}
+	tr.mark("ready")
 	if err := s.ctl.SendGo(s.supervisorConfig()); err != nil {
 		return nil, fmt.Errorf("starting the command: %w", err)
 	}
+	tr.mark("go")
 	st, err := s.ctl.ReadStarted()
+	tr.mark("started")
 	if errors.Is(err, supervisor.ErrProtocol) {
 		return nil, fmt.Errorf("starting the command: %w", err)
 	}

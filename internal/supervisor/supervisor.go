@@ -85,11 +85,13 @@ func Main() int {
 	}()
 	children := make(chan os.Signal, 16)
 	signal.Notify(children, unix.SIGCHLD)
-	// Go probes pidfd support, with a throwaway clone, at the first process start or lookup: probe now,
-	// while the sandbox waits (built ahead in a warm pool, or while sbx snapshots), not after go.
-	if self, err := os.FindProcess(os.Getpid()); err == nil {
-		self.Release()
-	}
+	// Go probes pidfd support, with a throwaway clone, at the first process start or lookup (0.5 ms
+	// here): probe now, beside the preparation, not after go.
+	go func() {
+		if self, err := os.FindProcess(os.Getpid()); err == nil {
+			self.Release()
+		}
+	}()
 	prep, err := ctl.ReadPrepare()
 	if err != nil {
 		return ExitSetup
