@@ -39,6 +39,7 @@ var errorHints = []struct {
 	who  caller
 	hint string
 }{
+	{sandbox.ErrStateShare, anyCaller, "share a directory that neither contains nor lies in sbx's state root, or move the state root (" + stateRootEnv + ")"},
 	{sandbox.ErrShare, anyCaller, "a path shared with --ro, --rw or filesystem.share must exist on the host"},
 	{sandbox.ErrLimit, anyCaller, "lower limits.nofile in the profile to at most sbx's hard limit (ulimit -Hn), or start sbx with a higher one (ulimit -Hn N as root; LimitNOFILE= for a service)"},
 	{runner.ErrChangesDir, anyCaller, "give --changes a directory outside every --rw share, e.g. a fresh one under /tmp"},
