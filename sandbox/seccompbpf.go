@@ -17,6 +17,7 @@ package sandbox
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -72,6 +73,14 @@ func seccompProgram(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Secco
 	if p, ok := seccompCache.Load(key); ok {
 		return p.(*supervisor.Seccomp), nil
 	}
+	if exeBuildID() == "" {
+		// No build ID: a file of another build could not be told from one of this build's.
+		p, err := compileSeccomp(sc)
+		if err == nil && p != nil {
+			seccompCache.Store(key, p)
+		}
+		return p, err
+	}
 	dir := filepath.Join(stateRoot, "cache")
 	file := filepath.Join(dir, "seccomp-"+key+".bpf")
 	if p := readSeccompFile(file); p != nil {
@@ -87,10 +96,15 @@ func seccompProgram(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Secco
 	return p, nil
 }
 
-var seccompKeyBase = sync.OnceValue(func() string {
-	// The program's bytes depend on the configuration and on these: runc's and libseccomp-golang's code,
-	// libseccomp's syscall tables, what the kernel supports (the API level), the architecture.
+var seccompKeyBase = sync.OnceValue(func() string { return seccompKeyOf(exeBuildID()) })
+
+// seccompKeyOf is what a program's bytes depend on besides its configuration: this build of sbx (its
+// Go build ID: sbx's own compile steps and flags change with it, and a file written by another build
+// is never read), runc's and libseccomp-golang's code, libseccomp's syscall tables, what the kernel
+// supports (the API level), the architecture.
+func seccompKeyOf(buildID string) string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "sbx %s;", buildID)
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, m := range bi.Deps {
 			if m.Path == "github.com/opencontainers/runc" || m.Path == "github.com/seccomp/libseccomp-golang" {
@@ -102,7 +116,33 @@ var seccompKeyBase = sync.OnceValue(func() string {
 	api, _ := libseccomp.GetAPI()
 	fmt.Fprintf(&b, "libseccomp %d.%d.%d api %d %s", maj, mnr, mic, api, runtime.GOARCH)
 	return b.String()
-})
+}
+
+// exeBuildID is the Go build ID of the running executable (its ELF note .note.go.buildid), "" when it
+// cannot be read: then the state root's cache is not used.
+var exeBuildID = sync.OnceValue(readBuildID)
+
+func readBuildID() string {
+	f, err := elf.Open("/proc/self/exe")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sec := f.Section(".note.go.buildid")
+	if sec == nil || sec.Size > 4096 {
+		return ""
+	}
+	note, err := sec.Data()
+	// namesz, descsz, type (4 bytes each), the name "Go\x00\x00", then the ID.
+	if err != nil || len(note) < 16 || string(note[12:16]) != "Go\x00\x00" {
+		return ""
+	}
+	n := int(f.ByteOrder.Uint32(note[4:8]))
+	if n == 0 || 16+n > len(note) {
+		return ""
+	}
+	return string(note[16 : 16+n])
+}
 
 // seccompKey is the cache key of sc: a hash of its configuration (without the listener's path, which
 // the supervisor's handover does not use) and of seccompKeyBase.

@@ -206,3 +206,25 @@ func TestSeccompCache(t *testing.T) {
 		os.Remove(file + ".real")
 	}
 }
+
+// TestSeccompKeyBuild: the cache key is of this build of sbx (its Go build ID, as `go tool buildid`
+// reads it): a file that another build wrote, whose compile steps or flags may differ, is never read.
+func TestSeccompKeyBuild(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "tool", "buildid", exe).Output()
+	if err != nil {
+		t.Skipf("go tool buildid: %v", err)
+	}
+	if got, want := exeBuildID(), strings.TrimSpace(string(out)); got == "" || got != want {
+		t.Fatalf("build ID %q, want %q", got, want)
+	}
+	if seccompKeyOf("a") == seccompKeyOf("b") {
+		t.Fatal("the key does not depend on the build")
+	}
+	if !strings.Contains(seccompKeyBase(), exeBuildID()) {
+		t.Fatalf("key base %q lacks the build ID", seccompKeyBase())
+	}
+}
