@@ -58,9 +58,9 @@ var seccompCache sync.Map
 // maxSeccompCacheFiles bounds the files of the state root's cache: past it, they are all removed.
 const maxSeccompCacheFiles = 64
 
-// seccompFileMagic starts a cache file, followed by the flags (8 bytes, little-endian), the SHA-256 of
-// the program and the program.
-const seccompFileMagic = "sbxbpf1\n"
+// seccompFileMagic starts a cache file, followed by the flags (8 bytes, little-endian), the checksum
+// (seccompSum) and the program.
+const seccompFileMagic = "sbxbpf2\n"
 
 // seccompProgram is the compiled filter of sc, from this process's cache, the state root's, or compiled
 // now (and then cached in both). A cache that cannot be read or written is passed over: it only saves
@@ -83,7 +83,7 @@ func seccompProgram(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Secco
 	}
 	dir := filepath.Join(stateRoot, "cache")
 	file := filepath.Join(dir, "seccomp-"+key+".bpf")
-	if p := readSeccompFile(file); p != nil {
+	if p := readSeccompFile(file, key); p != nil {
 		seccompCache.Store(key, p)
 		return p, nil
 	}
@@ -92,7 +92,7 @@ func seccompProgram(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Secco
 		return p, err
 	}
 	seccompCache.Store(key, p)
-	writeSeccompFile(dir, file, p)
+	writeSeccompFile(dir, file, key, p)
 	return p, nil
 }
 
@@ -162,7 +162,7 @@ func seccompKey(sc *specs.LinuxSeccomp) (string, error) {
 
 // readSeccompFile reads a cache file, nil when there is none or it is not one of sbx's whole files: it
 // must be a regular file of this user's, writable by nobody else, in a directory of the same kind.
-func readSeccompFile(file string) *supervisor.Seccomp {
+func readSeccompFile(file, key string) *supervisor.Seccomp {
 	if !ownDir(filepath.Dir(file)) {
 		return nil
 	}
@@ -181,11 +181,21 @@ func readSeccompFile(file string) *supervisor.Seccomp {
 	if _, err := io.ReadFull(f, b); err != nil || string(b[:len(seccompFileMagic)]) != seccompFileMagic {
 		return nil
 	}
-	prog := b[head:]
-	if sum := sha256.Sum256(prog); !bytes.Equal(sum[:], b[head-sha256.Size:head]) || len(prog)%8 != 0 {
+	p := &supervisor.Seccomp{Filter: b[head:], Flags: uint(binary.LittleEndian.Uint64(b[len(seccompFileMagic):]))}
+	if sum := seccompSum(key, p); !bytes.Equal(sum, b[head-sha256.Size:head]) || len(p.Filter)%8 != 0 {
 		return nil
 	}
-	return &supervisor.Seccomp{Filter: prog, Flags: uint(binary.LittleEndian.Uint64(b[len(seccompFileMagic):]))}
+	return p
+}
+
+// seccompSum is a cache file's checksum: the SHA-256 of its key, the flags and the program, so that
+// neither flags changed nor a file renamed to another key's name pass.
+func seccompSum(key string, p *supervisor.Seccomp) []byte {
+	h := sha256.New()
+	io.WriteString(h, key)
+	h.Write(binary.LittleEndian.AppendUint64(nil, uint64(p.Flags)))
+	h.Write(p.Filter)
+	return h.Sum(nil)
 }
 
 // ownDir says whether dir is a directory of this user's that nobody else may write to.
@@ -195,7 +205,7 @@ func ownDir(dir string) bool {
 }
 
 // writeSeccompFile stores p in the cache, whole or not at all (a temporary file renamed into place).
-func writeSeccompFile(dir, file string, p *supervisor.Seccomp) {
+func writeSeccompFile(dir, file, key string, p *supervisor.Seccomp) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return
 	}
@@ -211,9 +221,8 @@ func writeSeccompFile(dir, file string, p *supervisor.Seccomp) {
 	if err != nil {
 		return
 	}
-	sum := sha256.Sum256(p.Filter)
 	b := binary.LittleEndian.AppendUint64([]byte(seccompFileMagic), uint64(p.Flags))
-	b = append(append(b, sum[:]...), p.Filter...)
+	b = append(append(b, seccompSum(key, p)...), p.Filter...)
 	_, err = f.Write(b)
 	if cerr := f.Close(); err == nil && cerr == nil && os.Rename(f.Name(), file) == nil {
 		return

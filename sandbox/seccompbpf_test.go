@@ -174,7 +174,7 @@ func TestSeccompCache(t *testing.T) {
 	}
 	key, _ := seccompKey(sc)
 	file := filepath.Join(root, "cache", "seccomp-"+key+".bpf")
-	got := readSeccompFile(file)
+	got := readSeccompFile(file, key)
 	if got == nil || !bytes.Equal(got.Filter, want.Filter) || got.Flags != want.Flags {
 		t.Fatalf("read back %+v", got)
 	}
@@ -187,7 +187,27 @@ func TestSeccompCache(t *testing.T) {
 	raw, _ := os.ReadFile(file)
 	for name, mangle := range map[string]func(){
 		"flipped": func() { b := bytes.Clone(raw); b[len(b)-3] ^= 1; os.WriteFile(file, b, 0o600) },
-		"short":   func() { os.WriteFile(file, raw[:len(raw)-4], 0o600) },
+		"flags changed": func() {
+			b := bytes.Clone(raw)
+			b[8] ^= unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+			os.WriteFile(file, b, 0o600)
+		},
+		"another key's file": func() {
+			osc := *sc
+			errno := uint(unix.EXDEV) // another default errno: another program
+			osc.DefaultErrnoRet = &errno
+			k2, _ := seccompKey(&osc)
+			p2, err := seccompProgram(root, &osc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, _ := os.ReadFile(filepath.Join(root, "cache", "seccomp-"+k2+".bpf"))
+			if len(other) == 0 || bytes.Equal(p2.Filter, want.Filter) {
+				t.Fatal("no other program")
+			}
+			os.WriteFile(file, other, 0o600) // renamed into this key's place
+		},
+		"short": func() { os.WriteFile(file, raw[:len(raw)-4], 0o600) },
 		"group-writable": func() {
 			os.WriteFile(file, raw, 0o600)
 			os.Chmod(file, 0o620)
@@ -200,7 +220,7 @@ func TestSeccompCache(t *testing.T) {
 	} {
 		os.Remove(file)
 		mangle()
-		if got := readSeccompFile(file); got != nil {
+		if got := readSeccompFile(file, key); got != nil {
 			t.Errorf("%s: read back a program", name)
 		}
 		os.Remove(file + ".real")
