@@ -3,7 +3,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -23,26 +22,32 @@ var ErrStateShare = errors.New("a writable share reaches sbx's state root")
 
 // checkStateShares refuses a writable share that contains the state root or lies in it.
 func checkStateShares(stateRoot string, shares []policy.Share) error {
-	root, above := stateRootIdentity(stateRoot)
 	for _, sh := range shares {
-		if !sh.Writable {
-			continue
-		}
-		real, err := filepath.EvalSymlinks(sh.Host)
-		if err != nil {
-			continue // a share that does not exist is refused with ErrShare
-		}
-		for d := real; ; d = filepath.Dir(d) {
-			id, ok := identity(d)
-			if ok && (d == real && above[id] || root != nil && id == *root) {
-				return fmt.Errorf("%w: %s (state root %s)", ErrStateShare, sh.Host, stateRoot)
-			}
-			if d == "/" || d == "." {
-				break
-			}
+		if sh.Writable && ReachesStateRoot(stateRoot, sh.Host) {
+			return fmt.Errorf("%w: %s (state root %s)", ErrStateShare, sh.Host, stateRoot)
 		}
 	}
 	return nil
+}
+
+// ReachesStateRoot says whether the host path contains the state root ("" = the default) or lies in
+// it, by identity: through symlinks and bind mounts of the same directories too. A path that does not
+// exist yet is where its nearest existing directory is.
+func ReachesStateRoot(stateRoot, path string) bool {
+	if stateRoot == "" {
+		stateRoot = DefaultStateRootFor()
+	}
+	root, above := stateRootIdentity(stateRoot)
+	real := resolveExisting(absolute(path))
+	for d := real; ; d = filepath.Dir(d) {
+		id, ok := identity(d)
+		if ok && (d == real && above[id] || root != nil && id == *root) {
+			return true
+		}
+		if d == "/" || d == "." {
+			return false
+		}
+	}
 }
 
 // fileID is a directory's identity: what a bind mount or a symlink of it shares with it.
@@ -59,24 +64,10 @@ func identity(path string) (fileID, bool) {
 // stateRootIdentity is the state root's identity (nil when it does not exist yet) and those of the
 // directories it lies in: a share of any of them contains it, now or once it is made.
 func stateRootIdentity(stateRoot string) (*fileID, map[fileID]bool) {
-	abs, err := filepath.Abs(stateRoot)
-	if err != nil {
-		abs = stateRoot
-	}
 	above := map[fileID]bool{}
 	var root *fileID
-	// Down from the nearest directory that exists, resolved: that is where the state root is made.
-	d, rest := abs, ""
-	for {
-		if real, err := filepath.EvalSymlinks(d); err == nil {
-			d = filepath.Join(real, rest)
-			break
-		} else if !errors.Is(err, os.ErrNotExist) || d == "/" {
-			break
-		}
-		rest = filepath.Join(filepath.Base(d), rest)
-		d = filepath.Dir(d)
-	}
+	// Resolved as far as it exists: that is where the state root is made.
+	d := resolveExisting(absolute(stateRoot))
 	for p := d; ; p = filepath.Dir(p) {
 		if id, ok := identity(p); ok {
 			above[id] = true
@@ -89,4 +80,11 @@ func stateRootIdentity(stateRoot string) (*fileID, map[fileID]bool) {
 		}
 	}
 	return root, above
+}
+
+func absolute(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }

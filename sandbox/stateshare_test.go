@@ -49,6 +49,8 @@ func TestCheckStateShares(t *testing.T) {
 		{"a sibling", state, filepath.Join(base, "other"), true, false},
 		{"a state root not made yet", fresh, home, true, true},
 		{"beside a state root not made yet", fresh, filepath.Join(base, "other"), true, false},
+		{"a path not made yet in it", state, filepath.Join(state, "new", "dir"), true, true},
+		{"a path not made yet beside it", state, filepath.Join(base, "other", "new"), true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !bound && strings.HasPrefix(tc.share, filepath.Join(base, "alias")) {
