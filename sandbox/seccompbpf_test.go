@@ -208,6 +208,13 @@ func TestSeccompCache(t *testing.T) {
 			os.WriteFile(file, other, 0o600) // renamed into this key's place
 		},
 		"short": func() { os.WriteFile(file, raw[:len(raw)-4], 0o600) },
+		"fifo":  func() { unix.Mkfifo(file, 0o600) }, // opened without blocking, refused by its type
+		"huge": func() {
+			f, _ := os.OpenFile(file, os.O_CREATE|os.O_WRONLY, 0o600)
+			f.Write(raw)
+			f.Truncate(1 << 30) // sparse: never read
+			f.Close()
+		},
 		"group-writable": func() {
 			os.WriteFile(file, raw, 0o600)
 			os.Chmod(file, 0o620)
