@@ -13,6 +13,7 @@ import (
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // ErrChangesDir is matched by the error of a --changes DIR that cannot be used.
@@ -21,9 +22,14 @@ var ErrChangesDir = errors.New("unusable --changes directory")
 // openChangesDir creates dir and opens it once as the root handle every copy goes through, before the
 // command runs: from then on the path is never walked again. A dir in a writable share is refused: the
 // command could fill it with links and files of its own while it runs.
-func openChangesDir(dir string, shares []policy.Share) (*os.File, error) {
+func openChangesDir(dir, stateRoot string, shares []policy.Share) (*os.File, error) {
 	if dir == "" {
 		return nil, nil
+	}
+	// sbx writes the command's files there as the caller: in the state root they could stand in for
+	// what later runs trust (the compiled seccomp filters).
+	if sandbox.ReachesStateRoot(stateRoot, dir) {
+		return nil, fmt.Errorf("%w: %s contains or lies in sbx's state root", ErrChangesDir, dir)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChangesDir, err)

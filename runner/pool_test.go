@@ -153,3 +153,50 @@ func TestPoolHiddenSince(t *testing.T) {
 func belowHiddenDir(hidden []string, p string) bool {
 	return slices.ContainsFunc(hidden, func(h string) bool { return strings.HasPrefix(p, filepath.Clean(h)+"/") })
 }
+
+// TestPoolSeccomp: a pooled sandbox's command (its supervisor loaded the filter before the command was
+// known) runs under the profile's filter, and so do its threads and children, forked or spawned; a
+// refused syscall of a child is recorded, in each of two pooled runs (each pooled sandbox hands over a
+// listener of its own).
+func TestPoolSeccomp(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	prof, err := policy.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd, state := t.TempDir(), testutil.StateRoot(t)
+	pl, err := policy.Compile(prof, policy.CompileContext{Cwd: cwd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPool(1, state, func(err error) { t.Error(err) })
+	defer p.Close()
+	const script = `import os, subprocess, threading
+def filtered(path): return "Seccomp:\t2" in open(path).read()
+r = {}
+t = threading.Thread(target=lambda: r.update(t=filtered("/proc/thread-self/status"))); t.start(); t.join()
+pid = os.fork()
+if pid == 0:
+    os.execvp("sh", ["sh", "-c", "unshare -n true 2>/dev/null; grep -q 'Seccomp:.2' /proc/self/status && echo child-filtered"])
+os.waitpid(pid, 0)
+spawned = subprocess.run(["grep", "-c", "Seccomp:.2", "/proc/self/status"], capture_output=True, text=True).stdout.strip()
+print("self", filtered("/proc/self/status"), "thread", r["t"], "spawned", spawned)`
+	o := Options{Plan: pl, Cwd: cwd, StateRoot: state}
+	p.Warm(pl, cwd)
+	for i := range 2 {
+		waitIdle(t, p, 1)
+		rep, out, pooled := poolRun(t, p, o, "python3", "-c", script)
+		if !pooled {
+			t.Fatalf("run %d started cold", i)
+		}
+		if !strings.Contains(out, "child-filtered") || !strings.Contains(out, "self True thread True spawned 1") {
+			t.Errorf("run %d: %q, want the command, its thread and children filtered", i, out)
+		}
+		d := rep.Denials
+		if !slices.ContainsFunc(d.Seccomp, func(s report.SeccompDenial) bool {
+			return s.Syscall == "unshare" && s.Args == "CLONE_NEWNET" && s.Exe == "/usr/bin/unshare"
+		}) {
+			t.Errorf("run %d: seccomp denials %+v (%s), want the child's unshare", i, d.Seccomp, d.Reason)
+		}
+	}
+}

@@ -87,7 +87,7 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 	finish func(*sandbox.Sandbox) error) (*report.Report, error) {
 	t0 := time.Now()
 	rep := report.New(o.Plan.Profile, o.Args)
-	changesDir, err := openChangesDir(o.Changes, o.Plan.Filesystem.Shares)
+	changesDir, err := openChangesDir(o.Changes, o.StateRoot, o.Plan.Filesystem.Shares)
 	if err != nil {
 		return nil, err
 	}

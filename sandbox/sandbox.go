@@ -163,6 +163,9 @@ func (cfg Config) check() error {
 			return fmt.Errorf("%w: %s: %w", ErrShare, sh.Host, err)
 		}
 	}
+	if err := checkStateShares(cfg.StateRoot, cfg.Plan.Filesystem.Shares); err != nil {
+		return err
+	}
 	return checkNoFile(cfg.Plan.Limits.NoFile)
 }
 

@@ -17,6 +17,7 @@ package sandbox
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -57,9 +58,9 @@ var seccompCache sync.Map
 // maxSeccompCacheFiles bounds the files of the state root's cache: past it, they are all removed.
 const maxSeccompCacheFiles = 64
 
-// seccompFileMagic starts a cache file, followed by the flags (8 bytes, little-endian), the SHA-256 of
-// the program and the program.
-const seccompFileMagic = "sbxbpf1\n"
+// seccompFileMagic starts a cache file, followed by the flags (8 bytes, little-endian), the checksum
+// (seccompSum) and the program.
+const seccompFileMagic = "sbxbpf2\n"
 
 // seccompProgram is the compiled filter of sc, from this process's cache, the state root's, or compiled
 // now (and then cached in both). A cache that cannot be read or written is passed over: it only saves
@@ -72,9 +73,17 @@ func seccompProgram(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Secco
 	if p, ok := seccompCache.Load(key); ok {
 		return p.(*supervisor.Seccomp), nil
 	}
+	if exeBuildID() == "" {
+		// No build ID: a file of another build could not be told from one of this build's.
+		p, err := compileSeccomp(sc)
+		if err == nil && p != nil {
+			seccompCache.Store(key, p)
+		}
+		return p, err
+	}
 	dir := filepath.Join(stateRoot, "cache")
 	file := filepath.Join(dir, "seccomp-"+key+".bpf")
-	if p := readSeccompFile(file); p != nil {
+	if p := readSeccompFile(file, key); p != nil {
 		seccompCache.Store(key, p)
 		return p, nil
 	}
@@ -83,14 +92,19 @@ func seccompProgram(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Secco
 		return p, err
 	}
 	seccompCache.Store(key, p)
-	writeSeccompFile(dir, file, p)
+	writeSeccompFile(dir, file, key, p)
 	return p, nil
 }
 
-var seccompKeyBase = sync.OnceValue(func() string {
-	// The program's bytes depend on the configuration and on these: runc's and libseccomp-golang's code,
-	// libseccomp's syscall tables, what the kernel supports (the API level), the architecture.
+var seccompKeyBase = sync.OnceValue(func() string { return seccompKeyOf(exeBuildID()) })
+
+// seccompKeyOf is what a program's bytes depend on besides its configuration: this build of sbx (its
+// Go build ID: sbx's own compile steps and flags change with it, and a file written by another build
+// is never read), runc's and libseccomp-golang's code, libseccomp's syscall tables, what the kernel
+// supports (the API level), the architecture.
+func seccompKeyOf(buildID string) string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "sbx %s;", buildID)
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, m := range bi.Deps {
 			if m.Path == "github.com/opencontainers/runc" || m.Path == "github.com/seccomp/libseccomp-golang" {
@@ -102,7 +116,33 @@ var seccompKeyBase = sync.OnceValue(func() string {
 	api, _ := libseccomp.GetAPI()
 	fmt.Fprintf(&b, "libseccomp %d.%d.%d api %d %s", maj, mnr, mic, api, runtime.GOARCH)
 	return b.String()
-})
+}
+
+// exeBuildID is the Go build ID of the running executable (its ELF note .note.go.buildid), "" when it
+// cannot be read: then the state root's cache is not used.
+var exeBuildID = sync.OnceValue(readBuildID)
+
+func readBuildID() string {
+	f, err := elf.Open("/proc/self/exe")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sec := f.Section(".note.go.buildid")
+	if sec == nil || sec.Size > 4096 {
+		return ""
+	}
+	note, err := sec.Data()
+	// namesz, descsz, type (4 bytes each), the name "Go\x00\x00", then the ID.
+	if err != nil || len(note) < 16 || string(note[12:16]) != "Go\x00\x00" {
+		return ""
+	}
+	n := int(f.ByteOrder.Uint32(note[4:8]))
+	if n == 0 || 16+n > len(note) {
+		return ""
+	}
+	return string(note[16 : 16+n])
+}
 
 // seccompKey is the cache key of sc: a hash of its configuration (without the listener's path, which
 // the supervisor's handover does not use) and of seccompKeyBase.
@@ -122,7 +162,7 @@ func seccompKey(sc *specs.LinuxSeccomp) (string, error) {
 
 // readSeccompFile reads a cache file, nil when there is none or it is not one of sbx's whole files: it
 // must be a regular file of this user's, writable by nobody else, in a directory of the same kind.
-func readSeccompFile(file string) *supervisor.Seccomp {
+func readSeccompFile(file, key string) *supervisor.Seccomp {
 	if !ownDir(filepath.Dir(file)) {
 		return nil
 	}
@@ -141,11 +181,21 @@ func readSeccompFile(file string) *supervisor.Seccomp {
 	if _, err := io.ReadFull(f, b); err != nil || string(b[:len(seccompFileMagic)]) != seccompFileMagic {
 		return nil
 	}
-	prog := b[head:]
-	if sum := sha256.Sum256(prog); !bytes.Equal(sum[:], b[head-sha256.Size:head]) || len(prog)%8 != 0 {
+	p := &supervisor.Seccomp{Filter: b[head:], Flags: uint(binary.LittleEndian.Uint64(b[len(seccompFileMagic):]))}
+	if sum := seccompSum(key, p); !bytes.Equal(sum, b[head-sha256.Size:head]) || len(p.Filter)%8 != 0 {
 		return nil
 	}
-	return &supervisor.Seccomp{Filter: prog, Flags: uint(binary.LittleEndian.Uint64(b[len(seccompFileMagic):]))}
+	return p
+}
+
+// seccompSum is a cache file's checksum: the SHA-256 of its key, the flags and the program, so that
+// neither flags changed nor a file renamed to another key's name pass.
+func seccompSum(key string, p *supervisor.Seccomp) []byte {
+	h := sha256.New()
+	io.WriteString(h, key)
+	h.Write(binary.LittleEndian.AppendUint64(nil, uint64(p.Flags)))
+	h.Write(p.Filter)
+	return h.Sum(nil)
 }
 
 // ownDir says whether dir is a directory of this user's that nobody else may write to.
@@ -155,7 +205,7 @@ func ownDir(dir string) bool {
 }
 
 // writeSeccompFile stores p in the cache, whole or not at all (a temporary file renamed into place).
-func writeSeccompFile(dir, file string, p *supervisor.Seccomp) {
+func writeSeccompFile(dir, file, key string, p *supervisor.Seccomp) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return
 	}
@@ -171,9 +221,8 @@ func writeSeccompFile(dir, file string, p *supervisor.Seccomp) {
 	if err != nil {
 		return
 	}
-	sum := sha256.Sum256(p.Filter)
 	b := binary.LittleEndian.AppendUint64([]byte(seccompFileMagic), uint64(p.Flags))
-	b = append(append(b, sum[:]...), p.Filter...)
+	b = append(append(b, seccompSum(key, p)...), p.Filter...)
 	_, err = f.Write(b)
 	if cerr := f.Close(); err == nil && cerr == nil && os.Rename(f.Name(), file) == nil {
 		return

@@ -174,7 +174,7 @@ func TestSeccompCache(t *testing.T) {
 	}
 	key, _ := seccompKey(sc)
 	file := filepath.Join(root, "cache", "seccomp-"+key+".bpf")
-	got := readSeccompFile(file)
+	got := readSeccompFile(file, key)
 	if got == nil || !bytes.Equal(got.Filter, want.Filter) || got.Flags != want.Flags {
 		t.Fatalf("read back %+v", got)
 	}
@@ -187,7 +187,34 @@ func TestSeccompCache(t *testing.T) {
 	raw, _ := os.ReadFile(file)
 	for name, mangle := range map[string]func(){
 		"flipped": func() { b := bytes.Clone(raw); b[len(b)-3] ^= 1; os.WriteFile(file, b, 0o600) },
-		"short":   func() { os.WriteFile(file, raw[:len(raw)-4], 0o600) },
+		"flags changed": func() {
+			b := bytes.Clone(raw)
+			b[8] ^= unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+			os.WriteFile(file, b, 0o600)
+		},
+		"another key's file": func() {
+			osc := *sc
+			errno := uint(unix.EXDEV) // another default errno: another program
+			osc.DefaultErrnoRet = &errno
+			k2, _ := seccompKey(&osc)
+			p2, err := seccompProgram(root, &osc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, _ := os.ReadFile(filepath.Join(root, "cache", "seccomp-"+k2+".bpf"))
+			if len(other) == 0 || bytes.Equal(p2.Filter, want.Filter) {
+				t.Fatal("no other program")
+			}
+			os.WriteFile(file, other, 0o600) // renamed into this key's place
+		},
+		"short": func() { os.WriteFile(file, raw[:len(raw)-4], 0o600) },
+		"fifo":  func() { unix.Mkfifo(file, 0o600) }, // opened without blocking, refused by its type
+		"huge": func() {
+			f, _ := os.OpenFile(file, os.O_CREATE|os.O_WRONLY, 0o600)
+			f.Write(raw)
+			f.Truncate(1 << 30) // sparse: never read
+			f.Close()
+		},
 		"group-writable": func() {
 			os.WriteFile(file, raw, 0o600)
 			os.Chmod(file, 0o620)
@@ -200,9 +227,31 @@ func TestSeccompCache(t *testing.T) {
 	} {
 		os.Remove(file)
 		mangle()
-		if got := readSeccompFile(file); got != nil {
+		if got := readSeccompFile(file, key); got != nil {
 			t.Errorf("%s: read back a program", name)
 		}
 		os.Remove(file + ".real")
+	}
+}
+
+// TestSeccompKeyBuild: the cache key is of this build of sbx (its Go build ID, as `go tool buildid`
+// reads it): a file that another build wrote, whose compile steps or flags may differ, is never read.
+func TestSeccompKeyBuild(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "tool", "buildid", exe).Output()
+	if err != nil {
+		t.Skipf("go tool buildid: %v", err)
+	}
+	if got, want := exeBuildID(), strings.TrimSpace(string(out)); got == "" || got != want {
+		t.Fatalf("build ID %q, want %q", got, want)
+	}
+	if seccompKeyOf("a") == seccompKeyOf("b") {
+		t.Fatal("the key does not depend on the build")
+	}
+	if !strings.Contains(seccompKeyBase(), exeBuildID()) {
+		t.Fatalf("key base %q lacks the build ID", seccompKeyBase())
 	}
 }

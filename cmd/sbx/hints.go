@@ -39,9 +39,10 @@ var errorHints = []struct {
 	who  caller
 	hint string
 }{
+	{sandbox.ErrStateShare, anyCaller, "share a directory that neither contains nor lies in sbx's state root, or move the state root (" + stateRootEnv + ")"},
 	{sandbox.ErrShare, anyCaller, "a path shared with --ro, --rw or filesystem.share must exist on the host"},
 	{sandbox.ErrLimit, anyCaller, "lower limits.nofile in the profile to at most sbx's hard limit (ulimit -Hn), or start sbx with a higher one (ulimit -Hn N as root; LimitNOFILE= for a service)"},
-	{runner.ErrChangesDir, anyCaller, "give --changes a directory outside every --rw share, e.g. a fresh one under /tmp"},
+	{runner.ErrChangesDir, anyCaller, "give --changes a directory outside every --rw share and sbx's state root, e.g. a fresh one under /tmp"},
 	{sandbox.ErrNoCgroup, anyCaller, "run sbx as root, or drop limits.require from the profile to run with rlimits instead (the report's notes say which limit holds)"},
 	{sandbox.ErrRootless, anyCaller, "without root, pasta is the sandbox's uplink: drop --uplink-netns (network.uplink_netns), or run sbx as root"},
 	{netcontract.ErrNoPasta, anyCaller, "without root the network contract needs pasta (apt-get install passt) and /dev/net/tun open to the caller (mode 0666); 'sbx version' shows both"},

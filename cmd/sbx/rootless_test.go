@@ -259,6 +259,15 @@ func TestRootlessMCP(t *testing.T) {
 	if notes, _ := json.Marshal(out["notes"]); !strings.Contains(string(notes), "rootless") {
 		t.Errorf("notes %s do not say the run had no root", notes)
 	}
+	// Runs in the warm pool's sandboxes (built ahead, their filter loaded before the command was known)
+	// are filtered, and a refused syscall is recorded, in each.
+	for i := range 3 {
+		_, out = callRun(ctx, t, sess, map[string]any{"command": "unshare -n true 2>/dev/null || echo refused; sh -c 'grep -c \"Seccomp:.2\" /proc/self/status'"})
+		all, _ := json.Marshal(out)
+		if out["stdout"] != "refused\n1\n" || !strings.Contains(string(all), "CLONE_NEWNET") {
+			t.Errorf("run %d: %s, want unshare refused and recorded, the shell filtered", i, all)
+		}
+	}
 	sess.Close()
 	if runs, _ := os.ReadDir(filepath.Join(state, "runs")); len(runs) > 0 {
 		t.Errorf("%d runs left in the state root", len(runs))

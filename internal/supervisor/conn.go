@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -185,7 +186,20 @@ func (c *Conn) ReadReady() (int, error) {
 		unix.Close(fd)
 		fd = -1
 	}
+	if fd >= 0 && !isNotifyFD(fd) {
+		// Served as the listener, any other file would never answer a notification, and the report
+		// would say it recorded what it did not see.
+		unix.Close(fd)
+		return -1, fmt.Errorf("%w: ready with a file that is no seccomp notification fd", ErrProtocol)
+	}
 	return fd, nil
+}
+
+// isNotifyFD says whether fd is a seccomp filter's notification fd (an anonymous inode of that name).
+func isNotifyFD(fd int) bool {
+	buf := make([]byte, 64)
+	n, err := unix.Readlink("/proc/self/fd/"+strconv.Itoa(fd), buf)
+	return err == nil && string(buf[:n]) == "anon_inode:seccomp notify"
 }
 
 // SendStarted answers go (the supervisor's side).

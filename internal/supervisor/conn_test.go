@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"runtime"
@@ -117,33 +118,62 @@ func TestConnUnexpected(t *testing.T) {
 	}
 }
 
+// notifyFD is the notification fd of an allow-everything filter loaded on a thread of its own (which
+// ends with it), closed when the test ends.
+func notifyFD(t *testing.T) int {
+	t.Helper()
+	allow := []byte{6, 0, 0, 0, 0, 0, 0xff, 0x7f}
+	done := make(chan error, 1)
+	fd := -1
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, and its filter with it
+		var err error
+		fd, err = loadSeccomp(&Seccomp{Filter: allow, Flags: unix.SECCOMP_FILTER_FLAG_NEW_LISTENER})
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// sameFile says whether two fds of this process are the same open file (kcmp KCMP_FILE).
+func sameFile(a, b int) bool {
+	const kcmpFile = 0
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(os.Getpid()), uintptr(os.Getpid()), kcmpFile, uintptr(a), uintptr(b), 0)
+	return errno == 0 && r == 0
+}
+
+// sendRaw sends msg with fds as the supervisor, however wrong.
+func sendRaw(t *testing.T, c *Conn, msg string, fds ...int) {
+	t.Helper()
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	if err := unix.Sendmsg(int(c.f.Fd()), []byte(msg), oob, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestConnReadyFD: the notification fd rides along with ready, close-on-exec, and is the same file.
 func TestConnReadyFD(t *testing.T) {
 	sbx, sup := pair(t)
-	r, w, err := os.Pipe()
-	if err != nil {
+	nfd := notifyFD(t)
+	if err := sup.SendReady(nfd); err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	if err := sup.SendReady(int(w.Fd())); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
 	fd, err := sbx.ReadReady()
 	if err != nil || fd < 0 {
 		t.Fatalf("ready: %d, %v", fd, err)
 	}
-	got := os.NewFile(uintptr(fd), "copy")
-	defer got.Close()
+	defer unix.Close(fd)
 	if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
 		t.Fatalf("fd flags %#x (%v), want close-on-exec", flags, err)
 	}
-	if _, err := got.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 1)
-	if _, err := r.Read(b); err != nil || b[0] != 'x' {
-		t.Fatalf("read %q, %v", b, err)
+	if !sameFile(fd, nfd) {
+		t.Fatal("the fd received is not the one sent")
 	}
 	// Anything else than ready is a protocol error, and an fd that comes with it is not kept.
 	if err := sup.SendStarted(Started{Pid: 2, DiagFD: -1, PidFD: -1}); err != nil {
@@ -151,6 +181,62 @@ func TestConnReadyFD(t *testing.T) {
 	}
 	if _, err := sbx.ReadReady(); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("ReadReady on pid: %v, want ErrProtocol", err)
+	}
+}
+
+// TestConnReadyGarbage: a ready that is not one, or comes with the wrong files, is refused or its
+// files dropped; no fd that is not a seccomp notification fd is ever handed to the listener.
+func TestConnReadyGarbage(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	pipe := int(w.Fd())
+	for _, tc := range []struct {
+		name string
+		msg  string
+		fds  func(nfd int) []int
+		want string // "notify": the notification fd; "none": -1; "protocol": ErrProtocol
+	}{
+		{"ready 1 without an fd", "ready 1\n", func(int) []int { return nil }, "protocol"},
+		{"ready 1 with a pipe", "ready 1\n", func(int) []int { return []int{pipe} }, "protocol"},
+		{"ready 1 with two fds", "ready 1\n", func(n int) []int { return []int{n, pipe} }, "notify"},
+		{"ready 0 with an fd", "ready 0\n", func(n int) []int { return []int{n} }, "none"},
+		{"ready 2", "ready 2\n", func(n int) []int { return []int{n} }, "protocol"},
+		{"garbage", "garbage\n", func(int) []int { return nil }, "protocol"},
+		{"a short line", "read", func(int) []int { return nil }, "protocol"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sbx, sup := pair(t)
+			nfd := notifyFD(t)
+			sendRaw(t, sup, tc.msg, tc.fds(nfd)...)
+			fd, err := sbx.ReadReady()
+			if fd >= 0 {
+				defer unix.Close(fd)
+			}
+			switch tc.want {
+			case "notify":
+				if err != nil || !sameFile(fd, nfd) {
+					t.Fatalf("ready: %d, %v, want the notification fd", fd, err)
+				}
+			case "none":
+				if err != nil || fd != -1 {
+					t.Fatalf("ready: %d, %v, want no fd", fd, err)
+				}
+			case "protocol":
+				if !errors.Is(err, ErrProtocol) || fd != -1 {
+					t.Fatalf("ready: %d, %v, want ErrProtocol and no fd", fd, err)
+				}
+			}
+		})
+	}
+	// The supervisor died before ready.
+	sbx, sup := pair(t)
+	sup.Close()
+	if fd, err := sbx.ReadReady(); !errors.Is(err, io.EOF) || fd != -1 {
+		t.Fatalf("ready from a closed socket: %d, %v, want EOF", fd, err)
 	}
 }
 

@@ -42,6 +42,17 @@ const stdioFD = 4
 // stdio are the command's stdio; the supervisor's own messages go to the command's stderr.
 var stdio = []*os.File{os.Stdin, os.Stdout, os.Stderr}
 
+// droppedSignals are the signals that would end pid 1, and the sandbox with it, when a process inside
+// sends them: a command of the supervisor's own uid may (one running as root inside: always without
+// root). The kernel keeps SIGKILL and SIGSTOP from inside away from pid 1, and the Go runtime ignores
+// the rest it does not relay but for these: the termination signals, SIGABRT, and the fault signals
+// (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGSTKFLT), which it takes for a crash even when
+// kill sent them. Relayed, they are dropped; a real fault of the supervisor's own still crashes it
+// (the runtime relays only those a process sent). bad_signal_supervisor in the battery sends them all.
+var droppedSignals = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1,
+	unix.SIGUSR2, unix.SIGPIPE, unix.SIGTTIN, unix.SIGTTOU, unix.SIGTSTP, unix.SIGALRM, unix.SIGABRT,
+	unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS, unix.SIGSTKFLT}
+
 // Role is the first argument the supervisor is started with (sbx dispatches on it when it runs itself).
 const Role = "__sbx_supervise"
 
@@ -77,8 +88,7 @@ func Main() int {
 	// Handled signals are reset to their default in the command, ignored ones would not be: catch and
 	// drop every signal a process inside could send pid 1.
 	drop := make(chan os.Signal, 16)
-	signal.Notify(drop, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2,
-		unix.SIGPIPE, unix.SIGTTIN, unix.SIGTTOU, unix.SIGTSTP, unix.SIGALRM)
+	signal.Notify(drop, droppedSignals...)
 	go func() {
 		for range drop {
 		}
