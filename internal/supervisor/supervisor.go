@@ -94,14 +94,12 @@ func Main() int {
 	if err != nil {
 		return ExitSetup
 	}
-	st := prepare(prep)
-	// The notification fd goes to sbx and is closed here: once sbx is gone, no process holds it, and
-	// the kernel answers every notification with ENOSYS instead of leaving its process waiting.
-	err = ctl.SendReady(st.notifyFD)
-	if st.notifyFD >= 0 {
-		unix.Close(st.notifyFD)
-	}
+	rd, err := ctl.NewReady()
 	if err != nil {
+		return ExitSetup
+	}
+	st := prepare(prep, rd)
+	if st.readyErr != nil {
 		return ExitSetup
 	}
 	openOOMScoreAdj()
