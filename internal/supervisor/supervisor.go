@@ -230,6 +230,11 @@ func resolveCommand(name string) (string, int, error) {
 	}
 	st, err := os.Stat(path)
 	switch {
+	case errors.Is(err, os.ErrPermission):
+		// The supervisor looks with its own ids, the exec with the command's: a working directory of
+		// mode 0700 (mktemp -d, a home) is the command's through the idmapped mount, not the
+		// supervisor's. The exec decides, and its error gives the status.
+		return filepath.Clean(path), 0, nil
 	case errors.Is(err, os.ErrNotExist):
 		return "", ExitNotFound, fmt.Errorf("no such file: %s", name)
 	case err != nil:
