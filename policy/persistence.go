@@ -244,12 +244,18 @@ func persistenceViolations(exp Expect, r *report.Report, add func(rule, format s
 	}
 }
 
+// NeverNotify are the syscalls that a filter never answers with a notification, even when denied and
+// recorded: they stay plain ERRNO rules (unrecorded).
+var NeverNotify = []string{"write", "sendmsg"}
+
 // compileRecord says what the sandbox records of refused syscalls and writes (both on by default).
 func compileRecord(q *Profile) Record {
 	var r Record
 	if q.Syscalls.Record == nil || *q.Syscalls.Record {
-		// runc refuses to notify on write: its init writes the notification fd's number to sbx with it.
-		r.Syscalls = slices.DeleteFunc(denyList(q.Syscalls), func(n string) bool { return n == "write" })
+		// The supervisor hands the notification fd to sbx with sendmsg, on the thread that has just
+		// loaded the filter: a notification then would wait for an answer from sbx, which does not hold
+		// the fd yet. runc refuses to notify on write (its init writes the fd's number with it).
+		r.Syscalls = slices.DeleteFunc(denyList(q.Syscalls), func(n string) bool { return slices.Contains(NeverNotify, n) })
 	}
 	r.Writes = q.Filesystem.RecordWrites == nil || *q.Filesystem.RecordWrites
 	return r

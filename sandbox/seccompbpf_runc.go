@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/supervisor"
+	"github.com/sbx-dev/sbx/policy"
 )
 
 // runc's steps of seccomp.InitSeccomp and patchbpf.PatchAndLoad, without the load. They are
@@ -47,8 +49,8 @@ func compileConfig(config *configs.Seccomp) (*supervisor.Seccomp, error) {
 			if apiLevel < 6 {
 				return nil, fmt.Errorf("seccomp notify needs libseccomp API level 6 (libseccomp 2.5, Linux 5.7), this one has %d", apiLevel)
 			}
-			if call.Name == "write" {
-				return nil, errors.New("seccomp: the write syscall cannot notify")
+			if slices.Contains(policy.NeverNotify, call.Name) {
+				return nil, fmt.Errorf("seccomp: the %s syscall cannot notify", call.Name)
 			}
 		}
 	}

@@ -2,13 +2,16 @@ package supervisor
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -110,24 +113,67 @@ func (c *Conn) readJSON(msg string) ([]byte, error) {
 // SendReady says the preparation is done (the supervisor's side), with the seccomp filter's
 // notification fd when fd >= 0 (sbx gets a copy; the caller still owns fd).
 func (c *Conn) SendReady(fd int) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	msg, oob := []byte(msgReady+" 0\n"), []byte(nil)
-	if fd >= 0 {
-		msg, oob = []byte(msgReady+" 1\n"), unix.UnixRights(fd)
-	}
-	raw, err := c.f.SyscallConn()
+	m, err := c.NewReady()
 	if err != nil {
 		return err
 	}
-	var serr error
-	if err := raw.Write(func(s uintptr) bool {
-		serr = unix.Sendmsg(int(s), msg, oob, nil, 0)
-		return serr != unix.EAGAIN
-	}); err != nil {
-		return err
+	return m.Send(fd)
+}
+
+// Ready is a ready message built ahead of the seccomp filter it hands over (see [Conn.NewReady]).
+type Ready struct {
+	sock     int
+	hdr      unix.Msghdr
+	iov      unix.Iovec
+	zero     []byte // "ready 0\n"
+	one      []byte // "ready 1\n"
+	oob      []byte // SCM_RIGHTS with one fd, patched in by Send
+	fdOffset int    // of the fd in oob: the cmsg data
+}
+
+// NewReady builds a ready message, to be sent with [Ready.Send] from the thread that has just loaded
+// the command's seccomp filter. Every later syscall of that thread may notify (the profile's deny
+// list, writes by path), and a notification waits for sbx's answer, so sbx must hold the notification
+// fd before that thread makes any other syscall: Send makes one raw sendmsg, allocates nothing and never
+// enters the scheduler (a Go channel send, for one, may wake a thread with futex).
+func (c *Conn) NewReady() (*Ready, error) {
+	raw, err := c.f.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
-	return serr
+	m := &Ready{sock: -1, zero: []byte(msgReady + " 0\n"), one: []byte(msgReady + " 1\n"), oob: unix.UnixRights(0)}
+	if err := raw.Control(func(fd uintptr) { m.sock = int(fd) }); err != nil {
+		return nil, err
+	}
+	m.fdOffset = unix.CmsgLen(0)
+	return m, nil
+}
+
+// Send sends ready, with fd when fd >= 0 (the caller still owns fd). Nothing else may be written on the
+// connection meanwhile: the supervisor writes nothing before ready.
+func (m *Ready) Send(fd int) error {
+	m.iov.Base, m.hdr.Iov, m.hdr.Control = &m.zero[0], &m.iov, nil
+	m.iov.SetLen(len(m.zero))
+	m.hdr.SetIovlen(1)
+	m.hdr.SetControllen(0)
+	if fd >= 0 {
+		binary.NativeEndian.PutUint32(m.oob[m.fdOffset:], uint32(fd))
+		m.iov.Base, m.hdr.Control = &m.one[0], &m.oob[0]
+		m.hdr.SetControllen(len(m.oob))
+	}
+	for {
+		n, _, errno := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(m.sock), uintptr(unsafe.Pointer(&m.hdr)), unix.MSG_NOSIGNAL)
+		switch {
+		case errno == unix.EINTR:
+			continue
+		case errno != 0:
+			return fmt.Errorf("sending ready: %w", errno)
+		case int(n) != len(m.zero):
+			return fmt.Errorf("sending ready: %d of %d bytes sent", n, len(m.zero))
+		}
+		runtime.KeepAlive(m)
+		return nil
+	}
 }
 
 // ReadReady waits for ready (sbx's side) and returns the notification fd that came with it (close-on-

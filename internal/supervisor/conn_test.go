@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"reflect"
 	"runtime"
 	"testing"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -248,19 +251,8 @@ func TestLoadSeccomp(t *testing.T) {
 			t.Errorf("loaded a program of %d bytes, flags %#x", len(bad.Filter), bad.Flags)
 		}
 	}
-	// ret ERRNO(ESRCH) for getppid, else allow: ld [0]; jeq #getppid, 0, 1; ret errno; ret allow.
-	prog := []unix.SockFilter{
-		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0},
-		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: unix.SYS_GETPPID},
-		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ERRNO | uint32(unix.ESRCH)},
-		{Code: unix.BPF_RET | unix.BPF_K, K: unix.SECCOMP_RET_ALLOW},
-	}
-	raw := make([]byte, 0, 32)
-	for _, in := range prog {
-		raw = binary.NativeEndian.AppendUint16(raw, in.Code)
-		raw = append(raw, in.Jt, in.Jf)
-		raw = binary.NativeEndian.AppendUint32(raw, in.K)
-	}
+	// ret ERRNO(ESRCH) for getppid, else allow.
+	raw := onlyFor(unix.SYS_GETPPID, unix.SECCOMP_RET_ERRNO|uint32(unix.ESRCH), unix.SECCOMP_RET_ALLOW)
 	done := make(chan error)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, and its filter with it
@@ -279,5 +271,126 @@ func TestLoadSeccomp(t *testing.T) {
 	}
 	if _, _, errno := unix.RawSyscall(unix.SYS_GETPPID, 0, 0, 0); errno != 0 {
 		t.Fatalf("getppid elsewhere: %v", errno)
+	}
+}
+
+// TestPrepareHandsOverFirst: the thread that loads the filter sends ready, with the notification fd,
+// before any other syscall, so that sbx can answer whatever the filter notifies next. The supervisor's
+// side runs in a child (this test binary again) with one P, the filter notifies every syscall but
+// sendmsg (the Go runtime's futex among them), and sbx's side answers nothing before it holds the fd,
+// then lets everything through. When ready was sent by another thread after a hand-off from the
+// filtered one, waking that thread was a futex nobody could answer yet: a profile denying futex hung
+// sbx for good.
+func TestPrepareHandsOverFirst(t *testing.T) {
+	if os.Getenv("SBX_TEST_PREPARE_CHILD") == "1" {
+		os.Exit(prepareChild())
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbx, child := NewConn(os.NewFile(uintptr(fds[0]), "sbx")), os.NewFile(uintptr(fds[1]), "supervisor")
+	defer sbx.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPrepareHandsOverFirst$")
+	cmd.Env = append(os.Environ(), "SBX_TEST_PREPARE_CHILD=1", "GOMAXPROCS=1")
+	cmd.ExtraFiles, cmd.Stderr = []*os.File{child}, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	child.Close()
+	defer cmd.Process.Kill()
+	got := make(chan int, 1)
+	gotErr := make(chan error, 1)
+	go func() {
+		fd, err := sbx.ReadReady()
+		got <- fd
+		gotErr <- err
+	}()
+	select {
+	case fd := <-got:
+		if err := <-gotErr; err != nil || fd < 0 {
+			t.Fatalf("ready: fd %d, %v; want the notification fd", fd, err)
+		}
+		defer unix.Close(fd)
+		go continueAll(fd)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ready from the supervisor: the filtered thread waits on a notification nobody can answer")
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the supervisor's side: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the supervisor's side did not end")
+	}
+}
+
+// prepareChild is the supervisor's side of TestPrepareHandsOverFirst, on fd 3: prepare with a filter
+// that notifies every syscall but sendmsg, then start true from the filtered thread.
+func prepareChild() int {
+	raw := onlyFor(unix.SYS_SENDMSG, unix.SECCOMP_RET_ALLOW, unix.SECCOMP_RET_USER_NOTIF)
+	prep, _ := json.Marshal(Prepare{Read: []string{"/"}, Degrade: true, Seccomp: &Seccomp{Filter: raw, Flags: unix.SECCOMP_FILTER_FLAG_NEW_LISTENER}})
+	rd, err := NewConn(os.NewFile(3, "ctl")).NewReady()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	st := prepare(prep, rd)
+	if st.fatal != nil || st.readyErr != nil {
+		fmt.Fprintln(os.Stderr, "prepare:", st.fatal, st.readyErr)
+		return 1
+	}
+	p, err := st.start("/bin/true", []string{"true"}, &os.ProcAttr{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if ps, err := p.Wait(); err != nil || !ps.Success() {
+		fmt.Fprintln(os.Stderr, "true under the filter:", ps, err)
+		return 1
+	}
+	return 0
+}
+
+// onlyFor is a filter program, as the supervisor gets it, that returns ret for syscall nr and other
+// for the rest: ld [0]; jeq #nr, 0, 1; ret ret; ret other.
+func onlyFor(nr int, ret, other uint32) []byte {
+	prog := []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0},
+		{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: uint32(nr)},
+		{Code: unix.BPF_RET | unix.BPF_K, K: ret},
+		{Code: unix.BPF_RET | unix.BPF_K, K: other},
+	}
+	raw := make([]byte, 0, 32)
+	for _, in := range prog {
+		raw = binary.NativeEndian.AppendUint16(raw, in.Code)
+		raw = append(raw, in.Jt, in.Jf)
+		raw = binary.NativeEndian.AppendUint32(raw, in.K)
+	}
+	return raw
+}
+
+// continueAll lets every notification of the listener fd through until it is closed.
+func continueAll(fd int) {
+	for {
+		var req [80]byte // struct seccomp_notif; its id comes first
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&req))); e != 0 {
+			if e == unix.EINTR || e == unix.ENOENT {
+				continue
+			}
+			return
+		}
+		var resp [24]byte // struct seccomp_notif_resp: id, val, error, flags
+		copy(resp[:8], req[:8])
+		binary.NativeEndian.PutUint32(resp[20:], unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE)
+		for {
+			_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
+			if e != unix.EINTR {
+				break
+			}
+		}
 	}
 }

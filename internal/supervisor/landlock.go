@@ -122,7 +122,8 @@ type starter struct {
 	fatal    error  // the command must not start: the ruleset or the filter could not be built or enforced
 	hint     string // with fatal
 	warning  string // the profile allows running without Landlock, and Landlock could not be applied
-	notifyFD int    // the seccomp filter's notification fd, -1 for none: sent to sbx with ready
+	readyErr error  // ready could not be sent to sbx
+	notifyFD int    // the seccomp filter's notification fd, -1 for none
 	req      chan startRequest
 }
 
@@ -139,52 +140,74 @@ type startResult struct {
 }
 
 // prepare builds the ruleset of raw (a Prepare) and the restricted thread, which also loads the
-// seccomp filter. Failures are kept for go, which reports them on the command's stderr.
-func prepare(raw []byte) *starter {
-	s := &starter{req: make(chan startRequest, 1), notifyFD: -1, hint: landlockHint}
+// seccomp filter, and sends rd to sbx (with the filter's notification fd). Failures are kept for go,
+// which reports them on the command's stderr.
+func prepare(raw []byte, rd *Ready) *starter {
+	s := &starter{req: make(chan startRequest, 1), hint: landlockHint, notifyFD: -1}
 	var p Prepare
 	if err := json.Unmarshal(raw, &p); err != nil {
 		s.fatal = fmt.Errorf("supervisor: bad preparation: %w", err)
+		s.readyErr = rd.Send(-1)
 		return s
 	}
 	rs, err := landlockRuleset(p)
 	if err != nil {
 		if !p.Degrade {
 			s.fatal = err
+			s.readyErr = rd.Send(-1)
 			return s
 		}
 		s.warning = fmt.Sprintf("running without Landlock: %v", err)
 	}
 	ready := make(chan error, 1)
-	go s.thread(rs, p.Seccomp, ready)
+	go s.thread(rs, p.Seccomp, rd, ready)
 	s.fatal = <-ready
+	if s.readyErr != nil {
+		s.readyErr = rd.Send(s.notifyFD)
+	}
+	// Closed here: once sbx is gone, no process holds the fd, and the kernel answers every notification
+	// with ENOSYS instead of leaving its process waiting.
+	if s.notifyFD >= 0 {
+		unix.Close(s.notifyFD)
+	}
 	return s
 }
 
 // thread is the restricted thread: it enforces rs (nil: nothing to enforce) and then the seccomp
-// filter sc (nil: none), says so on ready, and starts the one command it is asked to. The filter comes
-// last, so that it may refuse the Landlock syscalls to the command.
-func (s *starter) thread(rs *ruleset, sc *Seccomp, ready chan<- error) {
+// filter sc (nil: none), sends rd to sbx, says so on ready, and starts the one command it is asked to.
+// The filter comes last, so that it may refuse the Landlock syscalls to the command.
+func (s *starter) thread(rs *ruleset, sc *Seccomp, rd *Ready, ready chan<- error) {
 	runtime.LockOSThread()
-	if rs != nil {
-		if err := rs.restrictThread(); err != nil {
-			ready <- err
-			return
-		}
+	fd, err := s.restrict(rs, sc)
+	// rd goes first, from here: any later syscall of this thread may notify, and only sbx, once it holds
+	// the fd, can answer (Ready.Send). sendmsg itself never notifies (policy.NeverNotify), but the
+	// profile may deny it: then prepare sends rd from its own, unfiltered thread.
+	s.readyErr, s.notifyFD = rd.Send(fd), fd
+	ready <- err
+	if err != nil {
+		return
 	}
-	if sc != nil {
-		fd, err := loadSeccomp(sc)
-		if err != nil {
-			s.hint = seccompHint
-			ready <- err
-			return
-		}
-		s.notifyFD = fd
-	}
-	ready <- nil
 	r := <-s.req
 	p, err := os.StartProcess(r.path, r.args, r.attr)
 	r.done <- startResult{p, err}
+}
+
+// restrict enforces rs and then loads sc on the calling thread; it returns the filter's notification
+// fd, -1 for none.
+func (s *starter) restrict(rs *ruleset, sc *Seccomp) (int, error) {
+	if rs != nil {
+		if err := rs.restrictThread(); err != nil {
+			return -1, err
+		}
+	}
+	if sc == nil {
+		return -1, nil
+	}
+	fd, err := loadSeccomp(sc)
+	if err != nil {
+		s.hint = seccompHint
+	}
+	return fd, err
 }
 
 // start starts the command from the restricted thread.

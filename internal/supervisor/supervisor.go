@@ -106,14 +106,12 @@ func Main() int {
 	if err != nil {
 		return ExitSetup
 	}
-	st := prepare(prep)
-	// The notification fd goes to sbx and is closed here: once sbx is gone, no process holds it, and
-	// the kernel answers every notification with ENOSYS instead of leaving its process waiting.
-	err = ctl.SendReady(st.notifyFD)
-	if st.notifyFD >= 0 {
-		unix.Close(st.notifyFD)
-	}
+	rd, err := ctl.NewReady()
 	if err != nil {
+		return ExitSetup
+	}
+	st := prepare(prep, rd)
+	if st.readyErr != nil {
 		return ExitSetup
 	}
 	openOOMScoreAdj()
@@ -187,11 +185,14 @@ func startCommand(raw []byte, st *starter) (pid, pidfd, code int) {
 	}
 	p, err := st.start(path, args, attr)
 	if err != nil {
-		code := ExitNotExecutable
+		code, msg := ExitNotExecutable, fmt.Sprintf("cannot execute %s: %v", args[0], errors.Unwrap(err))
 		if errors.Is(err, unix.ENOENT) {
 			code = ExitNotFound
+			if !strings.Contains(args[0], "/") { // a PATH entry only the command may search (lookPath)
+				msg = "command not found: " + args[0]
+			}
 		}
-		return 0, -1, failure(code, fmt.Sprintf("cannot execute %s: %v", args[0], errors.Unwrap(err)), commandHint(code, args[0]))
+		return 0, -1, failure(code, msg, commandHint(code, args[0]))
 	}
 	return p.Pid, pidfd, 0
 }
@@ -233,7 +234,7 @@ func reap(children <-chan os.Signal, exited func(int, unix.WaitStatus)) {
 func resolveCommand(name string) (string, int, error) {
 	path := name
 	if !strings.Contains(name, "/") {
-		p, err := exec.LookPath(name)
+		p, err := lookPath(name)
 		if err != nil {
 			if errors.Is(err, exec.ErrNotFound) {
 				return "", ExitNotFound, fmt.Errorf("command not found: %s", name)
@@ -244,6 +245,11 @@ func resolveCommand(name string) (string, int, error) {
 	}
 	st, err := os.Stat(path)
 	switch {
+	case errors.Is(err, os.ErrPermission):
+		// The supervisor looks with its own ids, the exec with the command's: a working directory of
+		// mode 0700 (mktemp -d, a home) is the command's through the idmapped mount, not the
+		// supervisor's. The exec decides, and its error gives the status.
+		return filepath.Clean(path), 0, nil
 	case errors.Is(err, os.ErrNotExist):
 		return "", ExitNotFound, fmt.Errorf("no such file: %s", name)
 	case err != nil:
@@ -254,6 +260,32 @@ func resolveCommand(name string) (string, int, error) {
 		return "", ExitNotExecutable, fmt.Errorf("cannot execute %s: permission denied", name)
 	}
 	return filepath.Clean(path), 0, nil
+}
+
+// lookPath finds name in PATH as a shell does. A shell runs what it finds through a relative entry
+// ("." or "bin"), which exec.LookPath refuses (ErrDot). And the supervisor searches with its own ids, the
+// exec runs with the command's: when nothing is found, an entry the supervisor may not search (EACCES: a
+// directory of mode 0700 that the idmapped mount makes the command's) is the candidate, and the exec
+// decides.
+func lookPath(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	switch {
+	case err == nil:
+		return p, nil
+	case errors.Is(err, exec.ErrDot):
+		return p, nil
+	case !errors.Is(err, exec.ErrNotFound):
+		return "", err
+	}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if dir == "" {
+			dir = "."
+		}
+		if _, serr := os.Stat(filepath.Join(dir, name)); errors.Is(serr, os.ErrPermission) {
+			return filepath.Join(dir, name), nil
+		}
+	}
+	return "", err
 }
 
 func commandHint(code int, name string) string {
