@@ -28,8 +28,9 @@ var BuiltinDeny = []string{
 	"quotactl", "lookup_dcookie",
 }
 
-// landlockSyscalls stay allowed whatever the profile says: the supervisor applies Landlock with them
-// before it starts the command.
+// landlockSyscalls stay allowed whatever the profile says: Landlock can only take rights away, and
+// tools that sandbox themselves with it (sbx's own supervisor applies it before the filter) fail, or
+// run unrestricted, without them.
 var landlockSyscalls = []string{"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}
 
 // extraSyscalls are valid names absent from Docker's profile (obsolete or never allowed there).

@@ -166,7 +166,7 @@ func (p *Profile) validateSyscalls() error {
 			return p.invalid(fmt.Sprintf("syscalls.deny[%d]", i), "remove it from one of the two lists", "%q is both denied and allowed", name)
 		}
 		if slices.Contains(landlockSyscalls, name) {
-			return p.invalid(fmt.Sprintf("syscalls.deny[%d]", i), "remove it: sbx's shim applies Landlock with it before the command starts", "%q cannot be denied", name)
+			return p.invalid(fmt.Sprintf("syscalls.deny[%d]", i), "remove it: Landlock only takes rights away, and tools that sandbox themselves need it", "%q cannot be denied", name)
 		}
 	}
 	if sc.Errno != "" {
