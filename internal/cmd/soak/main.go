@@ -149,7 +149,10 @@ func soak(sbx, root string, serial, parallel int) (bool, error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// Only empty directories go: whatever a run leaked stays for inspection.
+	// sbx's own files go (the compiled seccomp filters, the primer's file); of the rest only empty
+	// directories: whatever a run leaked stays for inspection.
+	os.RemoveAll(filepath.Join(root, "cache"))
+	os.Remove(filepath.Join(root, "primed"))
 	for _, d := range []string{filepath.Join(root, "runs"), filepath.Join(root, "lc"), root} {
 		os.Remove(d)
 	}
