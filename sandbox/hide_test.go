@@ -33,6 +33,7 @@ func TestHideAboveCwd(t *testing.T) {
 	}
 	plan := testPlan(t)
 	plan.Filesystem.Hidden = append(plan.Filesystem.Hidden, hidden)
+	t.Cleanup(func() { testutil.RemoveStateRoot("/run/sbx-test/hide") })
 	sb, err := Create(Config{Plan: plan, StateRoot: "/run/sbx-test/hide", Command: Command{Args: []string{"true"}, Cwd: cwd}})
 	if err != nil {
 		t.Fatal(err)

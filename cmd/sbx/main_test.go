@@ -47,13 +47,7 @@ func scriptParams(dir, prefix string) testscript.Params {
 			root := filepath.Join(testStateParent(), prefix+filepath.Base(env.WorkDir))
 			env.Setenv(stateRootEnv, root)
 			env.Defer(func() {
-				// sbx's own files go (the compiled seccomp filters, the primer's file); of the rest only
-				// empty directories: what a run left behind stays for the next look.
-				os.RemoveAll(filepath.Join(root, "cache"))
-				os.Remove(filepath.Join(root, "primed"))
-				for _, d := range []string{"runs", "lc", ""} {
-					os.Remove(filepath.Join(root, d))
-				}
+				testutil.RemoveStateRoot(root)
 				os.Remove(filepath.Dir(root))
 			})
 			return nil

@@ -72,17 +72,12 @@ func callRun(ctx context.Context, t *testing.T, sess *mcp.ClientSession, args ma
 }
 
 // mcpStateRoot skips a test not run as root, and returns a state root of its own for the server,
-// whose empty directories go at the end.
+// removed at the end (testutil.RemoveStateRoot).
 func mcpStateRoot(t *testing.T, prefix string) string {
 	t.Helper()
 	testutil.RequireRoot(t, "sbx creates namespaces, cgroups and mounts")
 	root := filepath.Join(testStateParent(), prefix+filepath.Base(t.TempDir()))
-	t.Cleanup(func() {
-		// Only empty directories go: never RemoveAll a state root, a leaked run's mounts may be below it.
-		for _, d := range []string{"runs", "lc", ""} {
-			os.Remove(filepath.Join(root, d))
-		}
-	})
+	t.Cleanup(func() { testutil.RemoveStateRoot(root) })
 	return root
 }
 

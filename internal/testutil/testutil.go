@@ -1,5 +1,5 @@
 // Package testutil holds what the tests of several sbx packages share: skipping without root
-// (RequireRoot), a state root for sandboxes (StateRoot), and the TestMain of test binaries that are also
+// (RequireRoot), a state root for sandboxes (StateRoot, RemoveStateRoot), and the TestMain of test binaries that are also
 // the processes their tests start (Main: libcontainer's init, sbx's supervisor, a package's helper
 // roles, sbx itself for testscript), with checks that the suite left nothing behind. The fake upstream
 // network is internal/fakenet's.
@@ -25,6 +25,17 @@ func StateRoot(t testing.TB) string {
 		}
 	}
 	return dir
+}
+
+// RemoveStateRoot removes a state root a test used, with sbx's own files in it (the compiled seccomp
+// filters, the cgroup primer's file); of the rest only empty directories go: never RemoveAll a state
+// root, a leaked run's mounts may be below it, and what a run left behind stays for the next look.
+func RemoveStateRoot(root string) {
+	os.RemoveAll(filepath.Join(root, "cache"))
+	os.Remove(filepath.Join(root, "primed"))
+	for _, d := range []string{"runs", "lc", ""} {
+		os.Remove(filepath.Join(root, d))
+	}
 }
 
 // RequireRoot skips the test unless it runs as root, saying why the test needs root ("needs root: why").
