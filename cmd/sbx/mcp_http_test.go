@@ -60,9 +60,7 @@ func TestMCPHTTP(t *testing.T) {
 		if out, err := gc.CombinedOutput(); err != nil {
 			t.Errorf("sbx gc after the server: %v: %s", err, out)
 		}
-		for _, d := range []string{"runs", "lc", ""} {
-			os.Remove(filepath.Join(root, d))
-		}
+		testutil.RemoveStateRoot(root)
 	})
 	addr, tok := make(chan string, 1), make(chan string, 1)
 	go func() {

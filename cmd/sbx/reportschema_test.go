@@ -18,11 +18,7 @@ func TestExecReportsMatchSchema(t *testing.T) {
 	testutil.RequireRoot(t, "sbx exec creates namespaces, cgroups and mounts")
 	root := filepath.Join(testStateParent(), "schema-"+filepath.Base(t.TempDir()))
 	t.Setenv(stateRootEnv, root)
-	t.Cleanup(func() {
-		for _, d := range []string{"runs", "lc", ""} {
-			os.Remove(filepath.Join(root, d)) // only when empty: what a run left stays for a look
-		}
-	})
+	t.Cleanup(func() { testutil.RemoveStateRoot(root) })
 	tests := []struct {
 		name    string
 		flags   []string
