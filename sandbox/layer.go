@@ -45,12 +45,16 @@ var mkfsArgs = []string{"-q", "-F", "-t", "ext4", "-b", "4096", "-O", "^has_jour
 // ErrNoDiskLayer is matched by errors of a disk-backed layer that cannot be made here.
 var ErrNoDiskLayer = errors.New("no disk-backed writable layer")
 
-// mountLayer mounts the writable layer at dir: on disk when it can, else a tmpfs. note, for the report,
-// says what the command should know: that files count as memory (a tmpfs), or that the host's disk
-// has less room than the layer's size (the layer's blocks are taken from it as the command writes, and
-// when it runs out first, writes fail with I/O errors instead of ENOSPC).
-func mountLayer(dir string, size int64) (note string, err error) {
-	derr := mountDiskLayer(dir, size)
+// mountLayer mounts the writable layer at dir: on disk when it can (the device from prepared, or one
+// attached now when prepared is nil), else a tmpfs. note, for the report, says what the command should
+// know: that files count as memory (a tmpfs), or that the host's disk has less room than the layer's
+// size (the layer's blocks are taken from it as the command writes, and when it runs out first, writes
+// fail with I/O errors instead of ENOSPC).
+func mountLayer(dir string, size int64, prepared *layerPrep) (note string, err error) {
+	if prepared == nil {
+		prepared = prepareLayer(size)
+	}
+	derr := prepared.mount(dir)
 	if derr == nil {
 		var fs unix.Statfs_t
 		if unix.Statfs(LayerDir, &fs) == nil && int64(fs.Bavail)*fs.Bsize < size {
@@ -65,20 +69,49 @@ func mountLayer(dir string, size int64) (note string, err error) {
 	return fmt.Sprintf("the writable layer is a tmpfs (%v): files written count against the memory limit", derr), nil
 }
 
-// mountDiskLayer attaches a fresh copy of the template for size to a loop device and mounts it at dir.
-func mountDiskLayer(dir string, size int64) error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("%w: loop devices need root", ErrNoDiskLayer)
+// layerSize is the size of a writable layer for the profile's disk limit (0: DefaultDiskBytes).
+func layerSize(diskBytes int64) int64 {
+	if diskBytes <= 0 {
+		return DefaultDiskBytes
 	}
-	img, err := newLayerImage(size)
-	if err != nil {
-		return err
+	return diskBytes
+}
+
+// A layerPrep is a disk layer's loop device, attached to a fresh copy of the template before the run
+// dir it is mounted in exists: the copy and the attach are most of a layer's 2 ms, and Create starts
+// them first (startLayer), beside its other steps.
+type layerPrep struct {
+	done chan struct{}
+	dev  *os.File // the loop device; nil after mount or release
+	err  error
+}
+
+// startLayer attaches the disk layer of size on a goroutine of its own; mount or release it.
+func startLayer(size int64) *layerPrep {
+	p := &layerPrep{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.dev, p.err = attachDiskLayer(size)
+	}()
+	return p
+}
+
+// prepareLayer attaches the disk layer of size now.
+func prepareLayer(size int64) *layerPrep {
+	p := &layerPrep{done: make(chan struct{})}
+	p.dev, p.err = attachDiskLayer(size)
+	close(p.done)
+	return p
+}
+
+// mount waits for the device and mounts it at dir.
+func (p *layerPrep) mount(dir string) error {
+	<-p.done
+	if p.err != nil {
+		return p.err
 	}
-	defer img.Close()
-	dev, err := attachLoop(img)
-	if err != nil {
-		return err
-	}
+	dev := p.dev
+	p.dev = nil
 	defer dev.Close() // with autoclear, the mount keeps the device; without a mount, this frees it
 	// noinit_itable: the kernel would otherwise zero the inode tables in the background, megabytes of
 	// writes per run for a file system that lives seconds. nobarrier: nothing on it is ever recovered,
@@ -87,6 +120,31 @@ func mountDiskLayer(dir string, size int64) error {
 		return fmt.Errorf("%w: mounting %s: %w", ErrNoDiskLayer, dev.Name(), err)
 	}
 	return os.Chmod(dir, 0o700)
+}
+
+// release frees a device that was never mounted; it is safe after mount and on nil.
+func (p *layerPrep) release() {
+	if p == nil {
+		return
+	}
+	<-p.done
+	if p.dev != nil {
+		p.dev.Close() // autoclear: the kernel detaches an unmounted device at its last close
+		p.dev = nil
+	}
+}
+
+// attachDiskLayer attaches a fresh copy of the template for size to a loop device.
+func attachDiskLayer(size int64) (*os.File, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: loop devices need root", ErrNoDiskLayer)
+	}
+	img, err := newLayerImage(size)
+	if err != nil {
+		return nil, err
+	}
+	defer img.Close() // the loop device holds the file
+	return attachLoop(img)
 }
 
 // newLayerImage is an unnamed file in LayerDir holding an empty ext4 of size bytes.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func TestDiskLayer(t *testing.T) {
 	}
 	dir := t.TempDir()
 	const size = 64 << 20
-	note, err := mountLayer(dir, size)
+	note, err := mountLayer(dir, size, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,21 +72,80 @@ func TestDiskLayer(t *testing.T) {
 	if err := unix.Unmount(dir, 0); err != nil {
 		t.Fatal(err)
 	}
-	// The kernel detaches an autoclear device from a work queue, shortly after the last close.
-	for i := 0; ; i++ {
-		b, err := os.ReadFile("/sys/block/" + dev + "/loop/backing_file")
-		if err != nil {
-			break
-		}
-		if i == 100 {
-			t.Fatalf("%s still attached to %s after the unmount", dev, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitDetached(t, dev)
 	entries, _ := os.ReadDir(LayerDir)
 	if len(entries) != 1 {
 		t.Errorf("LayerDir holds %d entries, want only the template (the stale one removed)", len(entries))
 	}
+}
+
+// TestLayerPrepRelease: a layer attached ahead (Create's) and never mounted, as when Create fails
+// before the overlays, leaves no loop device attached once released; so does a Create that fails
+// before its run dir exists.
+func TestLayerPrepRelease(t *testing.T) {
+	needRoot(t)
+	LayerDir = t.TempDir()
+	p := startLayer(8 << 20)
+	<-p.done
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	dev := filepath.Base(p.dev.Name())
+	if _, err := os.ReadFile("/sys/block/" + dev + "/loop/backing_file"); err != nil {
+		t.Fatalf("%s is not attached: %v", dev, err)
+	}
+	p.release()
+	p.release() // twice is harmless
+	waitDetached(t, dev)
+	(*layerPrep)(nil).release()
+
+	// A Create that fails at once (an unreachable state root) releases what it attached. The garbage
+	// collector is off meanwhile: a leaked device's file would otherwise be closed by its finalizer.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	before := attachedLoops(t)
+	plan := testPlan(t)
+	if _, err := Create(Config{Plan: plan, StateRoot: "/proc/sbx-cannot", Command: Command{Args: []string{"true"}, Cwd: "/"}}); err == nil {
+		t.Fatal("Create with a state root in /proc worked")
+	}
+	// Create may return before its device is attached: look for 2 s, and pass only once the count is
+	// back after at least 300 ms (a leaked device would stay).
+	start := time.Now()
+	for {
+		time.Sleep(20 * time.Millisecond)
+		after := attachedLoops(t)
+		if after <= before && time.Since(start) > 300*time.Millisecond {
+			break
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("%d loop devices attached after a failed Create, %d before", after, before)
+		}
+	}
+}
+
+// waitDetached waits until the kernel detached loop device dev (autoclear: from a work queue, shortly
+// after the last close), and fails after 2 s.
+func waitDetached(t *testing.T, dev string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		b, err := os.ReadFile("/sys/block/" + dev + "/loop/backing_file")
+		if err != nil {
+			return
+		}
+		if i == 100 {
+			t.Fatalf("%s still attached to %s", dev, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// attachedLoops counts the loop devices with a backing file.
+func attachedLoops(t *testing.T) int {
+	t.Helper()
+	m, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(m)
 }
 
 // loopOf is the loop device (loopN) mounted at dir.
@@ -116,7 +176,7 @@ func BenchmarkWritableLayer(b *testing.B) {
 		{"tmpfs", func(dir string) error {
 			return unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1073741824,mode=0700")
 		}},
-		{"ext4-loop", func(dir string) error { return mountDiskLayer(dir, size) }},
+		{"ext4-loop", func(dir string) error { return prepareLayer(size).mount(dir) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			dir := b.TempDir()
@@ -144,7 +204,7 @@ func TestLayerFallback(t *testing.T) {
 	needRoot(t)
 	LayerDir = "/proc/sbx-no-such-dir"
 	dir := t.TempDir()
-	note, err := mountLayer(dir, 8<<20)
+	note, err := mountLayer(dir, 8<<20, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +227,7 @@ func TestDiscardSmallLayer(t *testing.T) {
 	needRoot(t)
 	LayerDir = t.TempDir()
 	dir := t.TempDir()
-	if note, err := mountLayer(dir, 64<<20); err != nil || note != "" {
+	if note, err := mountLayer(dir, 64<<20, nil); err != nil || note != "" {
 		t.Fatalf("mountLayer: %v %s", err, note)
 	}
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })

@@ -102,8 +102,9 @@ type rootfs struct {
 	runDir string
 	layer  string // tmpfs holding every upper and work dir
 	root   overlay
-	cwd    *overlay // nil when the working directory is on the root file system
-	notes  []string // what the rootfs could only partly do, for the report
+	cwd    *overlay   // nil when the working directory is on the root file system
+	notes  []string   // what the rootfs could only partly do, for the report
+	prep   *layerPrep // the disk layer's device, attached ahead (Create); nil: attach it in mount
 	// Rootless: the top level of / (see rootless.go) and hidden paths below read-only binds, which get
 	// an empty tmpfs (directories) or /dev/null (files) mounted over them.
 	top        []topLayer
@@ -171,9 +172,7 @@ func (r *rootfs) overlays() []*overlay {
 // hiding leaves the way down to them (see hide).
 // idmap, when set, shows the working directory's overlay as the command's own (see mountCwd).
 func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool, keep []string, idmap *idmapping) error {
-	if diskBytes <= 0 {
-		diskBytes = DefaultDiskBytes
-	}
+	diskBytes = layerSize(diskBytes)
 	if err := os.MkdirAll(r.layer, 0o700); err != nil {
 		return err
 	}
@@ -184,8 +183,10 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		err  error
 	}
 	layer := make(chan made, 1)
+	prep := r.prep
+	r.prep = nil
 	go func() {
-		note, err := mountLayer(r.layer, diskBytes)
+		note, err := mountLayer(r.layer, diskBytes, prep)
 		layer <- made{note, err}
 	}()
 	ownCwd := overlayCwd && !slices.ContainsFunc(hidden, func(h string) bool { return filepath.Clean(h) == cwd })
@@ -237,6 +238,8 @@ func (r *rootfs) mountCwd(cwd string) error {
 
 // unmount undoes mount; it is safe on a partly built or already removed rootfs.
 func (r *rootfs) unmount() error {
+	r.prep.release()
+	r.prep = nil
 	if Rootless() {
 		return nil // its mounts are in the sandbox's mount namespace only, gone with it
 	}

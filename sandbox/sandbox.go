@@ -101,6 +101,16 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, err
 	}
 	cfg.deferStdio()
+	// The disk layer's device is attached beside the steps up to the overlays, which mount it.
+	var prep *layerPrep
+	if !Rootless() {
+		prep = startLayer(layerSize(cfg.Plan.Limits.DiskBytes))
+	}
+	defer func() {
+		if sb == nil {
+			prep.release()
+		}
+	}()
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
 	tr := newTracer()
 	defer tr.done()
@@ -124,6 +134,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
 	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids, diagFD: -1}
+	sb.rootfs.prep = prep
 	defer func() {
 		if err != nil {
 			sb.Destroy()
