@@ -73,26 +73,24 @@ func seccompProgram(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Secco
 	if p, ok := seccompCache.Load(key); ok {
 		return p.(*supervisor.Seccomp), nil
 	}
-	if exeBuildID() == "" {
-		// No build ID: a file of another build could not be told from one of this build's.
-		p, err := compileSeccomp(sc)
-		if err == nil && p != nil {
+	// Without a build ID a file of another build could not be told from one of this build's: then the
+	// state root's cache is not used.
+	dir, file := filepath.Join(stateRoot, "cache"), ""
+	if exeBuildID() != "" {
+		file = filepath.Join(dir, "seccomp-"+key+".bpf")
+		if p := readSeccompFile(file, key); p != nil {
 			seccompCache.Store(key, p)
+			return p, nil
 		}
-		return p, err
-	}
-	dir := filepath.Join(stateRoot, "cache")
-	file := filepath.Join(dir, "seccomp-"+key+".bpf")
-	if p := readSeccompFile(file, key); p != nil {
-		seccompCache.Store(key, p)
-		return p, nil
 	}
 	p, err := compileSeccomp(sc)
 	if err != nil || p == nil {
 		return p, err
 	}
 	seccompCache.Store(key, p)
-	writeSeccompFile(dir, file, key, p)
+	if file != "" {
+		writeSeccompFile(dir, file, key, p)
+	}
 	return p, nil
 }
 

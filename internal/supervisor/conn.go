@@ -110,16 +110,6 @@ func (c *Conn) readJSON(msg string) ([]byte, error) {
 	return c.in.ReadBytes('\n')
 }
 
-// SendReady says the preparation is done (the supervisor's side), with the seccomp filter's
-// notification fd when fd >= 0 (sbx gets a copy; the caller still owns fd).
-func (c *Conn) SendReady(fd int) error {
-	m, err := c.NewReady()
-	if err != nil {
-		return err
-	}
-	return m.Send(fd)
-}
-
 // Ready is a ready message built ahead of the seccomp filter it hands over (see [Conn.NewReady]).
 type Ready struct {
 	sock     int

@@ -17,6 +17,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// sendReady sends ready as the supervisor does, with fd when fd >= 0.
+func sendReady(c *Conn, fd int) error {
+	m, err := c.NewReady()
+	if err != nil {
+		return err
+	}
+	return m.Send(fd)
+}
+
 // pair returns both ends of a control socket: sbx's and the supervisor's.
 func pair(t *testing.T) (*Conn, *Conn) {
 	t.Helper()
@@ -54,7 +63,7 @@ func TestConnRun(t *testing.T) {
 			if err := json.Unmarshal(raw, &gotPrep); err != nil || !reflect.DeepEqual(gotPrep, prep) {
 				t.Fatalf("preparation %+v (%v), want %+v", gotPrep, err, prep)
 			}
-			if err := sup.SendReady(-1); err != nil {
+			if err := sendReady(sup, -1); err != nil {
 				t.Fatal(err)
 			}
 			if fd, err := sbx.ReadReady(); err != nil || fd != -1 {
@@ -164,7 +173,7 @@ func sendRaw(t *testing.T, c *Conn, msg string, fds ...int) {
 func TestConnReadyFD(t *testing.T) {
 	sbx, sup := pair(t)
 	nfd := notifyFD(t)
-	if err := sup.SendReady(nfd); err != nil {
+	if err := sendReady(sup, nfd); err != nil {
 		t.Fatal(err)
 	}
 	fd, err := sbx.ReadReady()
