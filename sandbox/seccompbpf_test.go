@@ -65,14 +65,7 @@ func TestSeccompMatchesLibcontainer(t *testing.T) {
 	needRoot(t) // PTRACE_SECCOMP_GET_FILTER needs CAP_SYS_ADMIN
 	for _, name := range policy.Builtins() {
 		t.Run(name, func(t *testing.T) {
-			p, err := policy.Load(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			plan, err := policy.Compile(p, policy.CompileContext{Cwd: "/work"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			plan := builtinPlan(t, name)
 			spec := Spec(SpecInput{Plan: plan, ID: "x", Rootfs: "/", Notify: plan.Seccomp != nil})
 			if spec.Linux.Seccomp == nil {
 				t.Skip("no filter")
@@ -94,6 +87,20 @@ func TestSeccompMatchesLibcontainer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// builtinPlan is the plan of a built-in profile, compiled for a working directory of /work.
+func builtinPlan(t *testing.T, name string) *policy.Plan {
+	t.Helper()
+	p, err := policy.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := policy.Compile(p, policy.CompileContext{Cwd: "/work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
 
 func mustJSON(t *testing.T, v any) []byte {
@@ -158,14 +165,7 @@ func loadedByRunc(t *testing.T, sc *specs.LinuxSeccomp) []byte {
 // TestSeccompCache: a compiled program is kept in the state root, read back whole, and passed over when
 // the file is not sbx's whole file.
 func TestSeccompCache(t *testing.T) {
-	p, err := policy.Load("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := policy.Compile(p, policy.CompileContext{Cwd: "/work"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := builtinPlan(t, "default")
 	sc := Spec(SpecInput{Plan: plan, ID: "x", Rootfs: "/", Notify: true}).Linux.Seccomp
 	root := t.TempDir()
 	want, err := seccompProgram(root, sc)

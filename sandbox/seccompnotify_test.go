@@ -19,14 +19,7 @@ import (
 // syscalls notify, and nothing else changes: no syscall of the base's ALLOW rules moves, and no
 // syscall is named under two actions without argument checks.
 func TestNotifySeccomp(t *testing.T) {
-	p, err := policy.Load("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := policy.Compile(p, policy.CompileContext{Cwd: "/work"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := builtinPlan(t, "default")
 	sc := plan.Seccomp
 	got := notifySeccomp(sc, plan.Record)
 	actions := map[string][]specs.LinuxSyscall{}
