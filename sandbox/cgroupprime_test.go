@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/internal/cgprime"
 	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
@@ -12,7 +13,7 @@ import (
 // hierarchy's membership as it was.
 func TestCgroupPrimerMovesNothing(t *testing.T) {
 	testutil.RequireRoot(t, "writes cgroup.procs")
-	if ownCgroupProcs() == "" {
+	if cgprime.Procs() == "" {
 		t.Skip("no unified or pids hierarchy here")
 	}
 	before, err := os.ReadFile("/proc/self/cgroup")

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 
+	_ "github.com/sbx-dev/sbx/internal/cgprime" // starts the cgroup grace period at once (see the package)
 	"github.com/sbx-dev/sbx/sandbox"
 )
 

@@ -1,0 +1,111 @@
+// Package cgprime starts, as early as a process of sbx can, the wait that the kernel makes the first
+// write to a cgroup.procs file in a while do: an RCU grace period, 5-15 ms on this kind of machine.
+//
+// Every write to a cgroup.procs file takes the kernel's cgroup_threadgroup_rwsem for writing. When no
+// writer held it lately, that first waits for an RCU grace period (rcu_sync_enter); a writer that comes
+// while another one waits shares that grace period, and one that comes within a grace period after the
+// last one left waits for none. libcontainer's Apply, which moves a sandbox's init into its cgroup, is
+// such a write, and it comes 10-13 ms after sbx exec starts. A write of sbx's own pid to the cgroup it is
+// in (no process moves) made when the process starts lets most of that grace period pass while sbx reads
+// its profile and builds the overlays. The package's init makes that write, on a goroutine, for the
+// subcommands that build a sandbox at once, as root; nothing else is started before main.
+package cgprime
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// startNow are the subcommands (os.Args[1]) that build a sandbox as soon as they have read their flags.
+var startNow = map[string]bool{"exec": true, "probe": true}
+
+func init() {
+	if startsNow(os.Args, os.Geteuid()) {
+		go Prime()
+	}
+}
+
+// startsNow says whether a process started with args by euid builds a sandbox with a cgroup at once:
+// root's exec and probe; not the roles sbx re-executes itself in (libcontainer's init, the helpers), nor
+// a run without root, which makes no cgroup.
+func startsNow(args []string, euid int) bool {
+	return len(args) > 1 && startNow[args[1]] && euid == 0
+}
+
+// Prime writes sbx's pid to the cgroup.procs file of the cgroup it is in; best effort: a failed write
+// only leaves the grace period to the next writer. A no-op when that file is not found (see Procs).
+func Prime() {
+	if p := Procs(); p != "" {
+		_ = os.WriteFile(p, []byte(strconv.Itoa(os.Getpid())), 0)
+	}
+}
+
+// Procs is the cgroup.procs file of the cgroup sbx runs in, in the unified hierarchy when it is mounted
+// (pure cgroup v2, or /sys/fs/cgroup/unified beside v1) or else in v1's pids hierarchy; "" when neither
+// is found, or the file found does not list sbx. Found once per process.
+var Procs = sync.OnceValue(ownProcs)
+
+func ownProcs() string {
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	var candidates []string
+	for line := range strings.Lines(string(own)) {
+		// hierarchy-ID:controller-list:path
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case parts[1] == "":
+			base := "/sys/fs/cgroup/unified"
+			if unifiedOnly() {
+				base = "/sys/fs/cgroup"
+			}
+			candidates = append(candidates, filepath.Join(base, parts[2]))
+		case hasController(parts[1], "pids"):
+			candidates = append(candidates, filepath.Join("/sys/fs/cgroup/pids", parts[2]))
+		}
+	}
+	self := []byte(strconv.Itoa(os.Getpid()))
+	for _, dir := range candidates {
+		// Only a file that lists sbx already: a write to any other would move sbx to another cgroup
+		// (a cgroup file system mounted elsewhere than /proc/self/cgroup's paths suggest).
+		file := filepath.Join(dir, "cgroup.procs")
+		if b, err := os.ReadFile(file); err == nil && listed(b, self) {
+			return file
+		}
+	}
+	return ""
+}
+
+// unifiedOnly says whether /sys/fs/cgroup is a cgroup v2 file system (no v1 hierarchies).
+func unifiedOnly() bool {
+	var st syscall.Statfs_t
+	const cgroup2Magic = 0x63677270
+	return syscall.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == cgroup2Magic
+}
+
+func hasController(list, name string) bool {
+	for c := range strings.SplitSeq(list, ",") {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
+
+func listed(procs, pid []byte) bool {
+	for f := range bytes.FieldsSeq(procs) {
+		if bytes.Equal(f, pid) {
+			return true
+		}
+	}
+	return false
+}
