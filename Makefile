@@ -25,8 +25,12 @@ deps:
 # bin/sbx-init is the supervisor as a small static binary; sbx uses it when it lies next to bin/sbx.
 # -w leaves out DWARF (a quarter of the binary, the symbol table stays for perf): without root,
 # libcontainer copies the binary into a sealed memfd for every run's init.
+# sbx itself is linked statically too (libseccomp and libc in the binary; netgo and osusergo keep Go's
+# resolver and user lookups off libc's NSS): every run starts the binary twice, as sbx and as
+# libcontainer's init, and the dynamic loader's 0.6 ms each time is gone.
+STATIC := -linkmode external -extldflags -static
 build: deps
-	$(GO) build -tags $(TAGS) -ldflags "-w -X main.version=$(VERSION)" -o $(BIN) ./cmd/sbx
+	$(GO) build -tags "$(TAGS) netgo osusergo" -ldflags "-w -X main.version=$(VERSION) $(STATIC)" -o $(BIN) ./cmd/sbx
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)-init ./internal/cmd/sbx-init
 
 # -p 1: packages one at a time. Their tests change host state that is shared on purpose (the host NAT

@@ -1,9 +1,13 @@
 package cgprime
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestStartsNow(t *testing.T) {
@@ -62,5 +66,38 @@ func TestListed(t *testing.T) {
 	}
 	if !listed([]byte("1\n12\n123\n"), []byte("12")) {
 		t.Error("12 not found")
+	}
+}
+
+// TestMain: started as "exec", "probe" or "init", the test binary reports whether early.c's constructor
+// started the write, as sbx would have.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && (os.Args[1] == "exec" || os.Args[1] == "probe" || os.Args[1] == "init") {
+		path := ""
+		for i := 0; startedEarly() && path == "" && i < 1000; i++ {
+			time.Sleep(time.Millisecond)
+			path = earlyPath()
+		}
+		fmt.Println(startedEarly(), path)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestStartedEarly: the constructor starts the write for root's exec and probe only, as startsNow says,
+// to the file Procs finds.
+func TestStartedEarly(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the constructor writes only as root")
+	}
+	procs := Procs()
+	for role, want := range map[string]string{"exec": "true " + procs, "probe": "true " + procs, "init": "false"} {
+		out, err := exec.Command(os.Args[0], role).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(out)); got != want {
+			t.Errorf("started as %q: constructor started = %s, want %s", role, got, want)
+		}
 	}
 }

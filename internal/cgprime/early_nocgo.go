@@ -1,0 +1,8 @@
+//go:build !cgo
+
+package cgprime
+
+// startedEarly: without cgo there is no constructor; the package init writes.
+func startedEarly() bool { return false }
+
+func earlyPath() string { return "" }
