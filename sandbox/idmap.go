@@ -4,9 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
-	"syscall"
 
+	"github.com/sbx-dev/sbx/internal/idmapns"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,29 +54,11 @@ func noIDMap(op, path string, err error) error {
 	return fmt.Errorf("%s %s: %w", op, path, err)
 }
 
-// idmapUserns returns a user namespace (its nsfs file) whose maps say m. A user namespace needs a process
-// to create it: a child of sbx that calls PTRACE_TRACEME and so stops at its execve before it runs
-// anything (runc's own trick), long enough to open its namespace; then it is killed.
+// idmapUserns returns a user namespace (its nsfs file) whose maps say m (see package idmapns).
 func idmapUserns(m idmapping) (*os.File, error) {
-	runtime.LockOSThread() // the tracer is this thread
-	defer runtime.UnlockOSThread()
-	p, err := os.StartProcess("/proc/self/exe", []string{"sbx-idmap"}, &os.ProcAttr{Sys: &syscall.SysProcAttr{
-		Cloneflags:  unix.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: m.FromUID, HostID: m.ToUID, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: m.FromGID, HostID: m.ToGID, Size: 1}},
-		Ptrace:      true,
-		Pdeathsig:   unix.SIGKILL,
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("%w: creating the idmapping's user namespace: %w", ErrNoIDMap, err)
+	ns, err := idmapns.New(idmapns.Mapping(m))
+	if errors.Is(err, idmapns.ErrStart) {
+		return nil, fmt.Errorf("%w: %w", ErrNoIDMap, err)
 	}
-	defer func() {
-		p.Kill()
-		p.Wait()
-	}()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", p.Pid))
-	if err != nil {
-		return nil, fmt.Errorf("opening the idmapping's user namespace: %w", err)
-	}
-	return f, nil
+	return ns, err
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/idmapns"
 	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
@@ -141,7 +142,9 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 			err = fmt.Errorf("%w: %w", ErrSetup, err)
 		}
 	}()
-	if err := sb.buildFiles(); err != nil {
+	err = sb.buildFiles()
+	idmapns.Drop() // the user namespace made ahead for an idmapping, if this sandbox needed none
+	if err != nil {
 		return sb, err
 	}
 	tr.mark("files")
@@ -765,6 +768,12 @@ func (s *Sandbox) Destroy() error {
 	if s.net != nil {
 		s.net.StartClose() // deleting the veth waits on the kernel: let it overlap the steps below
 	}
+	// The overlays come down while the sandbox is killed and libcontainer removes the cgroups (and waits
+	// for the last processes to exit): neither depends on the other, and the unmounts are detached, so
+	// the host's mount table lets go of them while the sandbox's own mount namespace still holds its
+	// copies until its last process is gone.
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- s.rootfs.unmount() }()
 	if s.container != nil {
 		if s.init != nil && s.initPid > 0 {
 			// Killing pid 1 of a pid namespace kills every process in it.
@@ -775,10 +784,6 @@ func (s *Sandbox) Destroy() error {
 		}
 		tr.mark("kill")
 	}
-	// The overlays come down while libcontainer removes the cgroups (and waits for the last processes
-	// to exit): the two do not depend on each other, and the unmounts are detached anyway.
-	unmounted := make(chan error, 1)
-	go func() { unmounted <- s.rootfs.unmount() }()
 	if s.container != nil {
 		if err := s.container.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("destroying the container: %w", err))

@@ -1,0 +1,121 @@
+package idmapns
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestMain: started as "exec" (as sbx exec is), the test binary has a child made ahead at init; it
+// answers for the test below with what the roles ask.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "exec" {
+		switch os.Args[2] {
+		case "early":
+			fmt.Println(early != nil)
+		case "owner":
+			uid, err := ownerThrough(os.Args[3], Mapping{FromUID: 0, FromGID: 0, ToUID: 1234, ToGID: 4321})
+			if err != nil {
+				fmt.Println(err)
+				os.Exit(1)
+			}
+			fmt.Println(uid, children())
+		case "drop":
+			before := children()
+			Drop()
+			fmt.Println(before, children())
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// children counts this process's children (over all its threads).
+func children() int {
+	n := 0
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		n += len(strings.Fields(string(b)))
+	}
+	return n
+}
+
+// ownerThrough binds dir idmapped with the namespace New makes for m, and returns the owner of dir's
+// file "f" as seen through that mount.
+func ownerThrough(dir string, m Mapping) (string, error) {
+	ns, err := New(m)
+	if err != nil {
+		return "", err
+	}
+	defer ns.Close()
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns.Fd())}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return "", err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, "f", &st, 0); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d", st.Uid, st.Gid), nil
+}
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("user namespaces with maps of other ids and idmapped mounts need root")
+	}
+}
+
+func run(t *testing.T, args ...string) string {
+	out, err := exec.Command(os.Args[0], args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v: %s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestEarly: sbx exec (as root) has its child made at init, which New maps and takes; sbx started in
+// another role has none.
+func TestEarly(t *testing.T) {
+	needRoot(t)
+	if got := run(t, "exec", "early"); got != "true" {
+		t.Errorf("started as exec: early child = %s, want true", got)
+	}
+	if early != nil {
+		t.Error("the test binary, started as itself, made a child ahead")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Through the namespace made ahead: the owner shows mapped, and the child is gone after New.
+	if got := run(t, "exec", "owner", dir); got != "1234:4321 0" {
+		t.Errorf("through the early namespace: owner and children left = %q, want \"1234:4321 0\"", got)
+	}
+	// The same through one made on the spot.
+	got, err := ownerThrough(dir, Mapping{FromUID: 0, FromGID: 0, ToUID: 1234, ToGID: 4321})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "1234:4321" {
+		t.Errorf("through a fresh namespace: owner %s, want 1234:4321", got)
+	}
+}
+
+// TestDrop: a sandbox that needs no idmapping ends the child made ahead.
+func TestDrop(t *testing.T) {
+	needRoot(t)
+	if got := run(t, "exec", "drop"); got != "1 0" {
+		t.Errorf("children before and after Drop = %q, want \"1 0\"", got)
+	}
+}
