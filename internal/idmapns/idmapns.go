@@ -61,11 +61,7 @@ type result struct {
 
 // New returns a user namespace (its nsfs file) whose maps say m.
 func New(m Mapping) (*os.File, error) {
-	earlyOnce.Lock()
-	ch := early
-	early = nil
-	earlyOnce.Unlock()
-	if ch != nil {
+	if ch := takeEarly(); ch != nil {
 		resp := make(chan result)
 		ch <- request{m: m, resp: resp}
 		if r := <-resp; r.err == nil {
@@ -78,15 +74,20 @@ func New(m Mapping) (*os.File, error) {
 
 // Drop ends the child started at init, if no New took it: for a sandbox that needs no idmapping.
 func Drop() {
-	earlyOnce.Lock()
-	ch := early
-	early = nil
-	earlyOnce.Unlock()
-	if ch != nil {
+	if ch := takeEarly(); ch != nil {
 		resp := make(chan result)
 		ch <- request{drop: true, resp: resp}
 		<-resp
 	}
+}
+
+// takeEarly returns the channel of the child started at init, once; nil when there is none (left).
+func takeEarly() chan request {
+	earlyOnce.Lock()
+	defer earlyOnce.Unlock()
+	ch := early
+	early = nil
+	return ch
 }
 
 // serveEarly starts a child in a new user namespace at once and, on the first request, maps it and

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,7 +27,12 @@ func TestMain(m *testing.M) {
 			}
 			fmt.Println(uid, children())
 		case "drop":
+			// The child is started on a goroutine of the package's init: wait until it is there.
 			before := children()
+			for i := 0; before == 0 && i < 2000; i++ {
+				time.Sleep(time.Millisecond)
+				before = children()
+			}
 			Drop()
 			fmt.Println(before, children())
 		}
