@@ -14,6 +14,8 @@ package cgprime
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,11 +59,16 @@ func ownProcs() string {
 	if err != nil {
 		return ""
 	}
+	return procsIn(own, os.Getpid())
+}
+
+// procsIn is ownProcs for the /proc/self/cgroup content own of the process pid.
+func procsIn(own []byte, pid int) string {
 	var unified, pids string // the unified hierarchy is tried first, as early.c does
 	for line := range strings.Lines(string(own)) {
 		// hierarchy-ID:controller-list:path
 		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
-		if len(parts) != 3 {
+		if len(parts) != 3 || climbs(parts[2]) {
 			continue
 		}
 		switch {
@@ -76,22 +83,51 @@ func ownProcs() string {
 		}
 	}
 	candidates := slices.DeleteFunc([]string{unified, pids}, func(s string) bool { return s == "" })
-	self := []byte(strconv.Itoa(os.Getpid()))
+	self := []byte(strconv.Itoa(pid))
 	for _, dir := range candidates {
 		// Only a file that lists sbx already: a write to any other would move sbx to another cgroup
 		// (a cgroup file system mounted elsewhere than /proc/self/cgroup's paths suggest).
 		file := filepath.Join(dir, "cgroup.procs")
-		if b, err := os.ReadFile(file); err == nil && listed(b, self) {
+		if b, err := readProcs(file); err == nil && listed(b, self) {
 			return file
 		}
 	}
 	return ""
 }
 
+// climbs says whether a path of /proc/self/cgroup leads up out of its hierarchy's mount: in a cgroup
+// namespace, a cgroup outside the namespace's root shows as /../name, and joined to the mount point
+// that names a file outside any cgroup file system (early.c skips these paths too).
+func climbs(path string) bool {
+	return slices.Contains(strings.Split(path, "/"), "..")
+}
+
+// readProcs reads file when it is a cgroup.procs of a cgroup file system (v1 or v2), never through a
+// symbolic link, never blocking.
+func readProcs(file string) ([]byte, error) {
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var st syscall.Statfs_t
+	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	if st.Type != cgroup2Magic && st.Type != cgroupMagic {
+		return nil, fmt.Errorf("%s: not on a cgroup file system", file)
+	}
+	return io.ReadAll(f)
+}
+
+const (
+	cgroupMagic  = 0x27e0eb
+	cgroup2Magic = 0x63677270
+)
+
 // unifiedOnly says whether /sys/fs/cgroup is a cgroup v2 file system (no v1 hierarchies).
 func unifiedOnly() bool {
 	var st syscall.Statfs_t
-	const cgroup2Magic = 0x63677270
 	return syscall.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == cgroup2Magic
 }
 

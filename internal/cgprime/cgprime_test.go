@@ -101,3 +101,24 @@ func TestStartedEarly(t *testing.T) {
 		}
 	}
 }
+
+// TestProcsStaysInCgroupFS: a path of /proc/self/cgroup that climbs out of the hierarchy's mount (a
+// cgroup outside the cgroup namespace's root shows as /../name) never makes Procs name a file outside a
+// cgroup file system, even one that lists the process.
+func TestProcsStaysInCgroupFS(t *testing.T) {
+	dir := t.TempDir()
+	pid := os.Getpid()
+	if err := os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up := strings.Repeat("/..", 12)
+	for _, own := range []string{
+		"0::" + up + dir + "\n",
+		"8:pids:" + up + dir + "\n",
+		"8:cpu,pids:/a/../.." + up + dir + "\n0::" + up + dir + "\n",
+	} {
+		if got := procsIn([]byte(own), pid); got != "" {
+			t.Errorf("procsIn(%q) = %q, want none", own, got)
+		}
+	}
+}
