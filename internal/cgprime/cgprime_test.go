@@ -122,3 +122,18 @@ func TestProcsStaysInCgroupFS(t *testing.T) {
 		}
 	}
 }
+
+// TestClimbs: early.c and the Go lookup skip the same paths: those with a ".." component.
+func TestClimbs(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/": false, "/a/b": false, "/..x": false, "/a/x..": false, "/a..b/c": false,
+		"/..": true, "/../x": true, "/a/../b": true, "/a/..": true, "..": true,
+	} {
+		if got := climbs(path); got != want {
+			t.Errorf("climbs(%q) = %v, want %v", path, got, want)
+		}
+		if got := climbsC(path); got != want {
+			t.Errorf("early.c's climbs(%q) = %v, want %v", path, got, want)
+		}
+	}
+}

@@ -16,9 +16,19 @@
 #ifndef CGROUP2_SUPER_MAGIC
 #define CGROUP2_SUPER_MAGIC 0x63677270
 #endif
+#ifndef CGROUP_SUPER_MAGIC
+#define CGROUP_SUPER_MAGIC 0x27e0eb
+#endif
 
 int sbx_cgprime_started;
 char sbx_cgprime_path[4352]; // the file written, once found (for the tests)
+
+// oncgroupfs says whether fd is on a cgroup file system (v1 or v2).
+static int oncgroupfs(int fd)
+{
+	struct statfs st;
+	return fstatfs(fd, &st) == 0 && (st.f_type == CGROUP2_SUPER_MAGIC || st.f_type == CGROUP_SUPER_MAGIC);
+}
 
 // readall reads up to size-1 bytes of path into buf, NUL-terminated; -1 on error.
 static ssize_t readall(const char *path, char *buf, size_t size)
@@ -47,6 +57,10 @@ static int listed(const char *path, const char *pid)
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0)
 		return 0;
+	if (!oncgroupfs(fd)) {
+		close(fd);
+		return 0;
+	}
 	char buf[4096 + 32], line[32];
 	size_t have = 0, plen = strlen(pid);
 	int found = 0;
@@ -71,12 +85,22 @@ static int listed(const char *path, const char *pid)
 	return found;
 }
 
+// sbx_cgprime_climbs says whether rel has a ".." component: in a cgroup namespace, a cgroup outside the
+// namespace's root shows as /../name, which joined to the mount point leaves the cgroup file system.
+int sbx_cgprime_climbs(const char *rel)
+{
+	for (const char *p = rel; (p = strstr(p, "..")) != NULL; p += 2)
+		if ((p == rel || p[-1] == '/') && (p[2] == '\0' || p[2] == '/'))
+			return 1;
+	return 0;
+}
+
 // candidate writes dir/rel/cgroup.procs into out when pid is listed there.
 static int candidate(char *out, size_t size, const char *dir, const char *rel, const char *pid)
 {
 	size_t len = strlen(rel);
 	int n = snprintf(out, size, "%s%s%scgroup.procs", dir, rel, len && rel[len - 1] == '/' ? "" : "/");
-	if (n < 0 || (size_t)n >= size || strstr(rel, "/..") != NULL)
+	if (n < 0 || (size_t)n >= size || sbx_cgprime_climbs(rel))
 		return 0;
 	return listed(out, pid);
 }
@@ -119,12 +143,13 @@ static void *kick(void *unused)
 	if (!found)
 		return NULL;
 	memcpy(sbx_cgprime_path, path, sizeof(path));
-	int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd >= 0) {
+	int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd >= 0 && oncgroupfs(fd)) {
 		ssize_t unused_n = write(fd, pid, strlen(pid));
 		(void)unused_n;
-		close(fd);
 	}
+	if (fd >= 0)
+		close(fd);
 	return NULL;
 }
 

@@ -3,11 +3,22 @@
 package cgprime
 
 // extern int sbx_cgprime_started;
+// #include <stdlib.h>
 // extern char sbx_cgprime_path[4352];
+// extern int sbx_cgprime_climbs(const char *rel);
 import "C"
+
+import "unsafe"
 
 // startedEarly says whether early.c's constructor started the write before the runtime did.
 func startedEarly() bool { return C.sbx_cgprime_started != 0 }
 
 // earlyPath is the file early.c's thread found, "" until it has.
 func earlyPath() string { return C.GoString(&C.sbx_cgprime_path[0]) }
+
+// climbsC is early.c's test of a path, for the tests to hold it to climbs.
+func climbsC(path string) bool {
+	p := C.CString(path)
+	defer C.free(unsafe.Pointer(p))
+	return C.sbx_cgprime_climbs(p) != 0
+}

@@ -6,3 +6,5 @@ package cgprime
 func startedEarly() bool { return false }
 
 func earlyPath() string { return "" }
+
+func climbsC(path string) bool { return climbs(path) }
