@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,4 +60,50 @@ func TestPrimeDue(t *testing.T) {
 	if !due(nil) {
 		t.Error("without the shared file every write is due")
 	}
+}
+
+// TestCgroupPrep: the run's cgroups are made ahead in every hierarchy, with no process in them, where
+// libcontainer will look for them, and removed again by a Create that never got its container.
+func TestCgroupPrep(t *testing.T) {
+	testutil.RequireRoot(t, "makes cgroups")
+	id, err := newID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startCgroups(id)
+	p.wait()
+	dirs := CgroupDirs(id)
+	if len(dirs) == 0 {
+		t.Fatal("no cgroup made")
+	}
+	if p.m == nil {
+		t.Fatal("no manager")
+	}
+	for name, path := range p.m.GetPaths() {
+		if filepath.Base(path) != CgroupName(id) {
+			t.Errorf("%s: %s is not the run's cgroup", name, path)
+		}
+		if pids := cgroupProcsOf(t, path); pids != "" {
+			t.Errorf("%s has processes: %q", path, pids)
+		}
+	}
+	if len(dirs) != len(p.m.GetPaths()) {
+		t.Errorf("made %d cgroups, the manager has %d paths", len(dirs), len(p.m.GetPaths()))
+	}
+	p.remove()
+	if left := CgroupDirs(id); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	var none *cgroupPrep
+	none.wait()
+	none.remove()
+}
+
+func cgroupProcsOf(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }

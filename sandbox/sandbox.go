@@ -87,6 +87,7 @@ type Sandbox struct {
 	notify    *notifyListener     // seccomp notifications (seccompnotify.go); nil when nothing is recorded
 	notifyOff string              // why the plan's recording could not be set up, for the report
 	ids       IDMap
+	cgroups   *cgroupPrep // the run's cgroups, made ahead; libcontainer's once it has the container
 	relays    relays
 	diagFD    int  // the supervisor's sock_diag socket, in its process; -1 = none
 	answered  bool // the supervisor answered go: it holds no stdio of the command from then on
@@ -136,6 +137,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	}
 	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids, diagFD: -1}
 	sb.rootfs.prep = prep
+	sb.cgroups = startCgroups(id) // beside the overlays (cgroupprep.go)
 	defer func() {
 		if err != nil {
 			sb.Destroy()
@@ -330,6 +332,7 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		return specError(err)
 	}
 	tr.mark("spec")
+	s.cgroups.wait()
 	s.container, err = libcontainer.Create(filepath.Join(s.cfg.StateRoot, "lc"), s.ID, config)
 	if err != nil {
 		return fmt.Errorf("creating the container: %w", err)
@@ -789,6 +792,8 @@ func (s *Sandbox) Destroy() error {
 			errs = append(errs, fmt.Errorf("destroying the container: %w", err))
 		}
 		tr.mark("lc.destroy")
+	} else {
+		s.cgroups.remove() // made ahead for a container that never was
 	}
 	if s.notify != nil {
 		s.notify.stop() // every process of the sandbox is dead: none waits for an answer

@@ -1,0 +1,57 @@
+package sandbox
+
+import (
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+)
+
+// cgroupPrep makes a run's cgroups (a directory in every hierarchy, no process in them, no limits)
+// while the overlays are built. libcontainer's Apply then finds them there and only moves its init in:
+// making them is 0.7-0.8 ms of mkdirs (ten v1 hierarchies here) that Apply would otherwise spend
+// between starting the init and letting it go on. libcontainer sets the limits itself, as before, and
+// removes the cgroups on Destroy; a Create that fails before libcontainer has the container removes
+// them here, and gc removes them after a crash (the run dir exists first).
+type cgroupPrep struct {
+	done chan struct{}
+	m    cgroups.Manager
+}
+
+// startCgroups makes the cgroups of run id on a goroutine of its own; nil without root, where the
+// sandbox gets no cgroup.
+func startCgroups(id string) *cgroupPrep {
+	if Rootless() {
+		return nil
+	}
+	p := &cgroupPrep{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		// The path libcontainer computes from the spec's cgroupsPath (spec.go), with no limits: Apply
+		// only makes directories (and copies cpuset's cpus and mems from the parent); pid -1 moves nobody.
+		m, err := manager.New(&cgroups.Cgroup{Path: "/" + CgroupName(id), Resources: &cgroups.Resources{}})
+		if err != nil {
+			return
+		}
+		p.m = m
+		// Best effort: what is missing, libcontainer's Apply makes as without this step.
+		_ = m.Apply(-1)
+	}()
+	return p
+}
+
+// wait waits until the cgroups are made (or failed to be).
+func (p *cgroupPrep) wait() {
+	if p != nil {
+		<-p.done
+	}
+}
+
+// remove removes the cgroups made here, for a Create that failed before libcontainer took them over.
+func (p *cgroupPrep) remove() {
+	if p == nil {
+		return
+	}
+	<-p.done
+	if p.m != nil {
+		_ = p.m.Destroy()
+	}
+}
