@@ -5,12 +5,12 @@ BIN     := bin/sbx
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED := 1
 
-# Debian packages: libseccomp-dev to build; iproute2 and nftables to inspect state in tests; strace,
+# Debian packages: libseccomp-dev and libc6-dev to build (their static libraries: bin/sbx is static); iproute2 and nftables to inspect state in tests; strace,
 # curl, gcc and python3 for the regression battery; bubblewrap, runc and busybox-static for the
 # benchmarks and the OCI bundle test (runc and crun); jq for the report-contract test; uidmap and
 # passt for sbx without root (newuidmap for maps of more than one id, not used yet: one id is mapped;
 # pasta is the network contract's uplink).
-DEBS := libseccomp-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc uidmap passt
+DEBS := libseccomp-dev libc6-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc uidmap passt
 
 .PHONY: all deps build test test-k8s lint man demo bench soak compat compat-deps clean
 all: build
