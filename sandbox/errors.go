@@ -22,3 +22,21 @@ var ErrShare = errors.New("cannot share host path")
 
 // ErrLimit is matched by errors about a limit of the profile that this host or user cannot set.
 var ErrLimit = errors.New("a limit of the profile cannot be set here")
+
+// SupervisorError is Start's error when the sandbox's supervisor could not prepare the command: Landlock
+// or the seccomp filter could not be applied (and the profile does not allow degrading), or it got a
+// bad configuration. The command did not run. It matches ErrSetup.
+type SupervisorError struct {
+	Reason string // the supervisor's own words
+	Hint   string // what to do, when it knows
+}
+
+func (e *SupervisorError) Error() string {
+	if e.Reason == "" {
+		return "the sandbox's supervisor could not start the command"
+	}
+	return e.Reason
+}
+
+// Is makes a SupervisorError match ErrSetup.
+func (e *SupervisorError) Is(target error) bool { return target == ErrSetup }

@@ -22,14 +22,15 @@ import (
 // Landlock before it loads the profile's filter.
 func TestLandlockFailsClosed(t *testing.T) {
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
-	run := func(degrade bool, args ...string) (int, string) {
+	run := func(degrade bool, args ...string) (int, string, error) {
 		t.Helper()
 		p := testPlan(t)
 		p.Filesystem.LandlockDegrade = degrade
 		type result struct {
-			code   int
-			stderr string
-			err    error
+			code     int
+			stderr   string
+			startErr error
+			err      error
 		}
 		done := make(chan result)
 		go func() {
@@ -45,30 +46,36 @@ func TestLandlockFailsClosed(t *testing.T) {
 				done <- result{err: err}
 				return
 			}
-			r, err := sb.Start()
+			r, startErr := sb.Start()
 			code := -1
-			if err == nil {
+			if startErr == nil {
 				code, err = r.Wait()
 			}
 			err = errors.Join(err, sb.Destroy())
-			done <- result{code, errb.String(), err}
+			done <- result{code, errb.String(), startErr, err}
 		}()
 		r := <-done
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
-		return r.code, r.stderr
+		return r.code, r.stderr, r.startErr
 	}
-	code, stderr := run(false, "sh", "-c", "echo ran")
-	if code != ExitSetup {
-		t.Errorf("status %d, want %d (stderr %q)", code, ExitSetup, stderr)
+	// Required: the command does not run, and Start says why as sbx's own failure (exit 125 with one
+	// error line and a hint from the CLI), not as the command's status on its stderr.
+	code, stderr, err := run(false, "sh", "-c", "echo ran")
+	var se *SupervisorError
+	if !errors.As(err, &se) || !errors.Is(err, ErrSetup) {
+		t.Fatalf("Start: %v (status %d, stderr %q), want a SupervisorError matching ErrSetup", err, code, stderr)
 	}
-	if !strings.Contains(stderr, "sbx: error: landlock: landlock needs ABI 1") || !strings.Contains(stderr, "sbx: hint: ") {
-		t.Errorf("stderr %q does not say why and what to do", stderr)
+	if !strings.Contains(se.Reason, "landlock needs ABI 1") || se.Hint == "" {
+		t.Errorf("reason %q, hint %q: want why and what to do", se.Reason, se.Hint)
 	}
-	code, stderr = run(true, "sh", "-c", "exit 3")
-	if code != 3 || !strings.Contains(stderr, "running without Landlock") {
-		t.Errorf("degrade: status %d, stderr %q; want 3 and a warning", code, stderr)
+	if stderr != "" {
+		t.Errorf("the command's stderr got %q, want nothing: it never ran", stderr)
+	}
+	code, stderr, err = run(true, "sh", "-c", "exit 3")
+	if err != nil || code != 3 || !strings.Contains(stderr, "running without Landlock") {
+		t.Errorf("degrade: %v, status %d, stderr %q; want 3 and a warning", err, code, stderr)
 	}
 }
 

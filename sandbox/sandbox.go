@@ -650,6 +650,11 @@ func (s *Sandbox) Start() (*Running, error) {
 		return nil, fmt.Errorf("starting the command: the sandbox init is gone: %w", err)
 	}
 	s.diagFD, s.answered = st.DiagFD, true
+	if st.Pid == 0 && st.Code == ExitSetup {
+		// The supervisor could not prepare the command (Landlock, the filter): sbx's own failure, not
+		// the command's status.
+		return nil, &SupervisorError{Reason: st.Reason, Hint: st.Hint}
+	}
 	if st.Pid == 0 {
 		return &Running{sb: s, code: st.Code, pidfd: -1}, nil
 	}

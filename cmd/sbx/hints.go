@@ -63,6 +63,12 @@ func hintFor(err error) string {
 	if h := policy.Hint(err); h != "" {
 		return h
 	}
+	if se := (*sandbox.SupervisorError)(nil); errors.As(err, &se) {
+		if se.Hint != "" {
+			return se.Hint
+		}
+		return "the supervisor inside the sandbox (bin/sbx-init) refused what sbx sent it: use the bin/sbx-init of the same build as bin/sbx"
+	}
 	who := asRoot
 	if os.Geteuid() != 0 {
 		who = withoutRoot

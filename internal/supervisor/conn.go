@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -29,7 +30,8 @@ import (
 //	  |-- go ------------------------------------------->|
 //	  |-- {Config as JSON} ----------------------------->| starts the command from that thread
 //	  |<------------------------ pid PID DIAGFD PIDFD --| started (PID inside the sandbox)
-//	  |<------------------------- fail CODE DIAGFD -1 --|   or not (reason on the command's stderr)
+//	  |<------------------------- fail CODE DIAGFD -1 --|   or not: 126 and 127 with the reason on the
+//	  |<---------------- {"reason":...,"hint":...} -----|   command's stderr, 125 with this line after it
 //	  |                                                  | reaps every orphan
 //	  |<---------------------------- exit WAITSTATUS ----| the command ended
 //
@@ -60,6 +62,18 @@ type Started struct {
 	Code   int // 125, 126 or 127 when Pid is 0
 	DiagFD int // the supervisor's sock_diag socket, in its own process; -1 for none
 	PidFD  int // the command's pidfd, in the supervisor's process; -1 for none
+	// Why the supervisor could not prepare the command (Code 125: Landlock or the filter could not be
+	// applied, a bad configuration), and what to do: sbx says it as its own error. Empty otherwise (126
+	// and 127 are the command's, said on its stderr as a shell would).
+	Reason, Hint string
+}
+
+// maxReason bounds the reason line of a fail message.
+const maxReason = 4096
+
+type failReason struct {
+	Reason string `json:"reason"`
+	Hint   string `json:"hint"`
 }
 
 // Conn is one end of the control socket.
@@ -241,7 +255,15 @@ func isNotifyFD(fd int) bool {
 // SendStarted answers go (the supervisor's side).
 func (c *Conn) SendStarted(s Started) error {
 	if s.Pid == 0 {
-		return c.write(fmt.Sprintf(msgFormat, msgFail, s.Code, s.DiagFD, -1))
+		msg := fmt.Sprintf(msgFormat, msgFail, s.Code, s.DiagFD, -1)
+		if s.Code == ExitSetup {
+			b, err := json.Marshal(failReason{truncate(s.Reason), truncate(s.Hint)})
+			if err != nil {
+				return err
+			}
+			msg += string(b) + "\n"
+		}
+		return c.write(msg)
 	}
 	return c.write(fmt.Sprintf(msgFormat, msgPid, s.Pid, s.DiagFD, s.PidFD))
 }
@@ -256,6 +278,13 @@ func (c *Conn) ReadStarted() (Started, error) {
 	var n int
 	if _, err := fmt.Sscanf(line, msgFail+" %d %d %d", &n, &s.DiagFD, &s.PidFD); err == nil {
 		s.Code = n
+		if n == ExitSetup {
+			var r failReason
+			if err := c.readLine(maxReason*3, &r); err != nil {
+				return Started{}, err
+			}
+			s.Reason, s.Hint = r.Reason, r.Hint
+		}
 		return s, nil
 	}
 	if _, err := fmt.Sscanf(line, msgPid+" %d %d %d", &n, &s.DiagFD, &s.PidFD); err != nil {
@@ -263,6 +292,38 @@ func (c *Conn) ReadStarted() (Started, error) {
 	}
 	s.Pid = n
 	return s, nil
+}
+
+// truncate cuts s to maxReason bytes (on a rune boundary: JSON keeps what it may not encode as it is
+// as an escape).
+func truncate(s string) string {
+	if len(s) <= maxReason {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxReason], "")
+}
+
+// readLine reads one JSON line of at most max bytes into v.
+func (c *Conn) readLine(max int, v any) error {
+	var line []byte
+	for {
+		chunk, err := c.in.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > max {
+			return fmt.Errorf("%w: a line over %d bytes", ErrProtocol, max)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	return nil
 }
 
 // SendExit says how the command ended (the supervisor's side).

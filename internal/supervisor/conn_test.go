@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -47,6 +48,7 @@ func TestConnRun(t *testing.T) {
 		{"started, exit 3", Started{Pid: 2, DiagFD: 7, PidFD: 9}, unix.WaitStatus(3 << 8)},
 		{"started, killed", Started{Pid: 9, DiagFD: -1, PidFD: -1}, unix.WaitStatus(unix.SIGKILL)},
 		{"not found", Started{Code: ExitNotFound, DiagFD: 5, PidFD: -1}, 0},
+		{"not prepared", Started{Code: ExitSetup, DiagFD: -1, PidFD: -1, Reason: "landlock: needs ABI 1\nand \"more\"", Hint: "set degrade"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sbx, sup := pair(t)
@@ -98,6 +100,26 @@ func TestConnRun(t *testing.T) {
 				t.Fatalf("exit %v (%v), want %v", ws, err, tc.ws)
 			}
 		})
+	}
+}
+
+// TestConnFailReasonBounded: a fail message's reason is cut at maxReason when sent, and a reason line
+// over the bound is refused when read.
+func TestConnFailReasonBounded(t *testing.T) {
+	sbx, sup := pair(t)
+	long := strings.Repeat("é", maxReason) // two bytes each
+	go sup.SendStarted(Started{Code: ExitSetup, DiagFD: -1, PidFD: -1, Reason: long})
+	st, err := sbx.ReadStarted()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Reason) > maxReason || !strings.HasPrefix(long, st.Reason) || st.Reason == "" {
+		t.Errorf("reason of %d bytes, want a prefix of at most %d", len(st.Reason), maxReason)
+	}
+	sbx, sup = pair(t)
+	go sup.write("fail 125 -1 -1\n{\"reason\":\"" + strings.Repeat("x", 4*maxReason) + "\"}\n")
+	if _, err := sbx.ReadStarted(); !errors.Is(err, ErrProtocol) {
+		t.Errorf("an over-long reason line: %v, want ErrProtocol", err)
 	}
 }
 

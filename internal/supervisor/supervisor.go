@@ -125,8 +125,10 @@ func Main() int {
 	if err != nil {
 		diag = -1
 	}
-	pid, pidfd, code := startCommand(cfg, st)
-	ctl.SendStarted(Started{Pid: pid, Code: code, DiagFD: diag, PidFD: pidfd})
+	started := startCommand(cfg, st)
+	started.DiagFD = diag
+	ctl.SendStarted(started)
+	pid := started.Pid
 	detachStdio()
 	reap(children, func(p int, ws unix.WaitStatus) {
 		if p == pid {
@@ -137,12 +139,13 @@ func Main() int {
 }
 
 // startCommand resolves, restricts and starts the command. It returns its pid and a pidfd of it (kept
-// open for sbx to copy; -1 when the kernel gives none), or 0, -1 and the status a shell would give when
-// it could not be started (the reason is printed on stderr).
-func startCommand(raw []byte, st *starter) (pid, pidfd, code int) {
+// open for sbx to copy; -1 when the kernel gives none), or pid 0 and the status a shell would give when
+// it could not be started: 126 and 127 with the reason printed on the command's stderr, 125 (the
+// supervisor could not prepare it) with the reason for sbx to say.
+func startCommand(raw []byte, st *starter) Started {
 	var cfg Config
 	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
-		return 0, -1, failure(ExitSetup, fmt.Sprintf("supervisor: bad configuration: %v", err), "")
+		return Started{Code: ExitSetup, PidFD: -1, Reason: fmt.Sprintf("supervisor: bad configuration: %v", err)}
 	}
 	if cfg.StdioFDs {
 		stdio = []*os.File{os.NewFile(stdioFD, "stdin"), os.NewFile(stdioFD+1, "stdout"), os.NewFile(stdioFD+2, "stderr")}
@@ -160,7 +163,7 @@ func startCommand(raw []byte, st *starter) (pid, pidfd, code int) {
 	}
 	path, code, err := resolveCommand(args[0])
 	if err != nil {
-		return 0, -1, failure(code, err.Error(), commandHint(code, args[0]))
+		return Started{Code: failure(code, err.Error(), commandHint(code, args[0])), PidFD: -1}
 	}
 	// Under memory pressure the OOM killer should pick the command's processes, not pid 1 (whose binary
 	// makes it look big): raise the score the command inherits, and come back down after the fork, which
@@ -168,12 +171,12 @@ func startCommand(raw []byte, st *starter) (pid, pidfd, code int) {
 	setOOMScoreAdj("1000")
 	defer setOOMScoreAdj("0")
 	if st.fatal != nil {
-		return 0, -1, failure(ExitSetup, st.fatal.Error(), st.hint)
+		return Started{Code: ExitSetup, PidFD: -1, Reason: st.fatal.Error(), Hint: st.hint}
 	}
 	if st.warning != "" {
 		fmt.Fprintf(stdio[2], "sbx: warning: %s\n", st.warning)
 	}
-	pidfd = -1
+	pidfd := -1
 	attr := &os.ProcAttr{Env: env, Files: stdio, Sys: &syscall.SysProcAttr{PidFD: &pidfd}}
 	if cfg.Terminal {
 		// Its own process group in the terminal's foreground, so that job control and Ctrl-C reach it.
@@ -192,9 +195,9 @@ func startCommand(raw []byte, st *starter) (pid, pidfd, code int) {
 				msg = "command not found: " + args[0]
 			}
 		}
-		return 0, -1, failure(code, msg, commandHint(code, args[0]))
+		return Started{Code: failure(code, msg, commandHint(code, args[0])), PidFD: -1}
 	}
-	return p.Pid, pidfd, 0
+	return Started{Pid: p.Pid, PidFD: pidfd}
 }
 
 // detachStdio points the supervisor's own stdio at /dev/null, so that a pipe the caller reads reaches
