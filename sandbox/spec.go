@@ -90,14 +90,6 @@ func Spec(in SpecInput) *specs.Spec {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: in.Cwd, Type: "bind", Source: in.CwdOverlay,
 			Options: []string{"bind", "nosuid", "nodev"}})
 	}
-	for _, f := range []struct{ src, dst string }{{in.ResolvConf, "/etc/resolv.conf"}, {in.Hosts, "/etc/hosts"}} {
-		if f.src != "" {
-			s.Mounts = append(s.Mounts, specs.Mount{
-				Destination: f.dst, Type: "bind", Source: f.src,
-				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
-			})
-		}
-	}
 	for _, sh := range in.Plan.Filesystem.Shares {
 		// rro, rnosuid, rnodev: the mounts below a share too (ro alone holds only for the share's
 		// own mount; below it, Landlock would still stop writes but not chmod, utimes or setxattr).
@@ -106,6 +98,17 @@ func Spec(in SpecInput) *specs.Spec {
 			opts = []string{"rbind", "nosuid", "nodev", "rw", "rnosuid", "rnodev"}
 		}
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: sh.Sandbox, Type: "bind", Source: sh.Host, Options: opts})
+	}
+	// sbx's own /etc/resolv.conf and /etc/hosts come after the shares, so that a share of /etc (--ro
+	// /etc) does not cover them: the network contract's resolver and the sandbox's host name hold
+	// whatever is shared. A share of the file itself is the caller's explicit choice and stays.
+	for _, f := range []struct{ src, dst string }{{in.ResolvConf, "/etc/resolv.conf"}, {in.Hosts, "/etc/hosts"}} {
+		if f.src != "" && !slices.ContainsFunc(in.Plan.Filesystem.Shares, func(sh policy.Share) bool { return filepath.Clean(sh.Sandbox) == f.dst }) {
+			s.Mounts = append(s.Mounts, specs.Mount{
+				Destination: f.dst, Type: "bind", Source: f.src,
+				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+			})
+		}
 	}
 	s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, "/proc/sched_debug", "/proc/kallsyms", "/proc/sysrq-trigger",
 		"/sys/kernel/debug", "/sys/kernel/security", "/sys/devices/virtual/powercap")
