@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/policy"
 )
 
@@ -101,9 +102,9 @@ func Spec(in SpecInput) *specs.Spec {
 	}
 	// sbx's own /etc/resolv.conf and /etc/hosts come after the shares, so that a share of /etc (--ro
 	// /etc) does not cover them: the network contract's resolver and the sandbox's host name hold
-	// whatever is shared. A share of the file itself is the caller's explicit choice and stays.
+	// whatever is shared (see ownFileMount for when they do not).
 	for _, f := range []struct{ src, dst string }{{in.ResolvConf, "/etc/resolv.conf"}, {in.Hosts, "/etc/hosts"}} {
-		if f.src != "" && !slices.ContainsFunc(in.Plan.Filesystem.Shares, func(sh policy.Share) bool { return filepath.Clean(sh.Sandbox) == f.dst }) {
+		if f.src != "" && ownFileMount(in.Plan.Filesystem.Shares, f.dst) {
 			s.Mounts = append(s.Mounts, specs.Mount{
 				Destination: f.dst, Type: "bind", Source: f.src,
 				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
@@ -237,6 +238,43 @@ func sysctls() map[string]string {
 // defaultSoftNoFile is the soft open-files limit when the host's is higher: what most distributions
 // start a login with, and what select()-based programs need. `ulimit -n` raises it to the hard limit.
 const defaultSoftNoFile = 1024
+
+// ownFileMount says whether sbx mounts its own file at dst (/etc/hosts, /etc/resolv.conf) over what the
+// shares put there. A share of the file itself is the caller's explicit choice and stays. Below a
+// shared directory, sbx's file goes only onto a regular file the share holds, looked at without
+// following any link: libcontainer follows a symlink at a mount point (inside the sandbox's root) and
+// makes what is missing on the way, so a link that a command planted in an earlier run of a writable
+// share would move sbx's mount anywhere in the sandbox (/dev/null, a file of another share) and have
+// libcontainer make directories and files on the host through a writable share; and a share without
+// the file, or whose file is a link to a path the sandbox lacks, would fail the run. Then the sandbox
+// sees the share's own file, as it would without sbx's.
+func ownFileMount(shares []policy.Share, dst string) bool {
+	host, rel := "", ""
+	for _, sh := range shares {
+		target := filepath.Clean(sh.Sandbox)
+		if target == dst {
+			return false
+		}
+		if r, ok := strings.CutPrefix(dst, strings.TrimSuffix(target, "/")+"/"); ok {
+			host, rel = sh.Host, r // the last share mounted over dst's directory is the one seen
+		}
+	}
+	if host == "" {
+		return true
+	}
+	root, err := safefs.OpenRoot(host)
+	if err != nil {
+		return false
+	}
+	defer root.Close()
+	f, err := safefs.Open(root, rel, unix.O_PATH, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	return err == nil && st.Mode().IsRegular()
+}
 
 // rlimits gives RLIMIT_NOFILE a hard limit of what the profile says, or of sbx's own hard limit (the
 // host's) when it says nothing, and a soft limit of at most defaultSoftNoFile, as on the host: a build

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/policy"
 )
 
 // TestLocalhost6 checks that the sandbox's localhost is ::1 exactly when the host's is.
@@ -97,6 +100,68 @@ func TestShmOptions(t *testing.T) {
 			}
 			if base[4] != "size=65536k" {
 				t.Fatal("shmOptions changed its input")
+			}
+		})
+	}
+}
+
+// TestOwnFileMounts: sbx's /etc/hosts and /etc/resolv.conf go over a shared /etc only onto a regular
+// file the share holds. A link there (planted by a command in an earlier run of a writable share) would
+// have libcontainer put sbx's mount where the link points in the sandbox and make the missing path on
+// the host through another share; a share without the file would fail the run (make the mount point in
+// a read-only share).
+func TestOwnFileMounts(t *testing.T) {
+	etc := t.TempDir()
+	write := func(name string) {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(name, target string) {
+		if err := os.Symlink(target, filepath.Join(etc, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := t.TempDir()
+	for _, c := range []struct {
+		name   string
+		make   func()
+		shares []policy.Share
+		want   []string // sbx's own mounts among /etc/hosts and /etc/resolv.conf
+	}{
+		{"no share", func() {}, nil, []string{"/etc/resolv.conf", "/etc/hosts"}},
+		{"share elsewhere", func() {}, []policy.Share{{Host: etc, Sandbox: "/srv/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}},
+		{"regular files", func() { write("hosts"); write("resolv.conf") },
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}},
+		{"file shared itself", func() { write("hosts") },
+			[]policy.Share{{Host: filepath.Join(etc, "hosts"), Sandbox: "/etc/hosts"}}, []string{"/etc/resolv.conf"}},
+		{"missing", func() {}, []policy.Share{{Host: etc, Sandbox: "/etc/"}}, nil},
+		{"links", func() {
+			link("hosts", "/tmp/elsewhere/planted")
+			link("resolv.conf", "../run/systemd/resolve/stub-resolv.conf")
+		},
+			[]policy.Share{{Host: etc, Sandbox: "/etc", Writable: true}}, nil},
+		{"link to a regular file", func() { write("real"); write("resolv.conf"); link("hosts", "real") },
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf"}},
+		{"directory", func() { write("resolv.conf"); os.Mkdir(filepath.Join(etc, "hosts"), 0o755) },
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			entries, _ := os.ReadDir(etc)
+			for _, e := range entries {
+				os.RemoveAll(filepath.Join(etc, e.Name()))
+			}
+			c.make()
+			plan := &policy.Plan{Filesystem: policy.Filesystem{Shares: c.shares}}
+			s := Spec(SpecInput{Plan: plan, ID: "x", Rootfs: "/", ResolvConf: filepath.Join(run, "resolv.conf"), Hosts: filepath.Join(run, "hosts")})
+			var got []string
+			for _, m := range s.Mounts {
+				if strings.HasPrefix(m.Source, run+"/") {
+					got = append(got, m.Destination)
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("sbx's own mounts %q, want %q", got, c.want)
 			}
 		})
 	}
