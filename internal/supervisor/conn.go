@@ -68,8 +68,12 @@ type Started struct {
 	Reason, Hint string
 }
 
-// maxReason bounds the reason line of a fail message.
+// maxReason bounds the reason and the hint of a fail message, each.
 const maxReason = 4096
+
+// maxFailLine bounds the JSON line that carries them: JSON spells "<", ">", "&" and control characters
+// in six bytes each, so two fields cut at maxReason may take six times as much, plus the keys.
+const maxFailLine = 2*6*maxReason + 64
 
 type failReason struct {
 	Reason string `json:"reason"`
@@ -280,7 +284,7 @@ func (c *Conn) ReadStarted() (Started, error) {
 		s.Code = n
 		if n == ExitSetup {
 			var r failReason
-			if err := c.readLine(maxReason*3, &r); err != nil {
+			if err := c.readLine(maxFailLine, &r); err != nil {
 				return Started{}, err
 			}
 			s.Reason, s.Hint = r.Reason, r.Hint

@@ -116,8 +116,22 @@ func TestConnFailReasonBounded(t *testing.T) {
 	if len(st.Reason) > maxReason || !strings.HasPrefix(long, st.Reason) || st.Reason == "" {
 		t.Errorf("reason of %d bytes, want a prefix of at most %d", len(st.Reason), maxReason)
 	}
+	// Whatever the supervisor sends, sbx reads: JSON spells "<", ">", "&" and control characters in six
+	// bytes each, so a reason and a hint cut at maxReason may encode to six times as much.
+	for _, c := range []string{"<", "\x01", "\"", "é"} {
+		sbx, sup = pair(t)
+		long := strings.Repeat(c, maxReason)
+		go sup.SendStarted(Started{Code: ExitSetup, DiagFD: -1, PidFD: -1, Reason: long, Hint: long})
+		st, err := sbx.ReadStarted()
+		if err != nil {
+			t.Fatalf("%q: %v", c, err)
+		}
+		if st.Reason == "" || !strings.HasPrefix(long, st.Reason) || st.Hint != st.Reason {
+			t.Errorf("%q: reason of %d bytes, hint of %d, want the same prefix", c, len(st.Reason), len(st.Hint))
+		}
+	}
 	sbx, sup = pair(t)
-	go sup.write("fail 125 -1 -1\n{\"reason\":\"" + strings.Repeat("x", 4*maxReason) + "\"}\n")
+	go sup.write("fail 125 -1 -1\n{\"reason\":\"" + strings.Repeat("x", 16*maxReason) + "\"}\n")
 	if _, err := sbx.ReadStarted(); !errors.Is(err, ErrProtocol) {
 		t.Errorf("an over-long reason line: %v, want ErrProtocol", err)
 	}
