@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -104,7 +105,7 @@ func Spec(in SpecInput) *specs.Spec {
 	// /etc) does not cover them: the network contract's resolver and the sandbox's host name hold
 	// whatever is shared (see ownFileMount for when they do not).
 	for _, f := range []struct{ src, dst string }{{in.ResolvConf, "/etc/resolv.conf"}, {in.Hosts, "/etc/hosts"}} {
-		if f.src != "" && ownFileMount(in.Plan.Filesystem.Shares, f.dst) {
+		if f.src != "" && ownFileMount(in.Plan.Filesystem.Shares, f.dst, in.IDs) {
 			s.Mounts = append(s.Mounts, specs.Mount{
 				Destination: f.dst, Type: "bind", Source: f.src,
 				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
@@ -246,9 +247,10 @@ const defaultSoftNoFile = 1024
 // makes what is missing on the way, so a link that a command planted in an earlier run of a writable
 // share would move sbx's mount anywhere in the sandbox (/dev/null, a file of another share) and have
 // libcontainer make directories and files on the host through a writable share; and a share without
-// the file, or whose file is a link to a path the sandbox lacks, would fail the run. Then the sandbox
+// the file, or whose file is a link to a path the sandbox lacks, would fail the run; so would a shared
+// directory that the sandbox's root (ids), which makes the mounts, may not search. Then the sandbox
 // sees the share's own file, as it would without sbx's.
-func ownFileMount(shares []policy.Share, dst string) bool {
+func ownFileMount(shares []policy.Share, dst string, ids IDMap) bool {
 	host, rel := "", ""
 	for _, sh := range shares {
 		target := filepath.Clean(sh.Sandbox)
@@ -267,6 +269,9 @@ func ownFileMount(shares []policy.Share, dst string) bool {
 		return false
 	}
 	defer root.Close()
+	if dir, err := root.Stat(); err != nil || ids != (IDMap{}) && !rootSearches(dir, ids) {
+		return false
+	}
 	f, err := safefs.Open(root, rel, unix.O_PATH, 0)
 	if err != nil {
 		return false
@@ -274,6 +279,27 @@ func ownFileMount(shares []policy.Share, dst string) bool {
 	defer f.Close()
 	st, err := f.Stat()
 	return err == nil && st.Mode().IsRegular()
+}
+
+// rootSearches says whether the root of the sandbox's user namespace may look names up in directory
+// dir: as the owner of a directory of its mapped ids (its capabilities hold there), else by the mode
+// bits that apply to it (no supplementary groups in the sandbox; ACLs are not read: a directory they
+// alone open counts as closed, and the share's own file is seen).
+func rootSearches(dir os.FileInfo, ids IDMap) bool {
+	st, ok := dir.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false
+	}
+	uid, gid := int(st.Uid), int(st.Gid)
+	switch {
+	case (uid == ids.RootUID || uid == ids.HostUID) && (gid == ids.RootGID || gid == ids.HostGID):
+		return true
+	case uid == ids.RootUID:
+		return st.Mode&0o100 != 0
+	case gid == ids.RootGID:
+		return st.Mode&0o010 != 0
+	}
+	return st.Mode&0o001 != 0
 }
 
 // rlimits gives RLIMIT_NOFILE a hard limit of what the profile says, or of sbx's own hard limit (the

@@ -123,37 +123,50 @@ func TestOwnFileMounts(t *testing.T) {
 		}
 	}
 	run := t.TempDir()
+	userIDs := IDMap{RootUID: 100000, RootGID: 100000, UID: 1000, GID: 1000, HostUID: 1000, HostGID: 1000}
 	for _, c := range []struct {
 		name   string
 		make   func()
 		shares []policy.Share
 		want   []string // sbx's own mounts among /etc/hosts and /etc/resolv.conf
+		ids    IDMap
 	}{
-		{"no share", func() {}, nil, []string{"/etc/resolv.conf", "/etc/hosts"}},
-		{"share elsewhere", func() {}, []policy.Share{{Host: etc, Sandbox: "/srv/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}},
+		{"no share", func() {}, nil, []string{"/etc/resolv.conf", "/etc/hosts"}, IDMap{}},
+		{"share elsewhere", func() {}, []policy.Share{{Host: etc, Sandbox: "/srv/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}, IDMap{}},
 		{"regular files", func() { write("hosts"); write("resolv.conf") },
-			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}},
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}, IDMap{}},
 		{"file shared itself", func() { write("hosts") },
-			[]policy.Share{{Host: filepath.Join(etc, "hosts"), Sandbox: "/etc/hosts"}}, []string{"/etc/resolv.conf"}},
-		{"missing", func() {}, []policy.Share{{Host: etc, Sandbox: "/etc/"}}, nil},
+			[]policy.Share{{Host: filepath.Join(etc, "hosts"), Sandbox: "/etc/hosts"}}, []string{"/etc/resolv.conf"}, IDMap{}},
+		{"missing", func() {}, []policy.Share{{Host: etc, Sandbox: "/etc/"}}, nil, IDMap{}},
 		{"links", func() {
 			link("hosts", "/tmp/elsewhere/planted")
 			link("resolv.conf", "../run/systemd/resolve/stub-resolv.conf")
 		},
-			[]policy.Share{{Host: etc, Sandbox: "/etc", Writable: true}}, nil},
+			[]policy.Share{{Host: etc, Sandbox: "/etc", Writable: true}}, nil, IDMap{}},
 		{"link to a regular file", func() { write("real"); write("resolv.conf"); link("hosts", "real") },
-			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf"}},
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf"}, IDMap{}},
 		{"directory", func() { write("resolv.conf"); os.Mkdir(filepath.Join(etc, "hosts"), 0o755) },
-			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf"}},
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf"}, IDMap{}},
+		// the sandbox's root, which makes the mount points, may not search a root-owned 0700 directory
+		{"closed to the sandbox's root", func() { write("hosts"); write("resolv.conf"); os.Chmod(etc, 0o700) },
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, nil, userIDs},
+		{"open to the sandbox's root", func() { write("hosts"); write("resolv.conf") },
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}, userIDs},
+		{"its own", func() { write("hosts"); write("resolv.conf"); os.Chmod(etc, 0o700); os.Chown(etc, 100000, 100000) },
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}, userIDs},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			entries, _ := os.ReadDir(etc)
 			for _, e := range entries {
 				os.RemoveAll(filepath.Join(etc, e.Name()))
 			}
+			if err := errors.Join(os.Chmod(etc, 0o755), os.Chown(etc, os.Getuid(), os.Getgid())); err != nil {
+				t.Fatal(err)
+			}
 			c.make()
 			plan := &policy.Plan{Filesystem: policy.Filesystem{Shares: c.shares}}
-			s := Spec(SpecInput{Plan: plan, ID: "x", Rootfs: "/", ResolvConf: filepath.Join(run, "resolv.conf"), Hosts: filepath.Join(run, "hosts")})
+			s := Spec(SpecInput{Plan: plan, ID: "x", Rootfs: "/", IDs: c.ids,
+				ResolvConf: filepath.Join(run, "resolv.conf"), Hosts: filepath.Join(run, "hosts")})
 			var got []string
 			for _, m := range s.Mounts {
 				if strings.HasPrefix(m.Source, run+"/") {
