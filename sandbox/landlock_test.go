@@ -73,6 +73,11 @@ func TestLandlockFailsClosed(t *testing.T) {
 	if stderr != "" {
 		t.Errorf("the command's stderr got %q, want nothing: it never ran", stderr)
 	}
+	// A missing command does not hide it behind the command's 127.
+	code, stderr, err = run(false, "/nonexistent-command")
+	if !errors.As(err, &se) {
+		t.Errorf("missing command: Start: %v (status %d, stderr %q), want a SupervisorError", err, code, stderr)
+	}
 	code, stderr, err = run(true, "sh", "-c", "exit 3")
 	if err != nil || code != 3 || !strings.Contains(stderr, "running without Landlock") {
 		t.Errorf("degrade: %v, status %d, stderr %q; want 3 and a warning", err, code, stderr)

@@ -153,6 +153,11 @@ func startCommand(raw []byte, st *starter) Started {
 			unix.CloseOnExec(int(f.Fd()))
 		}
 	}
+	if st.fatal != nil {
+		// Before the command is looked up: a sandbox that cannot hold it is sbx's failure (125), not a
+		// missing command's 127 that would hide it.
+		return Started{Code: ExitSetup, PidFD: -1, Reason: st.fatal.Error(), Hint: st.hint}
+	}
 	args, env := fromBytes(cfg.Argv), fromBytes(cfg.Env)
 	// The command's environment is the supervisor's from here on: PATH lookups use it.
 	os.Clearenv()
@@ -170,9 +175,6 @@ func startCommand(raw []byte, st *starter) Started {
 	// needs no privilege down to where it was.
 	setOOMScoreAdj("1000")
 	defer setOOMScoreAdj("0")
-	if st.fatal != nil {
-		return Started{Code: ExitSetup, PidFD: -1, Reason: st.fatal.Error(), Hint: st.hint}
-	}
 	if st.warning != "" {
 		fmt.Fprintf(stdio[2], "sbx: warning: %s\n", st.warning)
 	}
