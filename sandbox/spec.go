@@ -248,8 +248,10 @@ const defaultSoftNoFile = 1024
 // share would move sbx's mount anywhere in the sandbox (/dev/null, a file of another share) and have
 // libcontainer make directories and files on the host through a writable share; and a share without
 // the file, or whose file is a link to a path the sandbox lacks, would fail the run; so would a shared
-// directory that the sandbox's root (ids), which makes the mounts, may not search. Then the sandbox
-// sees the share's own file, as it would without sbx's.
+// directory that the sandbox's root (ids), which makes the mounts, may not search. The file is looked
+// at before libcontainer mounts, so the directory must be one only the host's root may change:
+// another sandbox with a writable share of it (or another user) could otherwise swap the file for a
+// link in between. Otherwise the sandbox sees the share's own file, as it would without sbx's.
 func ownFileMount(shares []policy.Share, dst string, ids IDMap) bool {
 	host, rel := "", ""
 	for _, sh := range shares {
@@ -269,7 +271,7 @@ func ownFileMount(shares []policy.Share, dst string, ids IDMap) bool {
 		return false
 	}
 	defer root.Close()
-	if dir, err := root.Stat(); err != nil || ids != (IDMap{}) && !rootSearches(dir, ids) {
+	if dir, err := root.Stat(); err != nil || !onlyRootChanges(dir) || ids != (IDMap{}) && !rootSearches(dir, ids) {
 		return false
 	}
 	f, err := safefs.Open(root, rel, unix.O_PATH, 0)
@@ -279,6 +281,13 @@ func ownFileMount(shares []policy.Share, dst string, ids IDMap) bool {
 	defer f.Close()
 	st, err := f.Stat()
 	return err == nil && st.Mode().IsRegular()
+}
+
+// onlyRootChanges says whether directory dir is the host root's and writable by no one else (ACLs
+// are not read).
+func onlyRootChanges(dir os.FileInfo) bool {
+	st, ok := dir.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == 0 && st.Mode&0o022 == 0
 }
 
 // rootSearches says whether the root of the sandbox's user namespace may look names up in directory

@@ -152,15 +152,21 @@ func TestOwnFileMounts(t *testing.T) {
 			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, nil, userIDs},
 		{"open to the sandbox's root", func() { write("hosts"); write("resolv.conf") },
 			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}, userIDs},
-		{"its own", func() { write("hosts"); write("resolv.conf"); os.Chmod(etc, 0o700); os.Chown(etc, 100000, 100000) },
-			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, []string{"/etc/resolv.conf", "/etc/hosts"}, userIDs},
+		// a directory that someone but the host's root may change: the file looked at could be a link
+		// by the time libcontainer mounts (another sandbox with a writable share of it swaps them)
+		{"writable by others", func() { write("hosts"); write("resolv.conf"); os.Chmod(etc, 0o777) },
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, nil, userIDs},
+		{"the sandbox's root's", func() { write("hosts"); write("resolv.conf"); os.Chown(etc, 100000, 100000) },
+			[]policy.Share{{Host: etc, Sandbox: "/etc", Writable: true}}, nil, userIDs},
+		{"a user's", func() { write("hosts"); write("resolv.conf"); os.Chown(etc, 1000, 1000) },
+			[]policy.Share{{Host: etc, Sandbox: "/etc"}}, nil, IDMap{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			entries, _ := os.ReadDir(etc)
 			for _, e := range entries {
 				os.RemoveAll(filepath.Join(etc, e.Name()))
 			}
-			if err := errors.Join(os.Chmod(etc, 0o755), os.Chown(etc, os.Getuid(), os.Getgid())); err != nil {
+			if err := errors.Join(os.Chmod(etc, 0o755), os.Chown(etc, 0, 0)); err != nil {
 				t.Fatal(err)
 			}
 			c.make()
