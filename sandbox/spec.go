@@ -130,7 +130,7 @@ func Spec(in SpecInput) *specs.Spec {
 		s.Linux.UIDMappings, s.Linux.GIDMappings = in.IDs.mappings()
 	}
 	s.Linux.CgroupsPath = "/" + CgroupName(in.ID)
-	s.Linux.Resources = resources(in.Plan.Limits)
+	s.Linux.Resources = resources(in.Plan.Limits, in.Init != "")
 	s.Linux.Seccomp = in.Plan.Seccomp
 	if sc := in.Plan.Seccomp; sc != nil && !slices.Contains(sc.Flags, specs.LinuxSeccompFlagLog) {
 		// The filter asks the kernel to log what it refuses (to audit, when audit is on) for the report's
@@ -326,7 +326,15 @@ func rlimits(l policy.Limits) []specs.POSIXRlimit {
 	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: hard, Soft: min(hard, defaultSoftNoFile)}}
 }
 
-func resources(l policy.Limits) *specs.LinuxResources {
+// supervisorTasks is what the pids cgroup allows on top of the profile's limits.pids: sbx's supervisor,
+// pid 1 of the sandbox, is in the same cgroup, and its Go runtime runs 6 threads here. Without the
+// room, a small limit (pids: 4) failed every run with "connection reset by peer" before the command
+// started; with it, the limit is the command's, give or take the supervisor's spare threads.
+const supervisorTasks = 8
+
+// resources are the cgroup limits of the profile; supervised: sbx's supervisor runs in the cgroup too
+// (not in an exported bundle, where the command is the container's process).
+func resources(l policy.Limits, supervised bool) *specs.LinuxResources {
 	r := &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}}
 	if l.MemoryBytes > 0 {
 		m := l.MemoryBytes
@@ -334,6 +342,9 @@ func resources(l policy.Limits) *specs.LinuxResources {
 	}
 	if l.Pids > 0 {
 		p := l.Pids
+		if supervised {
+			p += supervisorTasks
+		}
 		r.Pids = &specs.LinuxPids{Limit: &p}
 	}
 	if l.CPUs > 0 {
