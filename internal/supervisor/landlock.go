@@ -77,9 +77,11 @@ func landlockRuleset(cfg Prepare) (*ruleset, error) {
 		// Terminals need ioctl on their device, a right that only exists from ABI 5.
 		devs, devDirs = devs.WithIoctlDev(), devDirs.WithIoctlDev()
 	}
+	readDirs, readFiles := byType(existing(cfg.Read))
+	writeDirs, writeFiles := byType(existing(cfg.Write))
 	rules := []landlock.Rule{
-		landlock.RODirs(existing(cfg.Read)...),
-		writeRule(abi, existing(cfg.Write)),
+		landlock.RODirs(readDirs...), landlock.ROFiles(readFiles...),
+		writeRule(abi, writeDirs), landlock.RWFiles(writeFiles...),
 		devs, devDirs,
 		procRule(abi),
 	}
@@ -244,6 +246,20 @@ func procRule(abi int) landlock.Rule {
 		access |= llsys.AccessFSTruncate
 	}
 	return landlock.PathAccess(access, "/proc")
+}
+
+// byType splits paths into directories and the rest (a share of a single file, --ro FILE or --rw FILE):
+// the kernel refuses a rule that grants directory rights (read_dir, make_*, remove_*, refer) on a file
+// with EINVAL, which would fail the whole run.
+func byType(paths []string) (dirs, files []string) {
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		dirs = append(dirs, p)
+	}
+	return dirs, files
 }
 
 // existing keeps the paths that exist: a profile lists paths such as /lib64 that some systems lack.
