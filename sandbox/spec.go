@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/netcontract"
 )
 
 // Where sbx's binaries are bind-mounted inside the sandbox: the supervisor (pid 1), and, for commands
@@ -157,7 +158,7 @@ func shmOptions(opts []string, memory int64) []string {
 }
 
 // Hostname is the sandbox's host name (its UTS namespace's), which its /etc/hosts resolves.
-const Hostname = "sbx"
+const Hostname = netcontract.Hostname
 
 // hostsContent is the sandbox's /etc/hosts: loopback names and its own host name, as Docker writes
 // one, so that gethostbyname(gethostname()), hostname -f and Java's InetAddress.getLocalHost work. The

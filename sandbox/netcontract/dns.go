@@ -243,6 +243,12 @@ func (d *dnsFilter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		return
 	}
 	ask, labels := canonicalName(q.Name)
+	if m, ok := localAnswer(req, labels); ok {
+		entry.Allowed, entry.Reason = true, "a name of the sandbox itself, answered by sbx"
+		d.log.add(entry)
+		reply(w, m)
+		return
+	}
 	rules, ok := d.match(labels)
 	if !ok && policy.IsMetadataName(labels) {
 		entry.Reason = "a cloud metadata name, allowed only when named exactly"
@@ -283,6 +289,36 @@ func (d *dnsFilter) resolve(w dns.ResponseWriter, req *dns.Msg, entry report.DNS
 	d.log.add(entry)
 	d.learnAnswers(resp, chain, rules)
 	reply(w, clientReply(req, resp, w))
+}
+
+// Hostname is the sandbox's host name, which its /etc/hosts gives 127.0.1.1.
+const Hostname = "sbx"
+
+// localAnswer answers the names that are the sandbox's own without the upstream, as a host's resolver
+// does: localhost and the names below it (RFC 6761) and the sandbox's host name. A and the rest come
+// from the sandbox's /etc/hosts first; what reaches the filter is mostly the AAAA question that comes
+// first from getent and glibc when /etc/hosts has no ::1 line (the host's may have none, and the
+// sandbox's follows it): that gets an empty answer (the name exists, with no such address), so that
+// the lookup goes on to A instead of counting as a refused query. ok is false for any other name.
+func localAnswer(req *dns.Msg, labels []string) (*dns.Msg, bool) {
+	if len(labels) == 0 {
+		return nil, false
+	}
+	var addr net.IP
+	switch {
+	case labels[len(labels)-1] == "localhost":
+		addr = net.IPv4(127, 0, 0, 1)
+	case len(labels) == 1 && labels[0] == Hostname:
+		addr = net.IPv4(127, 0, 1, 1)
+	default:
+		return nil, false
+	}
+	m := new(dns.Msg).SetReply(req)
+	m.Authoritative, m.RecursionAvailable = true, true
+	if q := req.Question[0]; q.Qtype == dns.TypeA && q.Qclass == dns.ClassINET {
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 0}, A: addr}}
+	}
+	return m, true
 }
 
 // refuse logs a refused query and answers REFUSED.
