@@ -328,10 +328,11 @@ func rlimits(l policy.Limits) []specs.POSIXRlimit {
 }
 
 // supervisorTasks is what the pids cgroup allows on top of the profile's limits.pids: sbx's supervisor,
-// pid 1 of the sandbox, is in the same cgroup, and its Go runtime runs 6 threads here. Without the
-// room, a small limit (pids: 4) failed every run with "connection reset by peer" before the command
-// started; with it, the limit is the command's, give or take the supervisor's spare threads.
-const supervisorTasks = 8
+// pid 1 of the sandbox, is in the same cgroup, and its Go runtime runs 6 threads here, up to 9 on a busy
+// machine (seen in CI with 8: the command could not start). Without the room, a small limit (pids: 4)
+// failed every run with "connection reset by peer" before the command started; with it, the limit is
+// the command's, give or take the supervisor's spare threads.
+const supervisorTasks = 16
 
 // resources are the cgroup limits of the profile; supervised: sbx's supervisor runs in the cgroup too
 // (not in an exported bundle, where the command is the container's process).
