@@ -45,7 +45,7 @@ func init() {
 // was taken.
 var (
 	early     chan request
-	earlyOnce sync.Mutex
+	earlyMu sync.Mutex
 )
 
 type request struct {
@@ -83,8 +83,8 @@ func Drop() {
 
 // takeEarly returns the channel of the child started at init, once; nil when there is none (left).
 func takeEarly() chan request {
-	earlyOnce.Lock()
-	defer earlyOnce.Unlock()
+	earlyMu.Lock()
+	defer earlyMu.Unlock()
 	ch := early
 	early = nil
 	return ch
