@@ -44,7 +44,7 @@ func init() {
 // early takes the one request the child started at init serves; nil when none was started, or once it
 // was taken.
 var (
-	early     chan request
+	early   chan request
 	earlyMu sync.Mutex
 )
 
