@@ -128,7 +128,8 @@ static void *kick(void *unused)
 			unified = p;
 			continue;
 		}
-		for (char *tok = strtok(c, ","); tok; tok = strtok(NULL, ","))
+		char *save = NULL;
+		for (char *tok = strtok_r(c, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
 			if (strcmp(tok, "pids") == 0)
 				pids = p;
 	}
