@@ -109,6 +109,11 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err := interrupted(ctx, "the command was not run"); err != nil {
 		return err
 	}
+	out, err := openReportTarget(f.jsonOut)
+	if err != nil {
+		return setupError(err, "give --json a file (not a link to one) in an existing directory, or - for stdout")
+	}
+	defer out.close()
 	opts := runner.Options{
 		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: commandStdout(io, f.jsonOut), Stderr: io.err, Signals: sigs,
 		StateRoot: stateRoot(), Changes: f.changes,
@@ -119,11 +124,11 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err != nil {
 		if rep != nil {
 			// The command ran and was observed; what failed afterwards (the teardown) does not hide it.
-			_ = writeReport(io, f, rep)
+			_ = writeReport(io, f, out, rep)
 		}
 		return setupError(err, "")
 	}
-	if err := writeReport(io, f, rep); err != nil {
+	if err := writeReport(io, f, out, rep); err != nil {
 		return setupError(err, "")
 	}
 	return &exitError{code: execStatus(rep, f.violationExit)}
@@ -168,14 +173,24 @@ func compilePlan(profile, cwd string, callerEnv []string, ov policy.Overrides) (
 	return policy.Compile(p, policy.CompileContext{Cwd: cwd, CallerEnv: callerEnv, Overrides: ov})
 }
 
-func writeReport(io stdio, f execFlags, rep *report.Report) error {
+func writeReport(io stdio, f execFlags, out *reportTarget, rep *report.Report) error {
 	if !f.quiet {
 		text.Write(io.err, rep, text.Options{Color: isTerminal(io.err)})
 	}
-	if f.format == formatOCSF {
-		return writeOCSF(io.out, f.jsonOut, rep)
+	if f.jsonOut == "" {
+		return nil
 	}
-	return writeJSON(io.out, f.jsonOut, "the report", rep)
+	what, data, err := "the report", []byte(nil), error(nil)
+	if f.format == formatOCSF {
+		what = "the OCSF events"
+		data, err = ocsfLines(rep)
+	} else {
+		data, err = indentJSON(what, rep)
+	}
+	if err != nil {
+		return err
+	}
+	return out.write(io.out, what, data)
 }
 
 // probeFirst runs the network probe with the run's profile and flags; a breach stops the run.

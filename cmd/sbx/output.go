@@ -3,10 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/report/ocsf"
@@ -37,20 +43,117 @@ func writeJSON(stdout io.Writer, path, what string, v any) error {
 	if path == "" {
 		return nil
 	}
-	data, err := json.MarshalIndent(v, "", "  ")
+	data, err := indentJSON(what, v)
 	if err != nil {
-		return fmt.Errorf("encoding %s: %w", what, err)
+		return err
 	}
-	return writeOutput(stdout, path, what, append(data, '\n'))
+	return writeOutput(stdout, path, what, data)
 }
 
-// writeOCSF writes the report as OCSF events, one JSON object a line, as writeOutput does.
-func writeOCSF(stdout io.Writer, path string, rep *report.Report) error {
+// indentJSON is v as indented JSON with a final newline.
+func indentJSON(what string, v any) ([]byte, error) {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", what, err)
+	}
+	return append(data, '\n'), nil
+}
+
+// ocsfLines is the report as OCSF events, one JSON object a line.
+func ocsfLines(rep *report.Report) ([]byte, error) {
 	host, _ := os.Hostname()
 	events := ocsf.Convert(rep, ocsf.Options{Time: time.Now(), Hostname: host, Version: buildVersion()})
 	var b bytes.Buffer
 	if err := ocsf.WriteLines(&b, events); err != nil {
-		return err
+		return nil, err
 	}
-	return writeOutput(stdout, path, "the OCSF events", b.Bytes())
+	return b.Bytes(), nil
+}
+
+// reportTarget is where exec --json FILE goes, taken before the command runs. The command may write
+// where a writable share lies, and must not choose where sbx (as root) writes: a link planted at FILE
+// made sbx write the report to any path of the host. A FILE that is a regular file, or missing, is
+// written through a handle on its directory opened now, never through a link and never into anything
+// but a regular file (O_NOFOLLOW, O_NONBLOCK, the type checked on the fd); an old report there is removed
+// now, so that a run that fails (exit 125) leaves none to be read as its own. A FILE that is a link to a
+// regular file is refused: an earlier run's command may have planted it in a share. What the caller
+// names as a stream (a pipe, a device, /dev/stdout, a shell's process substitution /dev/fd/N, which are
+// links below /dev or /proc) is written as writeOutput writes.
+type reportTarget struct {
+	path string
+	dir  *os.File // O_PATH handle of FILE's directory; nil: writeOutput(path)
+	name string
+}
+
+// openReportTarget takes --json FILE's place; for "" and "-" there is nothing to take.
+func openReportTarget(path string) (*reportTarget, error) {
+	t := &reportTarget{path: path}
+	if path == "" || path == "-" {
+		return t, nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("--json %s: %w", path, err)
+	}
+	st, err := os.Lstat(abs)
+	switch {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("--json %s: %w", path, err)
+	case err == nil && st.Mode()&fs.ModeSymlink != 0:
+		if stream(abs) {
+			return t, nil
+		}
+		return nil, fmt.Errorf("--json %s is a symbolic link to a file (a command of an earlier run with a writable share may have planted it)", path)
+	case err == nil && !st.Mode().IsRegular():
+		return t, nil // the caller's stream: a pipe, a device
+	}
+	dir, err := os.OpenFile(filepath.Dir(abs), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("--json %s: its directory: %w", path, err)
+	}
+	t.dir, t.name = dir, filepath.Base(abs)
+	if st != nil { // a regular file: an old report
+		if err := unix.Unlinkat(int(dir.Fd()), t.name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			dir.Close()
+			return nil, fmt.Errorf("--json %s: removing the old report: %w", path, err)
+		}
+	}
+	return t, nil
+}
+
+// stream says whether the link at abs is the caller's stream: one below /dev or /proc (/dev/stdout,
+// /dev/fd/N), or one that leads to a pipe, a socket or a device.
+func stream(abs string) bool {
+	if strings.HasPrefix(abs, "/dev/") || strings.HasPrefix(abs, "/proc/") {
+		return true
+	}
+	st, err := os.Stat(abs)
+	return err == nil && st.Mode()&(fs.ModeNamedPipe|fs.ModeSocket|fs.ModeDevice|fs.ModeCharDevice) != 0
+}
+
+// write writes data to the target.
+func (t *reportTarget) write(stdout io.Writer, what string, data []byte) error {
+	if t.dir == nil {
+		return writeOutput(stdout, t.path, what, data)
+	}
+	fd, err := unix.Openat(int(t.dir.Fd()), t.name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing %s to %s: %w (something other than a regular file took its place during the run)", what, t.path, err)
+	}
+	f := os.NewFile(uintptr(fd), t.path)
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("writing %s to %s: not a regular file any more (something else took its place during the run)", what, t.path)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("writing %s: %w", what, err)
+	}
+	return nil
+}
+
+// close releases the directory's handle.
+func (t *reportTarget) close() {
+	if t.dir != nil {
+		t.dir.Close()
+	}
 }
