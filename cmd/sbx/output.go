@@ -19,10 +19,22 @@ import (
 )
 
 // writeOutput writes a document to where a flag says: "-" is sbx's stdout, any other value a file,
-// created or truncated (mode 0644), and "" nothing. Every flag that writes a document goes through it
-// (exec and probe --json, spec and export -o, export --json, the --json of list commands, report
-// schema). what names the document in the error.
+// replaced (mode 0644) as reportTarget says, and "" nothing. Every flag that writes a document goes
+// through it (probe --json, spec and export -o, export --json, the --json of list commands, report
+// schema; exec --json through reportTarget, taken before its command runs). what names the document in
+// the error.
 func writeOutput(stdout io.Writer, path, what string, data []byte) error {
+	t, err := openReportTarget(path)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	return t.write(stdout, what, data)
+}
+
+// writeRaw writes data to "-" (stdout), to nothing (""), or through path as the caller named it (a
+// stream: see reportTarget).
+func writeRaw(stdout io.Writer, path, what string, data []byte) error {
 	var err error
 	switch path {
 	case "":
@@ -78,7 +90,8 @@ func ocsfLines(rep *report.Report) ([]byte, error) {
 // now, so that a run that fails (exit 125) leaves none to be read as its own. A FILE that is a link to a
 // regular file is refused: an earlier run's command may have planted it in a share. What the caller
 // names as a stream (a pipe, a device, /dev/stdout, a shell's process substitution /dev/fd/N, which are
-// links below /dev or /proc) is written as writeOutput writes.
+// links below /dev or /proc) is written as it is (writeRaw). Every flag that writes a document goes
+// through it (writeOutput); exec takes it before its command runs.
 type reportTarget struct {
 	path string
 	dir  *os.File // O_PATH handle of FILE's directory; nil: writeOutput(path)
@@ -134,7 +147,7 @@ func stream(abs string) bool {
 // write writes data to the target.
 func (t *reportTarget) write(stdout io.Writer, what string, data []byte) error {
 	if t.dir == nil {
-		return writeOutput(stdout, t.path, what, data)
+		return writeRaw(stdout, t.path, what, data)
 	}
 	fd, err := unix.Openat(int(t.dir.Fd()), t.name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
 	if err != nil {
