@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,7 +51,8 @@ func writeManTree(cmd *cobra.Command, dir, source string) error {
 		}
 	}
 	name := strings.ReplaceAll(cmd.CommandPath(), " ", "-")
-	return os.WriteFile(filepath.Join(dir, name+".1"), []byte(manPage(cmd, source)), 0o644)
+	// Through writeOutput: no link followed to a file (see reportTarget).
+	return writeOutput(io.Discard, filepath.Join(dir, name+".1"), "the man page "+name+".1", []byte(manPage(cmd, source)))
 }
 
 // manPage is cmd's man page: name, synopsis, description (its long help, indented lines kept as they
