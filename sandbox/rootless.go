@@ -94,7 +94,11 @@ func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top str
 	}
 	r.top = []topLayer{}
 	for _, e := range entries {
-		if err := r.topEntry(e, locked, layered("/"+e.Name())); err != nil {
+		err := r.topEntry(e, locked, layered("/"+e.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // gone from the host's / since it was listed: the sandbox does not show it either
+		}
+		if err != nil {
 			return fmt.Errorf("preparing /%s: %w", e.Name(), err)
 		}
 	}
