@@ -16,6 +16,7 @@ import (
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/runner"
+	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // RunInput is the input of sbx_run.
@@ -205,6 +206,10 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunIn
 	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("cancelled; the sandbox was torn down: %w", ctx.Err())
 	case err != nil && rep == nil:
+		if se := (*sandbox.SupervisorError)(nil); errors.As(err, &se) && se.Hint != "" {
+			// The command never ran: the sandbox could not hold it (Landlock, the filter). Say what to do.
+			return nil, fmt.Errorf("sbx failed: %w; hint: %s", err, se.Hint)
+		}
 		return nil, fmt.Errorf("sbx failed: %w", err)
 	case err != nil:
 		// The command ran and was observed; what failed afterwards (the teardown) does not hide it.
