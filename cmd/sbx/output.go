@@ -94,11 +94,12 @@ func ocsfLines(rep *report.Report) ([]byte, error) {
 // through it (writeOutput); exec takes it before its command runs.
 type reportTarget struct {
 	path string
-	dir  *os.File // O_PATH handle of FILE's directory; nil: writeOutput(path)
+	dir  *os.File // O_PATH handle of FILE's directory; nil: writeRaw(path)
 	name string
 }
 
-// openReportTarget takes --json FILE's place; for "" and "-" there is nothing to take.
+// openReportTarget takes the place of the file a flag names (exec --json FILE, -o FILE); for "" and "-"
+// there is nothing to take.
 func openReportTarget(path string) (*reportTarget, error) {
 	t := &reportTarget{path: path}
 	if path == "" || path == "-" {
@@ -106,29 +107,29 @@ func openReportTarget(path string) (*reportTarget, error) {
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("--json %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	st, err := os.Lstat(abs)
 	switch {
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("--json %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	case err == nil && st.Mode()&fs.ModeSymlink != 0:
 		if stream(abs) {
 			return t, nil
 		}
-		return nil, fmt.Errorf("--json %s is a symbolic link to a file (a command of an earlier run with a writable share may have planted it)", path)
+		return nil, fmt.Errorf("%s is a symbolic link to a file (a command of an earlier run with a writable share may have planted it): sbx writes only a file of its own there", path)
 	case err == nil && !st.Mode().IsRegular():
 		return t, nil // the caller's stream: a pipe, a device
 	}
 	dir, err := os.OpenFile(filepath.Dir(abs), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("--json %s: its directory: %w", path, err)
+		return nil, fmt.Errorf("%s: its directory: %w", path, err)
 	}
 	t.dir, t.name = dir, filepath.Base(abs)
 	if st != nil { // a regular file: an old report
 		if err := unix.Unlinkat(int(dir.Fd()), t.name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 			dir.Close()
-			return nil, fmt.Errorf("--json %s: removing the old report: %w", path, err)
+			return nil, fmt.Errorf("%s: removing the old file: %w", path, err)
 		}
 	}
 	return t, nil
@@ -150,8 +151,11 @@ func (t *reportTarget) write(stdout io.Writer, what string, data []byte) error {
 		return writeRaw(stdout, t.path, what, data)
 	}
 	fd, err := unix.Openat(int(t.dir.Fd()), t.name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
+		return fmt.Errorf("writing %s to %s: a link or a pipe took its place during the run: %w", what, t.path, err)
+	}
 	if err != nil {
-		return fmt.Errorf("writing %s to %s: %w (something other than a regular file took its place during the run)", what, t.path, err)
+		return fmt.Errorf("writing %s to %s: %w", what, t.path, err)
 	}
 	f := os.NewFile(uintptr(fd), t.path)
 	defer f.Close()
