@@ -29,15 +29,16 @@ import (
 var startNow = map[string]bool{"exec": true, "probe": true}
 
 func init() {
-	if startsNow(os.Args, os.Geteuid()) && !startedEarly() {
+	if StartsNow(os.Args, os.Geteuid()) && !startedEarly() {
 		go Prime()
 	}
 }
 
-// startsNow says whether a process started with args by euid builds a sandbox with a cgroup at once:
-// root's exec and probe; not the roles sbx re-executes itself in (libcontainer's init, the helpers), nor
-// a run without root, which makes no cgroup.
-func startsNow(args []string, euid int) bool {
+// StartsNow says whether a process started with args by euid builds a sandbox as root at once: root's
+// exec and probe; not the roles sbx re-executes itself in (libcontainer's init, the helpers), nor a run
+// without root, which makes no cgroup. The work sbx starts before main (here, early.c, idmapns) is
+// for these runs only.
+func StartsNow(args []string, euid int) bool {
 	return len(args) > 1 && startNow[args[1]] && euid == 0
 }
 

@@ -24,8 +24,8 @@ func TestStartsNow(t *testing.T) {
 		{[]string{"sbx", "version"}, 0, false},
 		{[]string{"sbx"}, 0, false},
 	} {
-		if got := startsNow(c.args, c.euid); got != c.want {
-			t.Errorf("startsNow(%q, %d) = %v, want %v", c.args, c.euid, got, c.want)
+		if got := StartsNow(c.args, c.euid); got != c.want {
+			t.Errorf("StartsNow(%q, %d) = %v, want %v", c.args, c.euid, got, c.want)
 		}
 	}
 }
@@ -84,7 +84,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestStartedEarly: the constructor starts the write for root's exec and probe only, as startsNow says,
+// TestStartedEarly: the constructor starts the write for root's exec and probe only, as StartsNow says,
 // to the file Procs finds.
 func TestStartedEarly(t *testing.T) {
 	if os.Geteuid() != 0 {

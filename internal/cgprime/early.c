@@ -2,7 +2,7 @@
 // process starts instead of 2.5 ms (the runtime and the package inits of a 17 MB binary). See the
 // package's doc. The write, and the lookup of the file, run on a thread of their own with every signal
 // blocked; the thread ends after its write, which waits for the grace period. Only for argv[1] "exec" or
-// "probe" and euid 0, the same test as startsNow.
+// "probe" and euid 0, the same test as StartsNow.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

@@ -19,6 +19,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/cgprime"
 )
 
 // ErrStart is wrapped by the errors of a child that could not be started in a new user namespace (a
@@ -31,11 +33,8 @@ type Mapping struct {
 	ToUID, ToGID     int
 }
 
-// startNow are the subcommands (os.Args[1]) that build a sandbox as soon as they have read their flags.
-var startNow = map[string]bool{"exec": true, "probe": true}
-
 func init() {
-	if len(os.Args) > 1 && startNow[os.Args[1]] && os.Geteuid() == 0 {
+	if cgprime.StartsNow(os.Args, os.Geteuid()) {
 		early = make(chan request)
 		go serveEarly(early)
 	}
