@@ -44,6 +44,9 @@ var ErrHostNetNS = errors.New("process events need a socket in the host network 
 type EventsOptions struct {
 	// IgnoreExe drops execs of this executable (sbx's supervisor, pid 1 of the sandbox).
 	IgnoreExe string
+	// InitFirst says that the first root given to Stop is the sandbox's init: its own execs (its start,
+	// whatever path it was started through) are dropped.
+	InitFirst bool
 	// Track lists the host pids whose descendants' events are recorded, their execs read from /proc as
 	// they happen. Events of other processes are not recorded, which keeps the cost and the memory on a
 	// busy host low. Default: the calling process, which with runc's libcontainer is the ancestor of
@@ -482,7 +485,7 @@ func (e *Events) filter(roots []int) []report.Exec {
 		case procEventExit:
 			delete(in, ev.pid)
 		case procEventExec:
-			if in[ev.pid] && (e.opts.IgnoreExe == "" || ev.info.Exe != e.opts.IgnoreExe) {
+			if in[ev.pid] && (e.opts.IgnoreExe == "" || ev.info.Exe != e.opts.IgnoreExe) && !(e.opts.InitFirst && len(roots) > 0 && ev.pid == roots[0]) {
 				x := *ev.info
 				x.Time = e.wall0.Add(time.Duration(int64(ev.ts - e.mono0)))
 				if x.Incomplete {

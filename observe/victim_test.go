@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
@@ -48,7 +49,7 @@ func runVictim(role string) error {
 
 // victimInit is the sandbox's pid 1: it brings up lo, starts the command and reaps forever.
 func victimInit() error {
-	if err := loUp(); err != nil {
+	if err := supervisor.LoopbackUp(); err != nil {
 		return err
 	}
 	if err := startChild(os.Args[0]); err != nil {
@@ -182,23 +183,6 @@ func victimBenchInit() error {
 	return nil
 }
 
-// loUp brings the loopback interface of the current network namespace up.
-func loUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
-}
 
 // sandboxUnderTest is a victim tree started in fresh pid and net namespaces.
 type sandboxUnderTest struct {

@@ -174,7 +174,7 @@ type collectors struct {
 func startCollectors() collectors {
 	denials := make(chan *observe.DenialsCollector, 1)
 	go func() { denials <- observe.StartDenials() }()
-	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe})
+	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe, InitFirst: true})
 	return collectors{events: events, eventsErr: err, denials: <-denials}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -17,8 +18,8 @@ import (
 
 // TestLandlockFailsClosed: on a kernel without Landlock, the command does not run and sbx says why,
 // unless the profile allows degrading. The kernel is simulated: the sandbox is started from a thread
-// whose seccomp filter answers ENOSYS for landlock_create_ruleset, which libcontainer's init, the
-// supervisor and the command inherit. A profile's own filter cannot do this: the supervisor applies
+// whose seccomp filter answers ENOSYS for landlock_create_ruleset, which the supervisor (started from
+// that thread here) and the command inherit. A profile's own filter cannot do this: the supervisor applies
 // Landlock before it loads the profile's filter.
 func TestLandlockFailsClosed(t *testing.T) {
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
@@ -33,6 +34,9 @@ func TestLandlockFailsClosed(t *testing.T) {
 			err      error
 		}
 		done := make(chan result)
+		// The supervisor starts from this test's thread, not from sbx's starter threads.
+		defer func(f func(*exec.Cmd, string) error) { startSupervisor = f }(startSupervisor)
+		startSupervisor = startIn
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread, and its filter, end with the goroutine
 			if err := denyLandlockThread(); err != nil {

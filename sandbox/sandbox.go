@@ -76,8 +76,8 @@ type Sandbox struct {
 	run       *runDir
 	rootfs    *rootfs
 	net       *netcontract.Net
-	container *libcontainer.Container
-	init      *libcontainer.Process
+	container runtimeContainer // libcontainer's, or a direct start's (direct.go)
+	init      initProcess
 	initPid   int
 	ctl       *supervisor.Conn // sbx's end of the supervisor's control socket
 	console   *os.File
@@ -333,42 +333,26 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	}
 	tr.mark("spec")
 	s.cgroups.wait()
-	s.container, err = libcontainer.Create(filepath.Join(s.cfg.StateRoot, "lc"), s.ID, config)
-	if err != nil {
-		return fmt.Errorf("creating the container: %w", err)
-	}
-	tr.mark("lc.create")
 	ctl, ctlChild, err := utils.NewSockPair("ctl")
 	if err != nil {
 		return err
 	}
 	defer ctlChild.Close()
 	s.ctl = supervisor.NewConn(ctl)
-	if s.init, err = s.initProcess(spec, ctlChild); err != nil {
-		return err
-	}
-	var consoleParent *os.File
+	var consoleParent, consoleChild *os.File
 	if s.cfg.Command.Terminal {
-		var consoleChild *os.File
 		if consoleParent, consoleChild, err = utils.NewSockPair("console"); err != nil {
 			return err
 		}
 		defer consoleParent.Close()
 		defer consoleChild.Close()
-		s.init.ConsoleSocket = consoleChild
 	}
-	// The preparation is sent while libcontainer starts the init: it waits in the socket, and the
-	// supervisor reads it as soon as it runs. (A preparation larger than the socket's buffer completes
-	// once the supervisor reads; Destroy's close of the socket ends the write if it never does.)
+	// The preparation is sent while the init starts: it waits in the socket, and the supervisor reads
+	// it as soon as it runs. (A preparation larger than the socket's buffer completes once the
+	// supervisor reads; Destroy's close of the socket ends the write if it never does.)
 	prepared := make(chan error, 1)
-	go func() { prepared <- s.ctl.SendPrepare(s.supervisorPrepare()) }()
-	err = s.container.Run(s.init)
-	s.relays.started()
-	if err != nil {
-		return fmt.Errorf("starting the sandbox init: %w", err)
-	}
-	tr.mark("lc.run")
-	if s.initPid, err = s.init.Pid(); err != nil {
+	sendPrepare := func() { prepared <- s.ctl.SendPrepare(s.supervisorPrepare()) }
+	if err := s.startInit(spec, config, ctlChild, consoleChild, sendPrepare, tr); err != nil {
 		return err
 	}
 	if err := <-prepared; err != nil {
@@ -445,6 +429,59 @@ func procField(path, key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// startInit starts the supervisor, directly (direct.go) or as libcontainer's init process, with the
+// control socket ctl, the console socket (nil without a terminal) and the command's stdio; sendPrepare
+// runs (on a goroutine of its own) once the supervisor may read the preparation.
+func (s *Sandbox) startInit(spec *specs.Spec, config *configs.Config, ctl, console *os.File, sendPrepare func(), tr *tracer) error {
+	self, err := selfexe.Path()
+	if err != nil {
+		return fmt.Errorf("finding the sbx binary: %w", err)
+	}
+	if setup, err := s.directSetup(spec, config); err == nil {
+		files := []*os.File{ctl}
+		if console != nil {
+			files = append(files, console)
+		} else {
+			stdio, err := s.stdio()
+			if err != nil {
+				return err
+			}
+			files = append(files, stdio...)
+		}
+		err = s.startDirect(s.supervisorBinary(self), setup, config, netNSPath(spec), files)
+		s.relays.started()
+		if err != nil {
+			return err
+		}
+		go sendPrepare()
+		tr.mark("direct")
+		return nil
+	}
+	c, err := libcontainer.Create(filepath.Join(s.cfg.StateRoot, "lc"), s.ID, config)
+	if err != nil {
+		return fmt.Errorf("creating the container: %w", err)
+	}
+	s.container = c
+	tr.mark("lc.create")
+	p, err := s.initProcess(spec, ctl)
+	if err != nil {
+		return err
+	}
+	p.ConsoleSocket = console
+	go sendPrepare()
+	err = c.Run(p)
+	s.init = p
+	s.relays.started()
+	if err != nil {
+		return fmt.Errorf("starting the sandbox init: %w", err)
+	}
+	tr.mark("lc.run")
+	if s.initPid, err = p.Pid(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // initProcess is the supervisor as libcontainer's init process, with the command's stdio and the
@@ -676,6 +713,10 @@ func (s *Sandbox) Start() (*Running, error) {
 // command waiting: then the run fails.
 func (s *Sandbox) awaitReady() error {
 	fd, err := s.ctl.ReadReady()
+	var be *supervisor.BuildError
+	if errors.As(err, &be) {
+		return &SupervisorError{Reason: be.Reason}
+	}
 	if err != nil {
 		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, err)
 	}

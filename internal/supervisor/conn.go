@@ -21,7 +21,11 @@ import (
 // fd 3). Every message is one line; both sides use [Conn], so the lines are written and parsed here only.
 //
 //	sbx (sandbox.Create, Start, Running.Wait)        supervisor (Main, pid 1 of the sandbox)
-//	  |                                                  | starts, the sandbox built around it
+//	  |                                                  | starts, the sandbox built around it, or:
+//	  |-- setup ---------------------------------------->| started directly (argument "setup"), in
+//	  |-- {Setup as JSON} ------------------------------>|   bare namespaces: builds the sandbox
+//	  |<-------------------------------------- nobuild --|   and, if it could not, says why instead
+//	  |<--------------------------- {"reason":...} ------|   of ready, and exits
 //	  |-- prep ----------------------------------------->|
 //	  |-- {Prepare as JSON} ---------------------------->| builds the Landlock ruleset and a thread
 //	  |                                                  |   restricted by it, which loads the filter
@@ -43,13 +47,15 @@ import (
 
 // Messages of the control protocol.
 const (
-	msgPrep   = "prep"
-	msgReady  = "ready"
-	msgGo     = "go"
-	msgPid    = "pid"
-	msgFail   = "fail"
-	msgExit   = "exit"
-	msgFormat = "%s %d %d %d\n" // pid and fail
+	msgSetup   = "setup"
+	msgNoBuild = "nobuild" // as long as "ready N", which sbx reads in its place
+	msgPrep    = "prep"
+	msgReady   = "ready"
+	msgGo      = "go"
+	msgPid     = "pid"
+	msgFail    = "fail"
+	msgExit    = "exit"
+	msgFormat  = "%s %d %d %d\n" // pid and fail
 )
 
 // ErrProtocol is matched (errors.Is) by a message the other side should not have sent.
@@ -92,6 +98,36 @@ func NewConn(f *os.File) *Conn { return &Conn{f: f, in: bufio.NewReader(f)} }
 
 // Close closes the socket.
 func (c *Conn) Close() error { return c.f.Close() }
+
+// SendSetup sends the sandbox a directly started supervisor builds (sbx's side), before anything else.
+func (c *Conn) SendSetup(s Setup) error { return c.sendJSON(msgSetup, s) }
+
+// ReadSetup waits for setup (the supervisor's side).
+func (c *Conn) ReadSetup() (*Setup, error) {
+	raw, err := c.readJSON(msgSetup)
+	if err != nil {
+		return nil, err
+	}
+	var s Setup
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("%w: bad setup: %v", ErrProtocol, err)
+	}
+	return &s, nil
+}
+
+// SendSetupFailed says, in place of ready, why the sandbox could not be built (the supervisor's side).
+func (c *Conn) SendSetupFailed(err error) error {
+	b, jerr := json.Marshal(failReason{Reason: truncate("building the sandbox: " + err.Error())})
+	if jerr != nil {
+		return jerr
+	}
+	return c.write(msgNoBuild + "\n" + string(b) + "\n")
+}
+
+// BuildError is the reason a directly started supervisor gave for not building the sandbox.
+type BuildError struct{ Reason string }
+
+func (e *BuildError) Error() string { return e.Reason }
 
 // SendPrepare sends what the supervisor prepares before the command is known (sbx's side): right after
 // the sandbox starts, so that the preparation runs while sbx goes on (or a warm pool waits).
@@ -230,6 +266,13 @@ func (c *Conn) ReadReady() (int, error) {
 		return -1, io.EOF
 	}
 	line := string(buf[:n])
+	if line == msgNoBuild+"\n" && fd < 0 {
+		var r failReason
+		if err := c.readLine(maxFailLine, &r); err != nil {
+			return -1, err
+		}
+		return -1, &BuildError{Reason: r.Reason}
+	}
 	if (line != msgReady+" 1\n" || fd < 0) && line != msgReady+" 0\n" {
 		if fd >= 0 {
 			unix.Close(fd)

@@ -383,7 +383,7 @@ func prepareChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	st := prepare(prep, rd)
+	st := prepare(prep, rd, nil)
 	if st.fatal != nil || st.readyErr != nil {
 		fmt.Fprintln(os.Stderr, "prepare:", st.fatal, st.readyErr)
 		return 1

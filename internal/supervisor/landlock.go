@@ -127,6 +127,7 @@ type starter struct {
 	readyErr error  // ready could not be sent to sbx
 	notifyFD int    // the seccomp filter's notification fd, -1 for none
 	req      chan startRequest
+	pre      func() error // run first on the thread, nil for nothing (commandThread)
 }
 
 type startRequest struct {
@@ -144,8 +145,8 @@ type startResult struct {
 // prepare builds the ruleset of raw (a Prepare) and the restricted thread, which also loads the
 // seccomp filter, and sends rd to sbx (with the filter's notification fd). Failures are kept for go,
 // which reports them on the command's stderr.
-func prepare(raw []byte, rd *Ready) *starter {
-	s := &starter{req: make(chan startRequest, 1), hint: landlockHint, notifyFD: -1}
+func prepare(raw []byte, rd *Ready, pre func() error) *starter {
+	s := &starter{req: make(chan startRequest, 1), hint: landlockHint, notifyFD: -1, pre: pre}
 	var p Prepare
 	if err := json.Unmarshal(raw, &p); err != nil {
 		s.fatal = fmt.Errorf("supervisor: bad preparation: %w", err)
@@ -197,6 +198,12 @@ func (s *starter) thread(rs *ruleset, sc *Seccomp, rd *Ready, ready chan<- error
 // restrict enforces rs and then loads sc on the calling thread; it returns the filter's notification
 // fd, -1 for none.
 func (s *starter) restrict(rs *ruleset, sc *Seccomp) (int, error) {
+	if s.pre != nil {
+		if err := s.pre(); err != nil {
+			s.hint = ""
+			return -1, err
+		}
+	}
 	if rs != nil {
 		if err := rs.restrictThread(); err != nil {
 			return -1, err

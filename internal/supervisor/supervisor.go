@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -102,6 +103,23 @@ func Main() int {
 			self.Release()
 		}
 	}()
+	var pre func() error
+	if len(os.Args) > 2 && os.Args[2] == SetupArg {
+		// Started directly by sbx, through a descriptor of its binary (argument 3): build the sandbox
+		// first, and say so when that fails.
+		closeInherited(os.Args[3:])
+		// Named as libcontainer's exec of /dev/.sbx-init names it, not after the descriptor.
+		os.WriteFile("/proc/self/comm", []byte(filepath.Base(os.Args[0])), 0)
+		setup, err := ctl.ReadSetup()
+		if err != nil {
+			return ExitSetup
+		}
+		if err := build(setup); err != nil {
+			ctl.SendSetupFailed(err)
+			return ExitSetup
+		}
+		pre = func() error { return commandThread(setup.Caps) }
+	}
 	prep, err := ctl.ReadPrepare()
 	if err != nil {
 		return ExitSetup
@@ -110,7 +128,7 @@ func Main() int {
 	if err != nil {
 		return ExitSetup
 	}
-	st := prepare(prep, rd)
+	st := prepare(prep, rd, pre)
 	if st.readyErr != nil {
 		return ExitSetup
 	}
@@ -136,6 +154,32 @@ func Main() int {
 		}
 	})
 	return 0
+}
+
+// closeInherited closes, in a directly started supervisor, the descriptor of its binary (args[0]) and
+// every descriptor above the last one sbx passed (args[1]) that it did not open itself: what sbx's own
+// caller let it inherit, which libcontainer's init would have closed too. The runtime's own files (it
+// reads its cgroup's CPU limit through some) are close-on-exec; inherited ones are not.
+func closeInherited(args []string) {
+	if len(args) < 2 {
+		return
+	}
+	exe, err1 := strconv.Atoi(args[0])
+	last, err2 := strconv.Atoi(args[1])
+	if err1 != nil || err2 != nil || exe <= ctlFD {
+		return
+	}
+	unix.Close(exe)
+	entries, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= last {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			unix.Close(fd)
+		}
+	}
 }
 
 // startCommand resolves, restricts and starts the command. It returns its pid and a pidfd of it (kept

@@ -1,0 +1,625 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
+)
+
+// Setup is the sandbox that the supervisor builds around itself when sbx starts it directly in fresh
+// namespaces (a user, mount, pid, ipc and uts namespace, and a network namespace of its own or the
+// contract's) rather than through libcontainer's init: the root file system and the process's
+// attributes. sbx sends it first ([Conn.SendSetup]); the supervisor is then still in a copy of the
+// host's mount tree, root in its user namespace with every capability there, and nothing else runs
+// in the sandbox.
+//
+// Every mount point is opened inside the root (openat2 RESOLVE_IN_ROOT, never a magic link) and mounted
+// onto by its handle (move_mount): a link in the tree cannot move a mount out of the root, and a path
+// swapped after the lookup cannot redirect it.
+type Setup struct {
+	Rootfs   string            `json:"rootfs"`   // host path of the sandbox's root
+	Mounts   []Mount           `json:"mounts"`   // in order
+	Devices  []string          `json:"devices"`  // device nodes bound from the host's (a user namespace makes none)
+	Masked   []string          `json:"masked"`   // covered: files by /dev/null, directories by an empty read-only tmpfs
+	ReadOnly []string          `json:"readonly"` // made read-only in place
+	Hostname string            `json:"hostname"` // of the sandbox's uts namespace
+	Sysctl   map[string]string `json:"sysctl"`   // written below /proc/sys (the sandbox's own network namespace's)
+	Rlimits  []Rlimit          `json:"rlimits"`
+	Umask    int               `json:"umask"`
+	Cwd      string            `json:"cwd"` // the command's working directory, made when missing
+	Console  bool              `json:"console"`
+	Loopback bool              `json:"loopback"` // bring up lo: the network namespace is the sandbox's own
+	// Caps are the capabilities the supervisor keeps once the sandbox is built (CAP_SETUID and CAP_SETGID
+	// when the command's user is not root, to hand it over); the command gets none.
+	Caps []int `json:"caps"`
+}
+
+// Mount is one mount of the sandbox. Type "bind" binds Source, a host path; other types make a new file
+// system of that type, Data its options.
+type Mount struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	Type        string `json:"type"`
+	Flags       int    `json:"flags"` // MS_* as mount(2) takes them
+	Data        string `json:"data"`
+	Propagation []int  `json:"propagation,omitempty"`
+	// FD is the supervisor's descriptor of a bind's source, a detached copy of it that sbx made with the
+	// host's rights (open_tree); 0 for none.
+	FD int `json:"fd,omitempty"`
+	// RecSet and RecClr are MOUNT_ATTR_* set and cleared on the whole tree of a bind (rro, rnosuid, ...).
+	RecSet uint64 `json:"rec_set,omitempty"`
+	RecClr uint64 `json:"rec_clr,omitempty"`
+}
+
+// Rlimit is one resource limit of the sandbox's processes.
+type Rlimit struct {
+	Type int    `json:"type"`
+	Soft uint64 `json:"soft"`
+	Hard uint64 `json:"hard"`
+}
+
+// SetupArg is the argument after [Role] that makes the supervisor read a [Setup] first.
+const SetupArg = "setup"
+
+// consoleFD is where a direct start passes the socket the terminal's master side goes back on.
+const consoleFD = 4
+
+// build builds the sandbox of s, in this order, as runc's init does: the mounts and /dev in the root,
+// the move into it (pivot_root), the sysctls, read-only and masked paths, the host name, the terminal,
+// then the process's limits, umask and working directory. The capabilities go later (commandThread).
+func build(s *Setup) error {
+	if s.Loopback {
+		if err := LoopbackUp(); err != nil {
+			return fmt.Errorf("bringing up the loopback interface: %w", err)
+		}
+	}
+	// Nothing mounted here may reach the host's mount namespace.
+	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making / a slave: %w", err)
+	}
+	if err := unix.Mount(s.Rootfs, s.Rootfs, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("binding the root: %w", err)
+	}
+	root, err := unix.Open(s.Rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the root: %w", err)
+	}
+	defer unix.Close(root)
+	for _, m := range s.Mounts {
+		if err := mountIn(root, m); err != nil {
+			return fmt.Errorf("mounting %s: %w", m.Destination, err)
+		}
+	}
+	if err := setupDev(root, s.Devices); err != nil {
+		return err
+	}
+	if err := pivotRoot(root); err != nil {
+		return err
+	}
+	for k, v := range s.Sysctl {
+		if err := writeSysctl(k, v); err != nil {
+			return err
+		}
+	}
+	for _, p := range s.ReadOnly {
+		if err := readOnly(p); err != nil {
+			return fmt.Errorf("making %s read-only: %w", p, err)
+		}
+	}
+	if err := mask(s.Masked); err != nil {
+		return err
+	}
+	if s.Hostname != "" {
+		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+			return fmt.Errorf("setting the host name: %w", err)
+		}
+	}
+	if s.Console {
+		if err := setupConsole(); err != nil {
+			return fmt.Errorf("making the terminal: %w", err)
+		}
+	}
+	for _, r := range s.Rlimits {
+		// syscall's Setrlimit, which the runtime's own bookkeeping of RLIMIT_NOFILE follows.
+		if err := syscall.Setrlimit(r.Type, &syscall.Rlimit{Cur: r.Soft, Max: r.Hard}); err != nil {
+			return fmt.Errorf("setting rlimit %d: %w", r.Type, err)
+		}
+	}
+	unix.Umask(s.Umask)
+	if s.Cwd != "" {
+		if err := os.MkdirAll(s.Cwd, 0o755); err != nil {
+			return fmt.Errorf("making the working directory: %w", err)
+		}
+		if err := unix.Chdir(s.Cwd); err != nil {
+			return fmt.Errorf("entering the working directory: %w", err)
+		}
+	}
+	// Undumpable: no process of the sandbox may read the supervisor's memory or its /proc files.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	return nil
+}
+
+// commandThread is what the thread the command starts from does first in a sandbox the supervisor
+// built (see [starter]), while it still has every capability: it enters a cgroup namespace of its own
+// (rooted where sbx has moved the supervisor by then, so that the command sees its cgroup as /), empties
+// its bounding and ambient sets, and then leaves every thread of the supervisor with caps alone.
+func commandThread(caps []int) error {
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("unshare(CLONE_NEWCGROUP): %w", err)
+	}
+	if err := dropBounding(); err != nil {
+		return err
+	}
+	return dropCaps(caps)
+}
+
+// resolveFlags are how every path inside the root is looked up: symlinks resolve as if the root were /,
+// and a magic link (/proc/self/fd/N, /proc/PID/root) fails.
+const resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
+
+// openIn opens path inside root as an O_PATH handle.
+func openIn(root int, path string, flags uint64) (int, error) {
+	return unix.Openat2(root, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | flags, Resolve: resolveFlags})
+}
+
+// mkdirIn opens directory path inside root, making what is missing of it (mode 0755).
+func mkdirIn(root int, path string) (int, error) {
+	fd, err := openIn(root, path, unix.O_DIRECTORY)
+	if !errors.Is(err, unix.ENOENT) {
+		return fd, err
+	}
+	dir, name := filepath.Split(filepath.Clean("/" + path))
+	if name == "" {
+		return -1, err
+	}
+	parent, err := mkdirIn(root, dir)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(parent)
+	if err := unix.Mkdirat(parent, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, err
+	}
+	return unix.Openat(parent, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
+// fileIn opens file path inside root, making it (empty, mode 0644) and its directories when missing.
+func fileIn(root int, path string) (int, error) {
+	fd, err := openIn(root, path, 0)
+	if !errors.Is(err, unix.ENOENT) {
+		return fd, err
+	}
+	dir, name := filepath.Split(filepath.Clean("/" + path))
+	parent, err := mkdirIn(root, dir)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(parent)
+	// O_EXCL|O_NOFOLLOW: a dangling link in its place is refused, not followed.
+	f, err := unix.Openat(parent, name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return -1, err
+	}
+	unix.Close(f)
+	return unix.Openat(parent, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
+// mountIn makes mount m at its destination inside root.
+func mountIn(root int, m Mount) error {
+	dst := filepath.Clean("/" + m.Destination)
+	if dst == "/" {
+		return errors.New("a mount onto the root")
+	}
+	if (dst == "/proc" || strings.HasPrefix(dst, "/proc/")) && m.Type != "proc" {
+		return errors.New("a mount inside /proc")
+	}
+	var target int
+	var err error
+	switch {
+	case m.Type == "proc" || m.Type == "sysfs":
+		// On an ordinary directory, reached without any link on the way.
+		target, err = unix.Openat2(root, dst, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS})
+		if errors.Is(err, unix.ENOENT) {
+			target, err = mkdirIn(root, dst)
+		}
+	case m.Type == "bind" && !isDir(m.Source):
+		target, err = fileIn(root, dst)
+	default:
+		target, err = mkdirIn(root, dst)
+	}
+	if err != nil {
+		return fmt.Errorf("opening the mount point: %w", err)
+	}
+	defer unix.Close(target)
+	var mnt int
+	if m.Type == "bind" {
+		mnt, err = bindTree(m)
+	} else {
+		mnt, err = newFS(m)
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(mnt)
+	if err := unix.MoveMount(mnt, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	for _, p := range m.Propagation {
+		if err := unix.Mount("", procFD(mnt), "", uintptr(p), ""); err != nil {
+			return fmt.Errorf("propagation: %w", err)
+		}
+	}
+	return nil
+}
+
+// isDir says whether host path p is a directory (following links: a bind takes its source that way).
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// procFD names fd through /proc/self/fd, for mount(2) calls that take a path.
+func procFD(fd int) string { return fmt.Sprintf("/proc/self/fd/%d", fd) }
+
+// mountAttrs are the MS_* flags that have a MOUNT_ATTR_* of the same meaning.
+var mountAttrs = []struct {
+	ms   int
+	attr uint64
+}{
+	{unix.MS_RDONLY, unix.MOUNT_ATTR_RDONLY}, {unix.MS_NOSUID, unix.MOUNT_ATTR_NOSUID},
+	{unix.MS_NODEV, unix.MOUNT_ATTR_NODEV}, {unix.MS_NOEXEC, unix.MOUNT_ATTR_NOEXEC},
+	{unix.MS_NOATIME, unix.MOUNT_ATTR_NOATIME}, {unix.MS_STRICTATIME, unix.MOUNT_ATTR_STRICTATIME},
+	{unix.MS_NODIRATIME, unix.MOUNT_ATTR_NODIRATIME},
+}
+
+func attrsOf(flags int) uint64 {
+	var a uint64
+	for _, f := range mountAttrs {
+		if flags&f.ms != 0 {
+			a |= f.attr
+		}
+	}
+	return a
+}
+
+// bindTree is a detached copy of m's source (its whole tree with MS_REC) with m's flags set on its top
+// and m's recursive attributes on all of it. Flags are only ever added: what the source has (and a
+// user namespace locks) stays.
+func bindTree(m Mount) (int, error) {
+	if m.FD < 3 {
+		return -1, fmt.Errorf("no source for the bind of %s", m.Source)
+	}
+	fd := m.FD
+	if set := attrsOf(m.Flags) &^ (unix.MOUNT_ATTR_STRICTATIME | unix.MOUNT_ATTR_NOATIME | unix.MOUNT_ATTR_NODIRATIME); set != 0 {
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: set}); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("mount_setattr %s: %w", m.Source, err)
+		}
+	}
+	if m.RecSet != 0 || m.RecClr != 0 {
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: m.RecSet, Attr_clr: m.RecClr}); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("mount_setattr (recursive) %s: %w", m.Source, err)
+		}
+	}
+	return fd, nil
+}
+
+// newFS makes a detached mount of a new file system of m's type with m's options.
+func newFS(m Mount) (int, error) {
+	fs, err := unix.Fsopen(m.Type, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen %s: %w", m.Type, err)
+	}
+	defer unix.Close(fs)
+	if m.Source != "" {
+		if err := unix.FsconfigSetString(fs, "source", m.Source); err != nil {
+			return -1, fmt.Errorf("fsconfig %s source: %w", m.Type, err)
+		}
+	}
+	for _, o := range strings.Split(m.Data, ",") {
+		if o == "" {
+			continue
+		}
+		k, v, hasValue := strings.Cut(o, "=")
+		if hasValue {
+			err = unix.FsconfigSetString(fs, k, v)
+		} else {
+			err = unix.FsconfigSetFlag(fs, k)
+		}
+		if err != nil {
+			return -1, fmt.Errorf("fsconfig %s %s: %w", m.Type, o, err)
+		}
+	}
+	if m.Flags&unix.MS_RDONLY != 0 {
+		// The file system itself too, as mount(2) with MS_RDONLY makes it.
+		if err := unix.FsconfigSetFlag(fs, "ro"); err != nil {
+			return -1, fmt.Errorf("fsconfig %s ro: %w", m.Type, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, fmt.Errorf("creating the %s file system: %w", m.Type, err)
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, int(attrsOf(m.Flags)))
+	if err != nil {
+		return -1, fmt.Errorf("fsmount %s: %w", m.Type, err)
+	}
+	return mnt, nil
+}
+
+// setupDev binds the device nodes from the host's /dev into the sandbox's and adds the usual links:
+// /dev/ptmx to the sandbox's own devpts, /dev/fd and the stdio names to /proc/self/fd.
+func setupDev(root int, devices []string) error {
+	for _, d := range devices {
+		d = filepath.Clean(d)
+		if d == "/dev/ptmx" {
+			continue
+		}
+		if err := bindDevice(root, d); err != nil {
+			return fmt.Errorf("binding %s: %w", d, err)
+		}
+	}
+	dev, err := mkdirIn(root, "/dev")
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dev)
+	if err := unix.Unlinkat(dev, "ptmx", 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing /dev/ptmx: %w", err)
+	}
+	links := [][2]string{{"pts/ptmx", "ptmx"}, {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}}
+	if _, err := os.Stat("/proc/kcore"); err == nil {
+		links = append(links, [2]string{"/proc/kcore", "core"})
+	}
+	for _, l := range links {
+		if err := unix.Symlinkat(l[0], dev, l[1]); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("linking /dev/%s: %w", l[1], err)
+		}
+	}
+	return nil
+}
+
+// bindDevice binds the host's device node path onto an empty file at the same path in the root.
+func bindDevice(root int, path string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return fmt.Errorf("not a character device on the host")
+	}
+	target, err := fileIn(root, path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	src, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	defer unix.Close(src)
+	return unix.MoveMount(src, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+}
+
+// pivotRoot makes root the root of the mount namespace and detaches the host's tree from it, as runc
+// does (pivot_root(".", ".") and a detached unmount of the old root, made a slave first so that the
+// unmount does not propagate to the host).
+func pivotRoot(root int) error {
+	old, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(old)
+	if err := unix.Fchdir(root); err != nil {
+		return fmt.Errorf("entering the root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Fchdir(old); err != nil {
+		return err
+	}
+	if err := unix.Mount("", ".", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making the old root a slave: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// writeSysctl sets key (dotted, net.ipv4....) in the sandbox's namespaces.
+func writeSysctl(key, value string) error {
+	if strings.Contains(key, "/") || strings.Contains(key, "..") {
+		return fmt.Errorf("bad sysctl %q", key)
+	}
+	p := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: unix.O_WRONLY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return fmt.Errorf("setting %s: %w", key, err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(value)); err != nil {
+		return fmt.Errorf("setting %s: %w", key, err)
+	}
+	return nil
+}
+
+// readOnly binds path (in the sandbox's root, after the pivot) onto itself read-only; a path the kernel
+// lacks is left alone.
+func readOnly(path string) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return err
+	}
+	target, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	return unix.MoveMount(fd, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+}
+
+// mask covers paths (in the sandbox's root, after the pivot): a file with /dev/null, a directory with
+// an empty read-only tmpfs (one, bound at each). Paths the kernel lacks are left alone.
+func mask(paths []string) error {
+	var tmpfs int = -1
+	defer func() {
+		if tmpfs >= 0 {
+			unix.Close(tmpfs)
+		}
+	}()
+	done := map[string]bool{}
+	for _, p := range paths {
+		p = filepath.Clean(p)
+		if done[p] {
+			continue
+		}
+		done[p] = true
+		target, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("masking %s: %w", p, err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(target, &st)
+		var src int
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			if tmpfs < 0 {
+				tmpfs, err = newFS(Mount{Type: "tmpfs", Source: "tmpfs", Flags: unix.MS_RDONLY, Data: "nr_blocks=1,nr_inodes=1"})
+			}
+			if err == nil {
+				src, err = unix.OpenTree(tmpfs, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+			}
+		} else if err == nil {
+			src, err = unix.OpenTree(unix.AT_FDCWD, "/dev/null", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		}
+		if err == nil {
+			err = unix.MoveMount(src, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+			unix.Close(src)
+		}
+		unix.Close(target)
+		if err != nil {
+			return fmt.Errorf("masking %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// setupConsole makes the command's terminal in the sandbox's devpts: its master side goes to sbx on
+// the console socket, its slave becomes the supervisor's stdio, controlling terminal and /dev/console.
+func setupConsole() error {
+	ptmx, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	master := os.NewFile(uintptr(ptmx), "/dev/ptmx")
+	defer master.Close()
+	if err := unix.IoctlSetPointerInt(ptmx, unix.TIOCSPTLCK, 0); err != nil {
+		return fmt.Errorf("unlockpt: %w", err)
+	}
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(ptmx), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if errno != 0 {
+		return fmt.Errorf("opening the terminal's slave side: %w", errno)
+	}
+	slave := int(r)
+	defer unix.Close(slave)
+	if target, err := fileIn(unix.AT_FDCWD, "/dev/console"); err == nil {
+		src, err := unix.OpenTree(slave, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+		if err == nil {
+			err = unix.MoveMount(src, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+			unix.Close(src)
+		}
+		unix.Close(target)
+		if err != nil {
+			return fmt.Errorf("binding /dev/console: %w", err)
+		}
+	}
+	sock := os.NewFile(consoleFD, "console")
+	defer sock.Close()
+	name := []byte("/dev/ptmx")
+	if err := unix.Sendmsg(consoleFD, name, unix.UnixRights(ptmx), nil, 0); err != nil {
+		return fmt.Errorf("sending the terminal: %w", err)
+	}
+	// The supervisor is its session's leader (sbx starts it with setsid): the slave becomes its
+	// controlling terminal, and the command's.
+	if err := unix.IoctlSetInt(slave, unix.TIOCSCTTY, 0); err != nil {
+		return fmt.Errorf("TIOCSCTTY: %w", err)
+	}
+	for fd := range 3 {
+		if err := unix.Dup3(slave, fd, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropCaps leaves every thread of the supervisor with caps alone (permitted and effective; nothing
+// inheritable), and no_new_privs. Credentials are per thread: psx changes them on all at once (the
+// runtime's AllThreadsSyscall in sbx-init, which has no cgo; its own signal handshake in sbx).
+func dropCaps(caps []int) error {
+	var set uint32
+	for _, c := range caps {
+		set |= 1 << uint(c)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{{Effective: set, Permitted: set}}
+	if _, _, errno := psx.Syscall6(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0, 0, 0, 0); errno != 0 {
+		return fmt.Errorf("dropping capabilities: %w", errno)
+	}
+	if _, _, errno := psx.Syscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); errno != 0 {
+		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", errno)
+	}
+	return nil
+}
+
+// dropBounding empties the calling thread's capability bounding set and ambient set: the command,
+// started from it, can never gain a capability, even as root or through a file's capabilities.
+func dropBounding() error {
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, err)
+		}
+	}
+	return unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+}
+
+// LoopbackUp brings up lo in the calling thread's network namespace (SIOCSIFFLAGS, as ip link set lo
+// up).
+func LoopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
