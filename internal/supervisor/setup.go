@@ -171,17 +171,22 @@ func openIn(root int, path string, flags uint64) (int, error) {
 	return unix.Openat2(root, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | flags, Resolve: resolveFlags})
 }
 
-// mkdirIn opens directory path inside root, making what is missing of it (mode 0755).
-func mkdirIn(root int, path string) (int, error) {
+// mkdirIn opens directory path inside root, making what is missing of it (mode 0755). A link on the
+// way whose target is missing is followed, inside the root, and the target made, as runc's init does
+// (a host's /etc/resolv.conf may point into a /run that the sandbox hides).
+func mkdirIn(root int, path string) (int, error) { return mkdirLinks(root, path, 0) }
+
+// maxLinks is how many links a lookup may follow, as the kernel's own limit.
+const maxLinks = 40
+
+func mkdirLinks(root int, path string, links int) (int, error) {
+	path = filepath.Clean("/" + path)
 	fd, err := openIn(root, path, unix.O_DIRECTORY)
-	if !errors.Is(err, unix.ENOENT) {
+	if !errors.Is(err, unix.ENOENT) || path == "/" {
 		return fd, err
 	}
-	dir, name := filepath.Split(filepath.Clean("/" + path))
-	if name == "" {
-		return -1, err
-	}
-	parent, err := mkdirIn(root, dir)
+	dir, name := filepath.Split(path)
+	parent, err := mkdirLinks(root, dir, links)
 	if err != nil {
 		return -1, err
 	}
@@ -189,7 +194,23 @@ func mkdirIn(root int, path string) (int, error) {
 	if err := unix.Mkdirat(parent, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 		return -1, err
 	}
-	return unix.Openat(parent, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err = unix.Openat(parent, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if !errors.Is(err, unix.ENOTDIR) && !errors.Is(err, unix.ELOOP) {
+		return fd, err
+	}
+	buf := make([]byte, unix.PathMax)
+	n, lerr := unix.Readlinkat(parent, name, buf)
+	if lerr != nil {
+		return -1, err // not a link: a file in the way
+	}
+	if links >= maxLinks {
+		return -1, unix.ELOOP
+	}
+	target := string(buf[:n])
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(dir, target)
+	}
+	return mkdirLinks(root, target, links+1)
 }
 
 // fileIn opens file path inside root, making it (empty, mode 0644) and its directories when missing.
@@ -219,8 +240,8 @@ func mountIn(root int, m Mount) error {
 	if dst == "/" {
 		return errors.New("a mount onto the root")
 	}
-	if (dst == "/proc" || strings.HasPrefix(dst, "/proc/")) && m.Type != "proc" {
-		return errors.New("a mount inside /proc")
+	if (dst == "/proc") != (m.Type == "proc") || strings.HasPrefix(dst, "/proc/") {
+		return errors.New("a mount inside /proc, or proc elsewhere")
 	}
 	var target int
 	var err error
