@@ -141,6 +141,13 @@ func build(s *Setup) error {
 			return fmt.Errorf("entering the working directory: %w", err)
 		}
 	}
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread, which /proc/1/status shows (sbx and sbx-init lock main to it): no
+		// capability it could ever gain either. The other threads exec nothing.
+		if err := dropBounding(); err != nil {
+			return err
+		}
+	}
 	// Undumpable: no process of the sandbox may read the supervisor's memory or its /proc files.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)

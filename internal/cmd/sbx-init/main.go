@@ -5,8 +5,12 @@ package main
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/sbx-dev/sbx/internal/supervisor"
 )
+
+// The supervisor runs on the main thread, whose credentials /proc/1/status shows (see supervisor.build).
+func init() { runtime.LockOSThread() }
 
 func main() { os.Exit(supervisor.Main()) }
