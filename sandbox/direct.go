@@ -193,7 +193,11 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	return nil
 }
 
-// openTree is a detached copy of bind m's source (recursive with MS_REC), as the host's root sees it.
+// openTree is a detached copy of bind m's source (recursive with MS_REC), as the host's root sees it,
+// made a slave of the source's mounts. A copy of a shared mount (systemd makes / shared) is otherwise
+// in its peer group: whatever the supervisor mounts onto it (a nested share, sbx's /etc/hosts over a
+// shared /etc) would appear on the host and stay there. As a slave it still sees the host's later
+// mounts, as libcontainer's bind in a namespace made rslave does.
 func openTree(m supervisor.Mount) (*os.File, error) {
 	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
 	if m.Flags&unix.MS_REC != 0 {
@@ -202,6 +206,11 @@ func openTree(m supervisor.Mount) (*os.File, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, flags)
 	if err != nil {
 		return nil, err
+	}
+	err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Propagation: unix.MS_SLAVE})
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("making the copy a slave: %w", err)
 	}
 	return os.NewFile(uintptr(fd), m.Source), nil
 }
