@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,6 +98,37 @@ func TestDirectMountsStayInside(t *testing.T) {
 		}
 		if data, _ := os.ReadFile(filepath.Join(etc, "hosts")); string(data) != "host's\n" {
 			t.Errorf("the host's hosts file reads %q", data)
+		}
+	})
+}
+
+// TestDirectShareBelowClosedDir: a shared directory below one only the host's root may search (/root
+// is 0700), onto a mount point the sandbox lacks, is mounted as a directory: its kind is that of what
+// sbx opened with the host root's rights, not what the supervisor, unprivileged on the host, can see
+// of the host path.
+func TestDirectShareBelowClosedDir(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	bothStarts(t, func(t *testing.T) {
+		closed := filepath.Join(t.TempDir(), "closed")
+		dir := filepath.Join(closed, "d")
+		if err := os.Mkdir(closed, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte("shared\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		plan := testPlan(t)
+		plan.UID, plan.GID = 65534, 65534
+		plan.Filesystem.Shares = []policy.Share{{Host: dir, Sandbox: "/var/tmp/share"}}
+		// /var/tmp as the host has it (1777, without the mount point), not hidden: an empty directory
+		// sbx makes, with the mount point in it.
+		plan.Filesystem.Hidden = slices.DeleteFunc(plan.Filesystem.Hidden, func(p string) bool { return p == "/var/tmp" })
+		code, out, stderr := runPlan(t, plan, t.TempDir(), "cat", "/var/tmp/share/f")
+		if code != 0 || out != "shared\n" {
+			t.Errorf("status %d, stdout %q, stderr %q; want the shared file", code, out, stderr)
 		}
 	})
 }

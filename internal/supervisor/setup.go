@@ -65,6 +65,10 @@ type Rlimit struct {
 	Hard uint64 `json:"hard"`
 }
 
+// buildHint goes with a failure to build the sandbox: what the caller chose (a share) is the usual
+// cause; a version mismatch of sbx and sbx-init would fail on the protocol, not here.
+const buildHint = "a path shared into the sandbox (filesystem.share, --ro, --rw) must exist on the host and be of the same kind, file or directory, as what the sandbox has at that path; otherwise run 'sbx gc' and try again"
+
 // SetupArg is the argument after [Role] that makes the supervisor read a [Setup] first.
 const SetupArg = "setup"
 
@@ -232,8 +236,13 @@ func mountIn(root int, m Mount) error {
 		if errors.Is(err, unix.ENOENT) {
 			target, err = mkdirIn(root, dst)
 		}
-	case m.Type == "bind" && !isDir(m.Source):
-		target, err = fileIn(root, dst)
+	case m.Type == "bind" && !isDirFD(m.FD):
+		// A file, or a source the supervisor was not given (bindTree says so). Onto a directory:
+		// move_mount's EINVAL would not say why.
+		if target, err = fileIn(root, dst); err == nil && isDirFD(target) {
+			unix.Close(target)
+			err = errors.New("a file onto a directory")
+		}
 	default:
 		target, err = mkdirIn(root, dst)
 	}
@@ -262,10 +271,12 @@ func mountIn(root int, m Mount) error {
 	return nil
 }
 
-// isDir says whether host path p is a directory (following links: a bind takes its source that way).
-func isDir(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir()
+// isDirFD says whether fd is a directory: a bind's source by the descriptor sbx opened with the host
+// root's rights, not by its host path, which the supervisor (unprivileged on the host) may not reach
+// (below /root) and which may have changed since.
+func isDirFD(fd int) bool {
+	var st unix.Stat_t
+	return fd > 0 && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 }
 
 // procFD names fd through /proc/self/fd, for mount(2) calls that take a path.
