@@ -132,3 +132,20 @@ func TestDirectShareBelowClosedDir(t *testing.T) {
 		}
 	})
 }
+
+// TestInitPathTaken: the supervisor's path inside the sandbox (/dev/.sbx-init), whose execs the
+// report leaves out as the supervisor's own, is taken (the supervisor's binary, read-only) even where
+// the command may write /dev as root: a program copied there would run with its execs unseen.
+func TestInitPathTaken(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	bothStarts(t, func(t *testing.T) {
+		plan := testPlan(t)
+		plan.UID, plan.GID = 0, 0
+		plan.Filesystem.Write = append(plan.Filesystem.Write, "/dev")
+		_, out, stderr := runPlan(t, plan, t.TempDir(), "sh", "-c",
+			`cp /bin/echo `+initPath+` || rm -f `+initPath+` && cp /bin/echo `+initPath+` && `+initPath+` planted`)
+		if strings.Contains(out, "planted") {
+			t.Errorf("the command ran its own program as %s (stderr %q)", initPath, stderr)
+		}
+	})
+}
