@@ -179,7 +179,7 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	init := &directInit{cmd: cmd}
 	s.init, s.initPid = init, cmd.Process.Pid
 	c.init = init
-	if c.pidfd, err = unix.PidfdOpen(s.initPid, 0); err != nil {
+	if c.pidfd, err = pidfdOpen(s.initPid, 0); err != nil {
 		return fmt.Errorf("opening the supervisor's pidfd: %w", err)
 	}
 	if err := s.ctl.SendSetup(*setup); err != nil {
@@ -214,6 +214,9 @@ func openTree(m supervisor.Mount) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), m.Source), nil
 }
+
+// pidfdOpen is unix.PidfdOpen; a test makes it fail.
+var pidfdOpen = unix.PidfdOpen
 
 // starters are the threads that start supervisors, each locked to its goroutine for good. A
 // supervisor's parent-death signal fires when the thread that forked it ends, not its process: the
@@ -322,11 +325,11 @@ type directContainer struct {
 
 // Signal signals the supervisor (SIGKILL ends the whole pid namespace); one that is gone is no error.
 func (c *directContainer) Signal(sig os.Signal) error {
-	if c.init == nil || c.pidfd <= 0 {
+	if c.init == nil {
 		return nil
 	}
-	err := unix.PidfdSendSignal(c.pidfd, sig.(syscall.Signal), nil, 0)
-	if errors.Is(err, unix.ESRCH) {
+	err := c.send(sig.(syscall.Signal))
+	if errors.Is(err, unix.ESRCH) || errors.Is(err, os.ErrProcessDone) {
 		return nil
 	}
 	if err == nil && sig == unix.SIGKILL {
@@ -336,6 +339,17 @@ func (c *directContainer) Signal(sig os.Signal) error {
 		}
 	}
 	return err
+}
+
+// send sends sig through the supervisor's pidfd, or, without one (opening it failed, or Destroy closed
+// it), by its pid: sbx's own child, whose pid stays its own until sbx waits for it (Wait marks it
+// done). Skipping the kill would leave Destroy waiting for good on a supervisor that waits for its
+// setup.
+func (c *directContainer) send(sig syscall.Signal) error {
+	if c.pidfd > 0 {
+		return unix.PidfdSendSignal(c.pidfd, sig, nil, 0)
+	}
+	return c.init.cmd.Process.Signal(sig)
 }
 
 func (c *directContainer) Processes() ([]int, error) { return c.m.GetAllPids() }

@@ -6,11 +6,13 @@ package sandbox
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -148,4 +150,31 @@ func TestInitPathTaken(t *testing.T) {
 			t.Errorf("the command ran its own program as %s (stderr %q)", initPath, stderr)
 		}
 	})
+}
+
+// TestDirectNoPidfd: a supervisor whose pidfd could not be opened is killed all the same when the
+// failed sandbox is torn down: Create returns the error, instead of waiting for good on a supervisor
+// that waits for its setup.
+func TestDirectNoPidfd(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	t.Setenv(directEnv, "")
+	defer func(f func(int, int) (int, error)) { pidfdOpen = f }(pidfdOpen)
+	pidfdOpen = func(int, int) (int, error) { return -1, unix.EMFILE }
+	cfg := Config{Plan: testPlan(t), StateRoot: testutil.StateRoot(t), Command: Command{Args: []string{"true"}, Cwd: t.TempDir()}}
+	done := make(chan error, 1)
+	go func() {
+		sb, err := Create(cfg)
+		if err == nil {
+			sb.Destroy()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, unix.EMFILE) {
+			t.Errorf("Create: %v, want the pidfd's error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Create did not return: the teardown waits for a supervisor it did not kill")
+	}
 }
