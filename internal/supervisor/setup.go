@@ -172,7 +172,24 @@ const resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 
 // openIn opens path inside root as an O_PATH handle.
 func openIn(root int, path string, flags uint64) (int, error) {
-	return unix.Openat2(root, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | flags, Resolve: resolveFlags})
+	return openat2(root, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | flags, Resolve: resolveFlags})
+}
+
+// maxEAGAIN bounds openat2's retries; each fails only if something renamed or mounted meanwhile.
+const maxEAGAIN = 128
+
+// openat2 is unix.Openat2, again while the kernel answers EAGAIN: a lookup scoped to a root
+// (RESOLVE_IN_ROOT) that goes through ".." (a relative link such as /etc/resolv.conf ->
+// ../run/systemd/resolve/stub-resolv.conf) fails so whenever anything on the host renamed a file or
+// changed a mount during it (openat2(2) asks the caller to retry). Without the retry, a busy host, or
+// another sandbox's command renaming in a loop, fails builds at random.
+func openat2(dir int, path string, how *unix.OpenHow) (int, error) {
+	for i := 0; ; i++ {
+		fd, err := unix.Openat2(dir, path, how)
+		if !errors.Is(err, unix.EAGAIN) || i == maxEAGAIN {
+			return fd, err
+		}
+	}
 }
 
 // mkdirIn opens directory path inside root, making what is missing of it (mode 0755).
@@ -231,7 +248,7 @@ func mountIn(root int, m Mount) error {
 	switch {
 	case m.Type == "proc" || m.Type == "sysfs":
 		// On an ordinary directory, reached without any link on the way.
-		target, err = unix.Openat2(root, dst, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		target, err = openat2(root, dst, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS})
 		if errors.Is(err, unix.ENOENT) {
 			target, err = mkdirIn(root, dst)
