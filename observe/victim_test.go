@@ -183,7 +183,6 @@ func victimBenchInit() error {
 	return nil
 }
 
-
 // sandboxUnderTest is a victim tree started in fresh pid and net namespaces.
 type sandboxUnderTest struct {
 	init *exec.Cmd

@@ -64,9 +64,9 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 		Hostname: config.Hostname, Sysctl: config.Sysctl, Umask: 0o022, Cwd: s.cfg.Command.Cwd,
 		Console: s.cfg.Command.Terminal}
 	for _, m := range config.Mounts {
-		if m.Destination == initPath {
-			continue // the supervisor runs already
-		}
+		// The supervisor's binary at initPath too, though it runs already: the report leaves out the
+		// execs of that path as the supervisor's own, and a free name in the sandbox's /dev would let a
+		// command that may write there (as root) run its own program under it, unseen.
 		if m.IsIDMapped() || m.Extensions != 0 {
 			return nil, fmt.Errorf("mount %s: not built by the supervisor", m.Destination)
 		}
@@ -179,7 +179,7 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	init := &directInit{cmd: cmd}
 	s.init, s.initPid = init, cmd.Process.Pid
 	c.init = init
-	if c.pidfd, err = unix.PidfdOpen(s.initPid, 0); err != nil {
+	if c.pidfd, err = pidfdOpen(s.initPid, 0); err != nil {
 		return fmt.Errorf("opening the supervisor's pidfd: %w", err)
 	}
 	if err := s.ctl.SendSetup(*setup); err != nil {
@@ -193,7 +193,11 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	return nil
 }
 
-// openTree is a detached copy of bind m's source (recursive with MS_REC), as the host's root sees it.
+// openTree is a detached copy of bind m's source (recursive with MS_REC), as the host's root sees it,
+// made a slave of the source's mounts. A copy of a shared mount (systemd makes / shared) is otherwise
+// in its peer group: whatever the supervisor mounts onto it (a nested share, sbx's /etc/hosts over a
+// shared /etc) would appear on the host and stay there. As a slave it still sees the host's later
+// mounts, as libcontainer's bind in a namespace made rslave does.
 func openTree(m supervisor.Mount) (*os.File, error) {
 	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
 	if m.Flags&unix.MS_REC != 0 {
@@ -203,8 +207,16 @@ func openTree(m supervisor.Mount) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Propagation: unix.MS_SLAVE})
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("making the copy a slave: %w", err)
+	}
 	return os.NewFile(uintptr(fd), m.Source), nil
 }
+
+// pidfdOpen is unix.PidfdOpen; a test makes it fail.
+var pidfdOpen = unix.PidfdOpen
 
 // starters are the threads that start supervisors, each locked to its goroutine for good. A
 // supervisor's parent-death signal fires when the thread that forked it ends, not its process: the
@@ -313,11 +325,11 @@ type directContainer struct {
 
 // Signal signals the supervisor (SIGKILL ends the whole pid namespace); one that is gone is no error.
 func (c *directContainer) Signal(sig os.Signal) error {
-	if c.init == nil || c.pidfd <= 0 {
+	if c.init == nil {
 		return nil
 	}
-	err := unix.PidfdSendSignal(c.pidfd, sig.(syscall.Signal), nil, 0)
-	if errors.Is(err, unix.ESRCH) {
+	err := c.send(sig.(syscall.Signal))
+	if errors.Is(err, unix.ESRCH) || errors.Is(err, os.ErrProcessDone) {
 		return nil
 	}
 	if err == nil && sig == unix.SIGKILL {
@@ -327,6 +339,17 @@ func (c *directContainer) Signal(sig os.Signal) error {
 		}
 	}
 	return err
+}
+
+// send sends sig through the supervisor's pidfd, or, without one (opening it failed, or Destroy closed
+// it), by its pid: sbx's own child, whose pid stays its own until sbx waits for it (Wait marks it
+// done). Skipping the kill would leave Destroy waiting for good on a supervisor that waits for its
+// setup.
+func (c *directContainer) send(sig syscall.Signal) error {
+	if c.pidfd > 0 {
+		return unix.PidfdSendSignal(c.pidfd, sig, nil, 0)
+	}
+	return c.init.cmd.Process.Signal(sig)
 }
 
 func (c *directContainer) Processes() ([]int, error) { return c.m.GetAllPids() }

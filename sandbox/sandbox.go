@@ -715,7 +715,7 @@ func (s *Sandbox) awaitReady() error {
 	fd, err := s.ctl.ReadReady()
 	var be *supervisor.BuildError
 	if errors.As(err, &be) {
-		return &SupervisorError{Reason: be.Reason}
+		return &SupervisorError{Reason: be.Reason, Hint: be.Hint}
 	}
 	if err != nil {
 		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, err)

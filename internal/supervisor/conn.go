@@ -117,15 +117,16 @@ func (c *Conn) ReadSetup() (*Setup, error) {
 
 // SendSetupFailed says, in place of ready, why the sandbox could not be built (the supervisor's side).
 func (c *Conn) SendSetupFailed(err error) error {
-	b, jerr := json.Marshal(failReason{Reason: truncate("building the sandbox: " + err.Error())})
+	b, jerr := json.Marshal(failReason{Reason: truncate("building the sandbox: " + err.Error()), Hint: buildHint})
 	if jerr != nil {
 		return jerr
 	}
 	return c.write(msgNoBuild + "\n" + string(b) + "\n")
 }
 
-// BuildError is the reason a directly started supervisor gave for not building the sandbox.
-type BuildError struct{ Reason string }
+// BuildError is the reason a directly started supervisor gave for not building the sandbox, and what
+// to do about it.
+type BuildError struct{ Reason, Hint string }
 
 func (e *BuildError) Error() string { return e.Reason }
 
@@ -271,7 +272,7 @@ func (c *Conn) ReadReady() (int, error) {
 		if err := c.readLine(maxFailLine, &r); err != nil {
 			return -1, err
 		}
-		return -1, &BuildError{Reason: r.Reason}
+		return -1, &BuildError{Reason: r.Reason, Hint: r.Hint}
 	}
 	if (line != msgReady+" 1\n" || fd < 0) && line != msgReady+" 0\n" {
 		if fd >= 0 {

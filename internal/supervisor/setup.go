@@ -65,6 +65,10 @@ type Rlimit struct {
 	Hard uint64 `json:"hard"`
 }
 
+// buildHint goes with a failure to build the sandbox: what the caller chose (a share) is the usual
+// cause; a version mismatch of sbx and sbx-init would fail on the protocol, not here.
+const buildHint = "a path shared into the sandbox (filesystem.share, --ro, --rw) must exist on the host and be of the same kind, file or directory, as what the sandbox has at that path; otherwise run 'sbx gc' and try again"
+
 // SetupArg is the argument after [Role] that makes the supervisor read a [Setup] first.
 const SetupArg = "setup"
 
@@ -175,7 +179,24 @@ const resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 
 // openIn opens path inside root as an O_PATH handle.
 func openIn(root int, path string, flags uint64) (int, error) {
-	return unix.Openat2(root, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | flags, Resolve: resolveFlags})
+	return openat2(root, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | flags, Resolve: resolveFlags})
+}
+
+// maxEAGAIN bounds openat2's retries; each fails only if something renamed or mounted meanwhile.
+const maxEAGAIN = 128
+
+// openat2 is unix.Openat2, again while the kernel answers EAGAIN: a lookup scoped to a root
+// (RESOLVE_IN_ROOT) that goes through ".." (a relative link such as /etc/resolv.conf ->
+// ../run/systemd/resolve/stub-resolv.conf) fails so whenever anything on the host renamed a file or
+// changed a mount during it (openat2(2) asks the caller to retry). Without the retry, a busy host, or
+// another sandbox's command renaming in a loop, fails builds at random.
+func openat2(dir int, path string, how *unix.OpenHow) (int, error) {
+	for i := 0; ; i++ {
+		fd, err := unix.Openat2(dir, path, how)
+		if !errors.Is(err, unix.EAGAIN) || i == maxEAGAIN {
+			return fd, err
+		}
+	}
 }
 
 // mkdirIn opens directory path inside root, making what is missing of it (mode 0755). A link on the
@@ -255,13 +276,18 @@ func mountIn(root int, m Mount) error {
 	switch {
 	case m.Type == "proc" || m.Type == "sysfs":
 		// On an ordinary directory, reached without any link on the way.
-		target, err = unix.Openat2(root, dst, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		target, err = openat2(root, dst, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS})
 		if errors.Is(err, unix.ENOENT) {
 			target, err = mkdirIn(root, dst)
 		}
-	case m.Type == "bind" && !isDir(m.Source):
-		target, err = fileIn(root, dst)
+	case m.Type == "bind" && !isDirFD(m.FD):
+		// A file, or a source the supervisor was not given (bindTree says so). Onto a directory:
+		// move_mount's EINVAL would not say why.
+		if target, err = fileIn(root, dst); err == nil && isDirFD(target) {
+			unix.Close(target)
+			err = errors.New("a file onto a directory")
+		}
 	default:
 		target, err = mkdirIn(root, dst)
 	}
@@ -290,10 +316,12 @@ func mountIn(root int, m Mount) error {
 	return nil
 }
 
-// isDir says whether host path p is a directory (following links: a bind takes its source that way).
-func isDir(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir()
+// isDirFD says whether fd is a directory: a bind's source by the descriptor sbx opened with the host
+// root's rights, not by its host path, which the supervisor (unprivileged on the host) may not reach
+// (below /root) and which may have changed since.
+func isDirFD(fd int) bool {
+	var st unix.Stat_t
+	return fd > 0 && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 }
 
 // procFD names fd through /proc/self/fd, for mount(2) calls that take a path.

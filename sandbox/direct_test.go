@@ -1,0 +1,180 @@
+package sandbox
+
+// Tests of the direct start (direct.go and the supervisor's setup.go): what libcontainer's init
+// guaranteed holds when the supervisor builds the sandbox itself. Each runs both ways where the old
+// path is the reference (SBX_LIBCONTAINER=1).
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// bothStarts runs f as a subtest with the direct start and with libcontainer's init.
+func bothStarts(t *testing.T, f func(t *testing.T)) {
+	for _, lc := range []string{"", "1"} {
+		name := "direct"
+		if lc != "" {
+			name = "libcontainer"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(directEnv, lc)
+			f(t)
+		})
+	}
+}
+
+// hostMountsBelow lists the mount points of the host's mount namespace strictly below dir.
+func hostMountsBelow(t *testing.T, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// TestDirectMountsStayInside: on a host whose mounts are shared (systemd makes / shared; here a tmpfs
+// made shared stands for it), what the supervisor mounts onto a share (a nested share, sbx's own
+// /etc/hosts over a shared /etc) stays in the sandbox: nothing propagates to the host's mount
+// namespace, during the run or after it.
+func TestDirectMountsStayInside(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	bothStarts(t, func(t *testing.T) {
+		fs := filepath.Join(t.TempDir(), "shared")
+		if err := os.Mkdir(fs, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", fs, "tmpfs", 0, "size=8m,mode=755"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			for _, m := range hostMountsBelow(t, fs) {
+				unix.Unmount(m, unix.MNT_DETACH)
+			}
+			unix.Unmount(fs, unix.MNT_DETACH)
+		})
+		if err := unix.Mount("", fs, "", unix.MS_SHARED, ""); err != nil {
+			t.Fatal(err)
+		}
+		work, etc, data := filepath.Join(fs, "work"), filepath.Join(fs, "etc"), filepath.Join(t.TempDir(), "data")
+		for _, d := range []string{filepath.Join(work, "sub"), etc, data} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, f := range []string{filepath.Join(etc, "hosts"), filepath.Join(data, "f")} {
+			if err := os.WriteFile(f, []byte("host's\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		plan := testPlan(t)
+		plan.Filesystem.Shares = []policy.Share{{Host: work, Sandbox: work, Writable: true},
+			{Host: data, Sandbox: filepath.Join(work, "sub")}, {Host: etc, Sandbox: "/etc"}}
+		code, out, stderr := runPlan(t, plan, t.TempDir(), "sh", "-c",
+			`cat `+filepath.Join(work, "sub", "f")+`; grep -c sbx /etc/hosts; cat /proc/1/mountinfo >/dev/null`)
+		if code != 0 || out != "host's\n1\n" {
+			t.Errorf("status %d, stdout %q, stderr %q; want the nested share's file and sbx's /etc/hosts", code, out, stderr)
+		}
+		if got := hostMountsBelow(t, fs); len(got) > 0 {
+			t.Errorf("the sandbox's mounts reached the host: %q", got)
+		}
+		if data, _ := os.ReadFile(filepath.Join(etc, "hosts")); string(data) != "host's\n" {
+			t.Errorf("the host's hosts file reads %q", data)
+		}
+	})
+}
+
+// TestDirectShareBelowClosedDir: a shared directory below one only the host's root may search (/root
+// is 0700), onto a mount point the sandbox lacks, is mounted as a directory: its kind is that of what
+// sbx opened with the host root's rights, not what the supervisor, unprivileged on the host, can see
+// of the host path.
+func TestDirectShareBelowClosedDir(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	bothStarts(t, func(t *testing.T) {
+		closed := filepath.Join(t.TempDir(), "closed")
+		dir := filepath.Join(closed, "d")
+		if err := os.Mkdir(closed, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte("shared\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		plan := testPlan(t)
+		plan.UID, plan.GID = 65534, 65534
+		plan.Filesystem.Shares = []policy.Share{{Host: dir, Sandbox: "/var/tmp/share"}}
+		// /var/tmp as the host has it (1777, without the mount point), not hidden: an empty directory
+		// sbx makes, with the mount point in it.
+		plan.Filesystem.Hidden = slices.DeleteFunc(plan.Filesystem.Hidden, func(p string) bool { return p == "/var/tmp" })
+		code, out, stderr := runPlan(t, plan, t.TempDir(), "cat", "/var/tmp/share/f")
+		if code != 0 || out != "shared\n" {
+			t.Errorf("status %d, stdout %q, stderr %q; want the shared file", code, out, stderr)
+		}
+	})
+}
+
+// TestInitPathTaken: the supervisor's path inside the sandbox (/dev/.sbx-init), whose execs the
+// report leaves out as the supervisor's own, is taken (the supervisor's binary, read-only) even where
+// the command may write /dev as root: a program copied there would run with its execs unseen.
+func TestInitPathTaken(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	bothStarts(t, func(t *testing.T) {
+		plan := testPlan(t)
+		plan.UID, plan.GID = 0, 0
+		plan.Filesystem.Write = append(plan.Filesystem.Write, "/dev")
+		_, out, stderr := runPlan(t, plan, t.TempDir(), "sh", "-c",
+			`cp /bin/echo `+initPath+` || rm -f `+initPath+` && cp /bin/echo `+initPath+` && `+initPath+` planted`)
+		if strings.Contains(out, "planted") {
+			t.Errorf("the command ran its own program as %s (stderr %q)", initPath, stderr)
+		}
+	})
+}
+
+// TestDirectNoPidfd: a supervisor whose pidfd could not be opened is killed all the same when the
+// failed sandbox is torn down: Create returns the error, instead of waiting for good on a supervisor
+// that waits for its setup.
+func TestDirectNoPidfd(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	t.Setenv(directEnv, "")
+	defer func(f func(int, int) (int, error)) { pidfdOpen = f }(pidfdOpen)
+	pidfdOpen = func(int, int) (int, error) { return -1, unix.EMFILE }
+	cfg := Config{Plan: testPlan(t), StateRoot: testutil.StateRoot(t), Command: Command{Args: []string{"true"}, Cwd: t.TempDir()}}
+	done := make(chan error, 1)
+	go func() {
+		sb, err := Create(cfg)
+		if err == nil {
+			sb.Destroy()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, unix.EMFILE) {
+			t.Errorf("Create: %v, want the pidfd's error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Create did not return: the teardown waits for a supervisor it did not kill")
+	}
+}
