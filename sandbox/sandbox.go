@@ -391,6 +391,15 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if in.Hosts, err = hostsFile(s.run.dir); err != nil {
 		return nil, err
 	}
+	if !Rootless() {
+		for _, f := range []struct{ src, dst string }{{in.ResolvConf, "/etc/resolv.conf"}, {in.Hosts, "/etc/hosts"}} {
+			if f.src != "" && !shareCovers(s.cfg.Plan.Filesystem.Shares, f.dst) {
+				if err := plainFile(s.rootfs.root.merged, f.dst); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	spec := Spec(in)
 	// The command creates files with the caller's umask, as on the host (runc's default is 022): a
 	// caller's 077 keeps what lands in a --rw share private.

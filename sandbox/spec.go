@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -282,6 +283,55 @@ func ownFileMount(shares []policy.Share, dst string, ids IDMap) bool {
 	defer f.Close()
 	st, err := f.Stat()
 	return err == nil && st.Mode().IsRegular()
+}
+
+// shareCovers says whether a share is mounted at dst or over a directory above it: then the sandbox
+// sees the share's file there, not the overlay's.
+func shareCovers(shares []policy.Share, dst string) bool {
+	for _, sh := range shares {
+		target := strings.TrimSuffix(filepath.Clean(sh.Sandbox), "/")
+		if target == dst || strings.HasPrefix(dst, target+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// plainFile makes path (sbx's /etc/resolv.conf or /etc/hosts) in the root overlay a regular file that
+// sbx's own can be mounted onto: a link there, as systemd-resolved makes /etc/resolv.conf
+// (../run/systemd/resolve/stub-resolv.conf), would lead the mount into the sandbox's hidden /run, where
+// nothing may be made, and fail every run. The change lands in the overlay's writable layer, the
+// host's file stays as it is; nothing on the way is followed (safefs).
+func plainFile(merged, path string) error {
+	root, err := safefs.OpenRoot(merged)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	dirName, name := safefs.Split(path)
+	dir, err := safefs.OpenDir(root, dirName)
+	if err != nil {
+		return fmt.Errorf("preparing %s: %w", path, err)
+	}
+	defer dir.Close()
+	var st unix.Stat_t
+	switch err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG:
+		return nil
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil {
+			return fmt.Errorf("preparing %s: %w", path, err)
+		}
+	case err == nil:
+		return fmt.Errorf("preparing %s: neither a file nor a link", path)
+	case !errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("preparing %s: %w", path, err)
+	}
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("preparing %s: %w", path, err)
+	}
+	return unix.Close(fd)
 }
 
 // onlyRootChanges says whether directory dir is the host root's and writable by no one else (ACLs

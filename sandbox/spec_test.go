@@ -185,3 +185,37 @@ func TestOwnFileMounts(t *testing.T) {
 		})
 	}
 }
+
+// TestPlainFile: sbx's /etc/resolv.conf and /etc/hosts go onto a regular file of the overlay. A link
+// there (systemd-resolved's relative /etc/resolv.conf) is replaced in the overlay, not followed (the
+// mount would land in the sandbox's hidden /run and fail every run), a missing file is made, and a link
+// on the way (etc itself) is refused.
+func TestPlainFile(t *testing.T) {
+	merged := t.TempDir()
+	for _, d := range []string{"etc", "run", "linked"} {
+		if err := os.Mkdir(filepath.Join(merged, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../run/systemd/resolve/stub-resolv.conf", filepath.Join(merged, "etc", "resolv.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(merged, "linked", "etc")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+		if err := plainFile(merged, p); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		st, err := os.Lstat(filepath.Join(merged, p))
+		if err != nil || !st.Mode().IsRegular() {
+			t.Errorf("%s is %v (%v), want a regular file", p, st, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(merged, "run", "systemd")); !os.IsNotExist(err) {
+		t.Errorf("the link's target was made (%v), want it left alone", err)
+	}
+	if err := plainFile(merged, "/linked/etc/hosts"); err == nil {
+		t.Error("a file below a link was made, want it refused")
+	}
+}
