@@ -282,8 +282,8 @@ func attachLoop(img *os.File) (*os.File, error) {
 		return nil, fmt.Errorf("%w: finding a free loop device: %w", ErrNoDiskLayer, err)
 	}
 	for range maxLoopTries {
-		if !claimLoop(ctl, n) {
-			n++ // another sbx is attaching n
+		if loopBound(n) || !claimLoop(ctl, n) {
+			n++ // in use, or another sbx is attaching it
 			continue
 		}
 		dev, err := openLoop(ctl, n)
@@ -316,6 +316,15 @@ const maxLoopTries = 256
 func claimLoop(ctl *os.File, n int) bool {
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(n), Len: 1}
 	return unix.FcntlFlock(ctl.Fd(), unix.F_OFD_SETLK, &lk) == nil
+}
+
+// loopBound says whether loop device n has a backing file, as sysfs shows it: such a device is passed
+// over without opening it, since an open waits on the device's open mutex, which its owner holds while
+// it mounts the device and the kernel holds while it detaches it. A device bound after this look
+// answers LOOP_CONFIGURE with EBUSY, and attachLoop moves on.
+func loopBound(n int) bool {
+	_, err := os.Stat("/sys/block/loop" + strconv.Itoa(n) + "/loop/backing_file")
+	return err == nil
 }
 
 // openLoop opens loop device n, creating it when it does not exist yet (LOOP_CTL_GET_FREE creates only

@@ -125,7 +125,8 @@ func TestLayerPrepRelease(t *testing.T) {
 
 // TestAttachLoopsAtOnce: layers attached at the same moment each get a device of their own, and an
 // index another sbx has claimed (a lock on its byte of /dev/loop-control, held by another open file
-// description) is passed over rather than opened: runs started at once do not queue on one device.
+// description) is passed over rather than opened, and so is one attached already (loopBound): runs
+// started at once do not queue on one device's open mutex.
 func TestAttachLoopsAtOnce(t *testing.T) {
 	needRoot(t)
 	LayerDir = t.TempDir()
@@ -163,6 +164,9 @@ func TestAttachLoopsAtOnce(t *testing.T) {
 			defer dev.Close()
 			if seen[dev.Name()] {
 				t.Errorf("%s attached twice", dev.Name())
+			}
+			if n, _ := strconv.Atoi(strings.TrimPrefix(dev.Name(), "/dev/loop")); !loopBound(n) {
+				t.Errorf("%s is attached, loopBound says it is not", dev.Name())
 			}
 			seen[dev.Name()] = true
 		}
