@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +120,71 @@ func TestLayerPrepRelease(t *testing.T) {
 		if time.Since(start) > 2*time.Second {
 			t.Fatalf("%d loop devices attached after a failed Create, %d before", after, before)
 		}
+	}
+}
+
+// TestAttachLoopsAtOnce: layers attached at the same moment each get a device of their own, and an
+// index another sbx has claimed (a lock on its byte of /dev/loop-control, held by another open file
+// description) is passed over rather than opened, and so is one attached already (loopBound): runs
+// started at once do not queue on one device's open mutex.
+func TestAttachLoopsAtOnce(t *testing.T) {
+	needRoot(t)
+	LayerDir = t.TempDir()
+	other, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	free, err := unix.IoctlRetInt(int(other.Fd()), unix.LOOP_CTL_GET_FREE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !claimLoop(other, free) {
+		t.Fatalf("claiming loop%d failed", free)
+	}
+	const n = 12
+	devs := make(chan *os.File, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			dev, err := attachDiskLayer(8 << 20)
+			if err != nil {
+				errs <- err
+				return
+			}
+			devs <- dev
+		}()
+	}
+	seen := map[string]bool{}
+	for range n {
+		select {
+		case err := <-errs:
+			t.Error(err)
+		case dev := <-devs:
+			defer dev.Close()
+			if seen[dev.Name()] {
+				t.Errorf("%s attached twice", dev.Name())
+			}
+			if n, _ := strconv.Atoi(strings.TrimPrefix(dev.Name(), "/dev/loop")); !loopBound(n) {
+				t.Errorf("%s is attached, loopBound says it is not", dev.Name())
+			}
+			seen[dev.Name()] = true
+		}
+	}
+	if seen["/dev/loop"+strconv.Itoa(free)] {
+		t.Errorf("loop%d was claimed by another description, and attached anyway", free)
+	}
+	// A claim lasts as long as its description: closed, the index is free to claim again.
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if !claimLoop(again, free) {
+		t.Errorf("loop%d is still claimed after its claimant closed", free)
 	}
 }
 
