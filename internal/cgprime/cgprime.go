@@ -10,6 +10,13 @@
 // its profile and builds the overlays. For the subcommands that build a sandbox at once, as root, a
 // constructor in C (early.c) makes that write on a thread of its own before Go's runtime starts, 0.3 ms
 // into the process; without cgo the package's init makes it on a goroutine, 2.5 ms in.
+//
+// The same constructor, while the process still has a single thread, gives those subcommands a mount
+// namespace of their own, a slave of the host's (unshare(CLONE_NEWNS) cannot be had later, once Go's
+// runtime runs threads): a run's overlays, disk layer and binds never enter the host's mount table. Each
+// sandbox's mount namespace is a copy of its sbx's, so runs started at once no longer copy (and detach
+// again) every other run's mounts, and a killed sbx's mounts go with it. [PrivateMounts] says whether it
+// happened.
 package cgprime
 
 import (

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -72,6 +73,13 @@ func TestListed(t *testing.T) {
 // TestMain: started as "exec", "probe" or "init", the test binary reports whether early.c's constructor
 // started the write, as sbx would have.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 3 && os.Args[1] == "exec" && os.Args[2] == "mount" {
+		// TestPrivateMounts: a tmpfs mounted here must not show in the parent's mount namespace.
+		err := syscall.Mount("tmpfs", os.Args[3], "tmpfs", 0, "")
+		ns, _ := os.Readlink("/proc/self/ns/mnt")
+		fmt.Println(PrivateMounts(), ns, err)
+		os.Exit(0)
+	}
 	if len(os.Args) > 1 && (os.Args[1] == "exec" || os.Args[1] == "probe" || os.Args[1] == "init") {
 		path := ""
 		for i := 0; startedEarly() && path == "" && i < 1000; i++ {
@@ -135,5 +143,31 @@ func TestClimbs(t *testing.T) {
 		if got := climbsC(path); got != want {
 			t.Errorf("early.c's climbs(%q) = %v, want %v", path, got, want)
 		}
+	}
+}
+
+// TestPrivateMounts: started as root's exec, the process has a mount namespace of its own, and what it
+// mounts stays out of the host's (its caller's) mount table.
+func TestPrivateMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root's exec gets a mount namespace of its own")
+	}
+	dir := t.TempDir()
+	out, err := exec.Command(os.Args[0], "exec", "mount", dir).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _ := os.Readlink("/proc/self/ns/mnt")
+	f := strings.Fields(string(out))
+	if len(f) != 3 || f[0] != "true" || f[1] == own || f[2] != "<nil>" {
+		t.Fatalf("exec: %q, want private mounts in a namespace other than %s, and a mount made", out, own)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), " "+dir+" ") {
+		syscall.Unmount(dir, syscall.MNT_DETACH)
+		t.Errorf("the tmpfs the exec process mounted on %s shows in the caller's mount table", dir)
 	}
 }

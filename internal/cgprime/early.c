@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #endif
 
 int sbx_cgprime_started;
+int sbx_private_mounts; // the process has a mount namespace of its own (see sbx_cgprime)
 char sbx_cgprime_path[4352]; // the file written, once found (for the tests)
 
 // oncgroupfs says whether fd is on a cgroup file system (v1 or v2).
@@ -160,6 +163,12 @@ __attribute__((constructor)) static void sbx_cgprime(int argc, char **argv)
 		return;
 	if (strcmp(argv[1], "exec") != 0 && strcmp(argv[1], "probe") != 0)
 		return;
+	// A mount namespace of sbx's own, a slave of the host's, while the process has one thread: the
+	// run's overlays, layer and binds then never enter the host's mount table, where every other run's
+	// sandbox would copy them into its own namespace (and detach them again), and they go with sbx
+	// however it ends. Host mounts made later still show here; nothing made here shows there.
+	if (unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) == 0)
+		sbx_private_mounts = 1;
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old); // the thread starts with this mask

@@ -3,6 +3,7 @@
 package cgprime
 
 // extern int sbx_cgprime_started;
+// extern int sbx_private_mounts;
 // #include <stdlib.h>
 // extern char sbx_cgprime_path[4352];
 // extern int sbx_cgprime_climbs(const char *rel);
@@ -12,6 +13,9 @@ import "unsafe"
 
 // startedEarly says whether early.c's constructor started the write before the runtime did.
 func startedEarly() bool { return C.sbx_cgprime_started != 0 }
+
+// PrivateMounts says whether the process runs in a mount namespace of its own (see the package's doc).
+func PrivateMounts() bool { return C.sbx_private_mounts != 0 }
 
 // earlyPath is the file early.c's thread found, "" until it has.
 func earlyPath() string { return C.GoString(&C.sbx_cgprime_path[0]) }

@@ -8,3 +8,6 @@ func startedEarly() bool { return false }
 func earlyPath() string { return "" }
 
 func climbsC(path string) bool { return climbs(path) }
+
+// PrivateMounts: without cgo there is no constructor, and no mount namespace of sbx's own.
+func PrivateMounts() bool { return false }
