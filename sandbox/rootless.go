@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
 )
 
@@ -678,4 +679,36 @@ func openUp(root int, rel string, perm uint32) bool {
 	}
 	// An O_PATH handle cannot be fchmod'ed; its /proc/self/fd link names exactly that directory.
 	return unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), st.Mode&0o7777|perm) == nil
+}
+
+// startDirectRootless is startDirect without root: the supervisor starts in fresh namespaces as the
+// caller, root of its user namespace, where the caller's uid and gid (one id each, rootlessIDMap) are
+// mapped as 0. The kernel lets an ordinary user write such maps itself (the gid map once setgroups is
+// denied), so the runtime writes them between clone and exec, as for root, and no newuidmap is needed.
+// The sandbox gets no cgroup (limits come as rlimits, in setup); the supervisor opens the binds' sources
+// (setup.OpenSources: sbx may not clone mounts); the network namespace is a new one, which pasta joins
+// once the supervisor runs (Create: net.Attach).
+func (s *Sandbox) startDirectRootless(bin string, setup *supervisor.Setup, netns string, files []*os.File) error {
+	if netns != "" {
+		// Joining another namespace would take CAP_SYS_ADMIN over it, which sbx has not.
+		return fmt.Errorf("%w: joining the network namespace %s", ErrRootless, netns)
+	}
+	c := &directContainer{}
+	s.container = c
+	exe, err := os.Open(bin)
+	if err != nil {
+		return fmt.Errorf("opening the supervisor's binary: %w", err)
+	}
+	defer exe.Close()
+	cmd := supervisorCmd(exe, files, netns)
+	uids, gids := s.ids.mappings()
+	if len(uids) != 1 || len(gids) != 1 || uids[0].HostID != uint32(os.Geteuid()) || gids[0].HostID != uint32(os.Getegid()) {
+		return fmt.Errorf("%w: a user namespace that maps other ids than the caller's own (%v %v)", ErrRootless, uids, gids)
+	}
+	cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = sysIDMap(uids), sysIDMap(gids)
+	// Already root of its user namespace once mapped, with the caller's supplementary groups (unmapped:
+	// nogroup inside), which setgroups, denied so that the gid map may be written, cannot drop; as with
+	// libcontainer's rootless init.
+	cmd.SysProcAttr.GidMappingsEnableSetgroups = false
+	return s.launchSupervisor(c, cmd, netns, setup)
 }
