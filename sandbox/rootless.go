@@ -710,5 +710,60 @@ func (s *Sandbox) startDirectRootless(bin string, setup *supervisor.Setup, netns
 	// nogroup inside), which setgroups, denied so that the gid map may be written, cannot drop; as with
 	// libcontainer's rootless init.
 	cmd.SysProcAttr.GidMappingsEnableSetgroups = false
-	return s.launchSupervisor(c, cmd, netns, setup)
+	if err := s.launchSupervisor(c, cmd, netns, setup); err != nil {
+		return err
+	}
+	return recordInit(s.run.dir, s.initPid)
+}
+
+// initFile names, in a rootless run's dir, its supervisor's host pid and pid namespace: without a
+// cgroup, nothing else tells gc which processes were the run's, should its supervisor outlive a dead
+// sbx (its parent-death signal kills it with sbx; this is the second line).
+const initFile = "init"
+
+// maxInitFile bounds what gc reads of initFile.
+const maxInitFile = 256
+
+// recordInit writes initFile for the supervisor pid, sbx's child, not reaped yet: the pid is its.
+func recordInit(runDir string, pid int) error {
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	if err != nil {
+		return fmt.Errorf("reading the supervisor's pid namespace: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, initFile), []byte(fmt.Sprintf("%d %s\n", pid, ns)), 0o600); err != nil {
+		return fmt.Errorf("recording the supervisor's pid: %w", err)
+	}
+	return nil
+}
+
+// killRecordedInit kills, for gc, the supervisor a dead run recorded in its dir (and with it its whole
+// pid namespace), if it is still there: the process with that pid whose pid namespace is the recorded
+// one, signalled through a pidfd opened before the check, so that a reused pid is never hit. It waits
+// up to a second for it to be gone.
+func killRecordedInit(runDir string) {
+	f, err := os.Open(filepath.Join(runDir, initFile))
+	if err != nil {
+		return
+	}
+	data := make([]byte, maxInitFile)
+	n, _ := f.Read(data)
+	f.Close()
+	var pid int
+	var ns string
+	if _, err := fmt.Sscanf(string(data[:n]), "%d %s", &pid, &ns); err != nil || pid <= 1 {
+		return
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	if got, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil || got != ns {
+		return
+	}
+	if unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) != nil {
+		return
+	}
+	// The pidfd reads as readable once the process has exited.
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 1000)
 }
