@@ -69,7 +69,7 @@ type topLayer struct {
 // mount namespace down is about a millisecond faster (measured: kill 1.8 against 0.7 ms).
 const rootlessOverlayOpts = "userxattr,volatile"
 
-// kernelDirs are mounted by libcontainer itself.
+// kernelDirs are mounted by the spec's own mounts (proc, sysfs or /sys, the /dev tmpfs).
 var kernelDirs = []string{"proc", "sys", "dev"}
 
 // buildRootless lays out the sandbox's / in the run dir: the host's top-level symlinks as they are (but
@@ -341,7 +341,7 @@ func mountsBelowTop() (map[string]bool, error) {
 	return out, sc.Err()
 }
 
-// rootlessMounts are the sandbox's top-level mounts, before libcontainer's own.
+// rootlessMounts are the sandbox's top-level mounts, before the spec's own.
 func (r *rootfs) rootlessMounts() []specs.Mount {
 	var ms []specs.Mount
 	for _, l := range r.top {
