@@ -364,6 +364,26 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 	return append(ms, r.hideMounts...)
 }
 
+// optionalTops marks the mounts of the host's top-level directories (the first mount at each) optional:
+// one removed from the host's / after buildRootless listed it is left out of the sandbox by the
+// supervisor, as it would have been had it gone before (topEntry), instead of failing the run (seen
+// with the tests' own top-level directories, made and removed while other runs start). Hidden ones are
+// of the run's empty directory, which stays.
+func (r *rootfs) optionalTops(ms []supervisor.Mount) {
+	tops := map[string]bool{}
+	for _, l := range r.top {
+		if !l.hidden {
+			tops["/"+l.name] = true
+		}
+	}
+	for i, m := range ms {
+		if dst := filepath.Clean(m.Destination); tops[dst] {
+			ms[i].Optional = true
+			delete(tops, dst)
+		}
+	}
+}
+
 // readOnlyTop is the mount of a top-level directory nothing may write below: an overlay without an
 // upper layer (the host's directory over an empty one), or a read-only recursive bind when mounts lie
 // below it (a user namespace locks them, and overlay refuses such a lower layer), read-only all the

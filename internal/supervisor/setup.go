@@ -60,6 +60,11 @@ type Mount struct {
 	// RecSet and RecClr are MOUNT_ATTR_* set and cleared on the whole tree of a bind (rro, rnosuid, ...).
 	RecSet uint64 `json:"rec_set,omitempty"`
 	RecClr uint64 `json:"rec_clr,omitempty"`
+	// Optional: a source (a bind's, an overlay's lower layer) that is gone by the time the supervisor
+	// mounts it is no error: the mount is left out, and its mount point with it. For a rootless sandbox's
+	// top-level directories, which sbx lists from the host's / before the supervisor runs.
+	Optional bool `json:"optional,omitempty"`
+	gone     bool // an optional bind whose source openSources did not find
 }
 
 // Rlimit is one resource limit of the sandbox's processes.
@@ -102,7 +107,15 @@ func build(s *Setup) error {
 		}
 	}
 	for _, m := range s.Mounts {
-		if err := mountIn(root, m); err != nil {
+		err := errSourceGone
+		if !m.gone {
+			err = mountIn(root, m)
+		}
+		if m.Optional && (errors.Is(err, errSourceGone) || errors.Is(err, unix.ENOENT)) {
+			leaveOut(root, m.Destination)
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("mounting %s: %w", m.Destination, err)
 		}
 	}
@@ -340,12 +353,34 @@ func openSources(ms []Mount) error {
 			flags |= unix.AT_RECURSIVE
 		}
 		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, flags)
+		if m.Optional && errors.Is(err, unix.ENOENT) {
+			ms[i].gone = true
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("opening %s for %s: %w", m.Source, m.Destination, err)
 		}
 		ms[i].FD = fd
 	}
 	return nil
+}
+
+// errSourceGone is the source of an optional mount, gone (see Mount.Optional).
+var errSourceGone = errors.New("the source is gone")
+
+// leaveOut removes the mount point dst inside root of an optional mount whose source is gone, so that
+// the sandbox lacks the entry as the host now does. One that is not an empty directory stays.
+func leaveOut(root int, dst string) {
+	dir, name := filepath.Split(filepath.Clean("/" + dst))
+	if name == "" {
+		return
+	}
+	parent, err := openIn(root, dir, unix.O_DIRECTORY)
+	if err != nil {
+		return
+	}
+	defer unix.Close(parent)
+	unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)
 }
 
 // splitOptions splits mount data at its commas; for overlay, not at a comma escaped with '\', as
