@@ -30,7 +30,8 @@ import (
 // rlimits and the supervisor as pid 1. What changes is who makes the mounts: the supervisor, with the
 // new mount API onto handles opened inside the root (setup.go there).
 //
-// Without root (rootless.go), or with a config that asks for what the supervisor does not do (idmapped
+// Without root (rootless.go: startDirectRootless), the supervisor opens the binds' sources itself and
+// the sandbox gets no cgroup. With a config that asks for what the supervisor does not do (idmapped
 // mounts, a read-only root), sbx uses libcontainer's init as before. So does SBX_LIBCONTAINER=1, for
 // comparison.
 
@@ -54,7 +55,7 @@ type initProcess interface {
 // directSetup is the supervisor's Setup for config, or an error when the supervisor cannot build it
 // (libcontainer's init then does).
 func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*supervisor.Setup, error) {
-	if Rootless() || os.Getenv(directEnv) == "1" {
+	if os.Getenv(directEnv) == "1" {
 		return nil, errors.New("not asked for")
 	}
 	if config.Readonlyfs || len(config.NetDevices) > 0 || len(config.Hooks) > 0 {
@@ -62,7 +63,7 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	}
 	setup := &supervisor.Setup{Rootfs: config.Rootfs, Masked: config.MaskPaths, ReadOnly: config.ReadonlyPaths,
 		Hostname: config.Hostname, Sysctl: config.Sysctl, Umask: 0o022, Cwd: s.cfg.Command.Cwd,
-		Console: s.cfg.Command.Terminal}
+		Console: s.cfg.Command.Terminal, OpenSources: Rootless()}
 	for _, m := range config.Mounts {
 		// The supervisor's binary at initPath too, though it runs already: the report leaves out the
 		// execs of that path as the supervisor's own, and a free name in the sandbox's /dev would let a
@@ -76,6 +77,9 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 			dm.RecSet, dm.RecClr = m.RecAttr.Attr_set, m.RecAttr.Attr_clr
 		}
 		setup.Mounts = append(setup.Mounts, dm)
+	}
+	if Rootless() {
+		s.rootfs.optionalTops(setup.Mounts)
 	}
 	for _, n := range config.Networks {
 		if n.Type == "loopback" {
@@ -113,6 +117,9 @@ func (s *Sandbox) supervisorBinary(self string) string {
 // startDirect starts the supervisor in fresh namespaces, in the sandbox's cgroups with their limits set,
 // and sends it setup. The network namespace is the contract's (netns, a path) or a new one.
 func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *configs.Config, netns string, files []*os.File) error {
+	if Rootless() {
+		return s.startDirectRootless(bin, setup, netns, files)
+	}
 	m, err := manager.New(config.Cgroups)
 	if err != nil {
 		return fmt.Errorf("the sandbox's cgroups: %w", err)
@@ -136,8 +143,6 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 		return fmt.Errorf("opening the supervisor's binary: %w", err)
 	}
 	defer exe.Close()
-	files = append(files, exe)
-	exeFD := 2 + len(files) // ExtraFiles start at fd 3
 	for i, m := range setup.Mounts {
 		if m.Type != "bind" {
 			continue
@@ -148,47 +153,67 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 		}
 		defer tree.Close()
 		files = append(files, tree)
-		setup.Mounts[i].FD = 2 + len(files)
+		setup.Mounts[i].FD = 2 + len(files) // ExtraFiles start at fd 3
 	}
+	cmd := supervisorCmd(exe, files, netns)
 	uids, gids := s.ids.mappings()
+	cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = sysIDMap(uids), sysIDMap(gids)
+	cmd.SysProcAttr.GidMappingsEnableSetgroups = true
+	// Root of its user namespace, with no supplementary group (the host's root has some).
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+	if err := s.launchSupervisor(c, cmd, netns, setup); err != nil {
+		return err
+	}
+	// While the supervisor builds the sandbox: it starts nothing before the preparation, which comes
+	// after this.
+	if err := m.Apply(s.initPid); err != nil {
+		return fmt.Errorf("moving the supervisor into the sandbox's cgroups: %w", err)
+	}
+	return nil
+}
+
+// supervisorCmd is the supervisor, executed through exe, its binary's descriptor (passed last, after
+// files), in fresh namespaces: a user namespace (the caller sets its maps), mount, pid, ipc and uts, and
+// network unless it joins netns.
+func supervisorCmd(exe *os.File, files []*os.File, netns string) *exec.Cmd {
+	files = append(files, exe)
+	exeFD := 2 + len(files) // ExtraFiles start at fd 3
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
 	if netns == "" {
 		flags |= unix.CLONE_NEWNET
 	}
-	cmd := &exec.Cmd{
+	return &exec.Cmd{
 		// Executed through its descriptor; argv[0] and the supervisor's name stay /dev/.sbx-init.
 		Path: "/proc/self/fd/" + strconv.Itoa(exeFD),
-		Args: []string{initPath, roleSupervise, supervisor.SetupArg, strconv.Itoa(exeFD), strconv.Itoa(2 + len(files))},
+		Args: []string{initPath, roleSupervise, supervisor.SetupArg, strconv.Itoa(exeFD), strconv.Itoa(exeFD)},
 		Env:  []string{"PATH=/usr/bin:/bin"},
 		Dir:  "/",
 		// The supervisor's own stdio are /dev/null; the command's come as extra files.
 		ExtraFiles: files,
 		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  flags,
-			UidMappings: sysIDMap(uids), GidMappings: sysIDMap(gids), GidMappingsEnableSetgroups: true,
-			// Root of its user namespace, with no supplementary group (the host's root has some).
-			Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+			Cloneflags: flags,
 			Setsid:     true,
 			// The sandbox dies with sbx (with the thread that started it, which lives as long: start).
 			Pdeathsig: unix.SIGKILL,
 		},
 	}
+}
+
+// launchSupervisor starts cmd, the supervisor of container c, in network namespace netns ("" for a new
+// one) and sends it setup.
+func (s *Sandbox) launchSupervisor(c *directContainer, cmd *exec.Cmd, netns string, setup *supervisor.Setup) error {
 	if err := startSupervisor(cmd, netns); err != nil {
 		return fmt.Errorf("starting the sandbox's supervisor: %w", err)
 	}
 	init := &directInit{cmd: cmd}
 	s.init, s.initPid = init, cmd.Process.Pid
 	c.init = init
+	var err error
 	if c.pidfd, err = pidfdOpen(s.initPid, 0); err != nil {
 		return fmt.Errorf("opening the supervisor's pidfd: %w", err)
 	}
 	if err := s.ctl.SendSetup(*setup); err != nil {
 		return fmt.Errorf("sending the supervisor its setup: %w", err)
-	}
-	// While the supervisor builds the sandbox: it starts nothing before the preparation, which comes
-	// after this.
-	if err := m.Apply(s.initPid); err != nil {
-		return fmt.Errorf("moving the supervisor into the sandbox's cgroups: %w", err)
 	}
 	return nil
 }
@@ -316,7 +341,8 @@ func (p *directInit) Wait() (*os.ProcessState, error) {
 
 func (p *directInit) Pid() (int, error) { return p.cmd.Process.Pid, nil }
 
-// directContainer is a directly started sandbox's container: its supervisor and its cgroups.
+// directContainer is a directly started sandbox's container: its supervisor and its cgroups (none
+// without root: m is nil, and the sandbox's processes are its pid namespace's, see rootless.go).
 type directContainer struct {
 	m     cgroups.Manager
 	init  *directInit
@@ -332,7 +358,7 @@ func (c *directContainer) Signal(sig os.Signal) error {
 	if errors.Is(err, unix.ESRCH) || errors.Is(err, os.ErrProcessDone) {
 		return nil
 	}
-	if err == nil && sig == unix.SIGKILL {
+	if err == nil && sig == unix.SIGKILL && c.m != nil {
 		// A frozen (v1) cgroup holds the kill until it thaws, as libcontainer's Signal knows too.
 		if st, ferr := c.m.GetFreezerState(); ferr == nil && st != cgroups.Thawed {
 			return c.m.Freeze(cgroups.Thawed)
@@ -352,15 +378,31 @@ func (c *directContainer) send(sig syscall.Signal) error {
 	return c.init.cmd.Process.Signal(sig)
 }
 
-func (c *directContainer) Processes() ([]int, error) { return c.m.GetAllPids() }
+func (c *directContainer) Processes() ([]int, error) {
+	if c.m == nil && c.init == nil {
+		return nil, nil
+	}
+	if c.m == nil {
+		return nsPids(c.init.cmd.Process.Pid)
+	}
+	return c.m.GetAllPids()
+}
 
-func (c *directContainer) Pause() error { return c.m.Freeze(cgroups.Frozen) }
+func (c *directContainer) Pause() error {
+	if c.m == nil {
+		return ErrNoFreezer
+	}
+	return c.m.Freeze(cgroups.Frozen)
+}
 
 // Destroy removes the cgroups once the supervisor is gone (Destroy of the sandbox kills and waits first).
 func (c *directContainer) Destroy() error {
 	if c.pidfd > 0 {
 		unix.Close(c.pidfd)
 		c.pidfd = -1
+	}
+	if c.m == nil {
+		return nil
 	}
 	return c.m.Destroy()
 }

@@ -254,6 +254,7 @@ func gcRun(root, id string) error {
 	var errs []error
 	thawCgroup(id) // a frozen task holds its SIGKILL until thawed
 	killCgroup(id)
+	killRecordedInit(filepath.Join(runsDir(root), id)) // a rootless run's, which has no cgroup
 	if c, err := libcontainer.Load(filepath.Join(root, "lc"), id); err == nil {
 		c.Signal(unix.SIGKILL)
 		waitStopped(c)

@@ -39,6 +39,10 @@ type Setup struct {
 	// Caps are the capabilities the supervisor keeps once the sandbox is built (CAP_SETUID and CAP_SETGID
 	// when the command's user is not root, to hand it over); the command gets none.
 	Caps []int `json:"caps"`
+	// OpenSources: sbx has no root (a rootless run), so it could not clone the binds' sources
+	// (open_tree needs CAP_SYS_ADMIN over the mount namespace): the supervisor, root of its own user
+	// and mount namespaces, opens each bind without a descriptor by its host path (see openSources).
+	OpenSources bool `json:"open_sources,omitempty"`
 }
 
 // Mount is one mount of the sandbox. Type "bind" binds Source, a host path; other types make a new file
@@ -56,6 +60,11 @@ type Mount struct {
 	// RecSet and RecClr are MOUNT_ATTR_* set and cleared on the whole tree of a bind (rro, rnosuid, ...).
 	RecSet uint64 `json:"rec_set,omitempty"`
 	RecClr uint64 `json:"rec_clr,omitempty"`
+	// Optional: a source (a bind's, an overlay's lower layer) that is gone by the time the supervisor
+	// mounts it is no error: the mount is left out, and its mount point with it. For a rootless sandbox's
+	// top-level directories, which sbx lists from the host's / before the supervisor runs.
+	Optional bool `json:"optional,omitempty"`
+	gone     bool // an optional bind whose source openSources did not find
 }
 
 // Rlimit is one resource limit of the sandbox's processes.
@@ -96,8 +105,21 @@ func build(s *Setup) error {
 		return fmt.Errorf("opening the root: %w", err)
 	}
 	defer unix.Close(root)
+	if s.OpenSources {
+		if err := openSources(s.Mounts); err != nil {
+			return err
+		}
+	}
 	for _, m := range s.Mounts {
-		if err := mountIn(root, m); err != nil {
+		err := errSourceGone
+		if !m.gone {
+			err = mountIn(root, m)
+		}
+		if m.Optional && (errors.Is(err, errSourceGone) || errors.Is(err, unix.ENOENT)) {
+			leaveOut(root, m.Destination)
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("mounting %s: %w", m.Destination, err)
 		}
 	}
@@ -371,6 +393,75 @@ func bindTree(m Mount) (int, error) {
 	return fd, nil
 }
 
+// openSources gives every bind of ms that came without a descriptor one: a detached copy of its source
+// (its whole tree with MS_REC), looked up by its host path in the supervisor's copy of sbx's mount
+// namespace, before anything of the sandbox is mounted. Only for a run without root, where sbx could
+// not make the copies: the supervisor's rights on the host are then sbx's own (its uid, no capability
+// outside its user namespace), so it reaches what sbx would, and the path resolves as libcontainer's
+// init resolves it (links followed, as mount(2) follows them).
+func openSources(ms []Mount) error {
+	for i, m := range ms {
+		if m.Type != "bind" || m.FD != 0 {
+			continue
+		}
+		flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
+		if m.Flags&unix.MS_REC != 0 {
+			flags |= unix.AT_RECURSIVE
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, flags)
+		if m.Optional && errors.Is(err, unix.ENOENT) {
+			ms[i].gone = true
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("opening %s for %s: %w", m.Source, m.Destination, err)
+		}
+		ms[i].FD = fd
+	}
+	return nil
+}
+
+// errSourceGone is the source of an optional mount, gone (see Mount.Optional).
+var errSourceGone = errors.New("the source is gone")
+
+// leaveOut removes the mount point dst inside root of an optional mount whose source is gone, so that
+// the sandbox lacks the entry as the host now does. One that is not an empty directory stays.
+func leaveOut(root int, dst string) {
+	dir, name := filepath.Split(filepath.Clean("/" + dst))
+	if name == "" {
+		return
+	}
+	parent, err := openIn(root, dir, unix.O_DIRECTORY)
+	if err != nil {
+		return
+	}
+	defer unix.Close(parent)
+	unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)
+}
+
+// splitOptions splits mount data at its commas; for overlay, not at a comma escaped with '\', as
+// mount(2) splits overlay's data (sbx escapes ',' ':' and '\' in its layers' paths). The escapes stay:
+// overlay unescapes its layers' paths itself, given through fsconfig as through mount(2).
+func splitOptions(fsType, data string) []string {
+	if fsType != "overlay" {
+		return strings.Split(data, ",")
+	}
+	var out []string
+	start, escaped := 0, false
+	for i := 0; i < len(data); i++ {
+		switch {
+		case escaped:
+			escaped = false
+		case data[i] == '\\':
+			escaped = true
+		case data[i] == ',':
+			out = append(out, data[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, data[start:])
+}
+
 // newFS makes a detached mount of a new file system of m's type with m's options.
 func newFS(m Mount) (int, error) {
 	fs, err := unix.Fsopen(m.Type, unix.FSOPEN_CLOEXEC)
@@ -383,7 +474,7 @@ func newFS(m Mount) (int, error) {
 			return -1, fmt.Errorf("fsconfig %s source: %w", m.Type, err)
 		}
 	}
-	for _, o := range strings.Split(m.Data, ",") {
+	for _, o := range splitOptions(m.Type, m.Data) {
 		if o == "" {
 			continue
 		}
