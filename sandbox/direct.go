@@ -114,25 +114,26 @@ func (s *Sandbox) supervisorBinary(self string) string {
 	return initBinary(self)
 }
 
-// startDirect starts the supervisor in fresh namespaces, in the sandbox's cgroups with their limits set,
-// and sends it setup. The network namespace is the contract's (netns, a path) or a new one.
-func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *configs.Config, netns string, files []*os.File) error {
+// startDirect starts the supervisor in fresh namespaces and sends it setup, and moves it into the
+// sandbox's cgroups, with their limits set, in the background: the channel says when that is done (nil:
+// no cgroups, without root). The network namespace is the contract's (netns, a path) or a new one.
+func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *configs.Config, netns string, files []*os.File) (<-chan error, error) {
 	if Rootless() {
-		return s.startDirectRootless(bin, setup, netns, files)
+		return nil, s.startDirectRootless(bin, setup, netns, files)
 	}
 	m, err := manager.New(config.Cgroups)
 	if err != nil {
-		return fmt.Errorf("the sandbox's cgroups: %w", err)
+		return nil, fmt.Errorf("the sandbox's cgroups: %w", err)
 	}
 	// The directories are there (cgroupprep.go) unless making them failed; then this makes them.
 	if err := m.Apply(-1); err != nil {
-		return fmt.Errorf("making the sandbox's cgroups: %w", err)
+		return nil, fmt.Errorf("making the sandbox's cgroups: %w", err)
 	}
 	c := &directContainer{m: m}
 	s.container = c
 	// Limits and device rules hold before anything runs in the cgroups.
 	if err := m.Set(config.Cgroups.Resources); err != nil {
-		return fmt.Errorf("setting the sandbox's limits: %w", err)
+		return nil, fmt.Errorf("setting the sandbox's limits: %w", err)
 	}
 	// The supervisor's binary and every bind's source are opened here, with the host root's rights: the
 	// supervisor, root only in its user namespace, may not search the directories on their way (a
@@ -140,7 +141,7 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	// host-side helper opens them the same way).
 	exe, err := os.Open(bin)
 	if err != nil {
-		return fmt.Errorf("opening the supervisor's binary: %w", err)
+		return nil, fmt.Errorf("opening the supervisor's binary: %w", err)
 	}
 	defer exe.Close()
 	for i, m := range setup.Mounts {
@@ -149,7 +150,7 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 		}
 		tree, err := openTree(m)
 		if err != nil {
-			return fmt.Errorf("opening %s for %s: %w", m.Source, m.Destination, err)
+			return nil, fmt.Errorf("opening %s for %s: %w", m.Source, m.Destination, err)
 		}
 		defer tree.Close()
 		files = append(files, tree)
@@ -162,14 +163,20 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	// Root of its user namespace, with no supplementary group (the host's root has some).
 	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 	if err := s.launchSupervisor(c, cmd, netns, setup); err != nil {
-		return err
+		return nil, err
 	}
 	// While the supervisor builds the sandbox: it starts nothing before the preparation, which comes
 	// after this.
-	if err := m.Apply(s.initPid); err != nil {
-		return fmt.Errorf("moving the supervisor into the sandbox's cgroups: %w", err)
-	}
-	return nil
+	moved := make(chan error, 1)
+	go func() {
+		if err := m.Apply(s.initPid); err != nil {
+			s.Kill()
+			moved <- fmt.Errorf("moving the supervisor into the sandbox's cgroups: %w", err)
+			return
+		}
+		moved <- nil
+	}()
+	return moved, nil
 }
 
 // supervisorCmd is the supervisor, executed through exe, its binary's descriptor (passed last, after

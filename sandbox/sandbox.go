@@ -77,6 +77,7 @@ type Sandbox struct {
 	rootfs    *rootfs
 	net       *netcontract.Net
 	container runtimeContainer // libcontainer's, or a direct start's (direct.go)
+	prepared  chan error       // the supervisor's preparation was sent (nil) or could not be
 	init      initProcess
 	initPid   int
 	ctl       *supervisor.Conn // sbx's end of the supervisor's control socket
@@ -350,13 +351,11 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	// The preparation is sent while the init starts: it waits in the socket, and the supervisor reads
 	// it as soon as it runs. (A preparation larger than the socket's buffer completes once the
 	// supervisor reads; Destroy's close of the socket ends the write if it never does.)
-	prepared := make(chan error, 1)
-	sendPrepare := func() { prepared <- s.ctl.SendPrepare(s.supervisorPrepare()) }
+	// Start waits for it (awaitReady).
+	s.prepared = make(chan error, 1)
+	sendPrepare := func() { s.prepared <- s.ctl.SendPrepare(s.supervisorPrepare()) }
 	if err := s.startInit(spec, config, ctlChild, consoleChild, sendPrepare, tr); err != nil {
 		return err
-	}
-	if err := <-prepared; err != nil {
-		return fmt.Errorf("preparing the supervisor: %w", err)
 	}
 	if consoleParent != nil {
 		if s.console, err = recvFile(consoleParent); err != nil {
@@ -459,12 +458,22 @@ func (s *Sandbox) startInit(spec *specs.Spec, config *configs.Config, ctl, conso
 			}
 			files = append(files, stdio...)
 		}
-		err = s.startDirect(s.supervisorBinary(self), setup, config, netNSPath(spec), files)
+		moved, err := s.startDirect(s.supervisorBinary(self), setup, config, netNSPath(spec), files)
 		s.relays.started()
 		if err != nil {
 			return err
 		}
-		go sendPrepare()
+		// The preparation once the supervisor is in its cgroups (the move waits for the cgroup lock,
+		// while the supervisor builds the sandbox): it starts nothing before that.
+		go func() {
+			if moved != nil {
+				if err := <-moved; err != nil {
+					s.prepared <- err
+					return
+				}
+			}
+			sendPrepare()
+		}()
 		tr.mark("direct")
 		return nil
 	}
@@ -721,6 +730,9 @@ func (s *Sandbox) Start() (*Running, error) {
 // when there is one, to the listener. A filter that notifies with nobody to answer would leave the
 // command waiting: then the run fails.
 func (s *Sandbox) awaitReady() error {
+	if err := <-s.prepared; err != nil {
+		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, err)
+	}
 	fd, err := s.ctl.ReadReady()
 	var be *supervisor.BuildError
 	if errors.As(err, &be) {
