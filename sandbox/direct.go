@@ -158,8 +158,8 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	cmd := &exec.Cmd{
 		// Executed through its descriptor; argv[0] and the supervisor's name stay /dev/.sbx-init.
 		Path: "/proc/self/fd/" + strconv.Itoa(exeFD),
-		Args: []string{initPath, roleSupervise, supervisor.SetupArg, strconv.Itoa(exeFD), strconv.Itoa(2 + len(files))},
-		Env:  []string{"PATH=/usr/bin:/bin"},
+		Args: []string{initPath, roleSupervise},
+		Env:  []string{"PATH=/usr/bin:/bin", supervisor.SetupEnv + "=" + strconv.Itoa(exeFD) + " " + strconv.Itoa(2+len(files))},
 		Dir:  "/",
 		// The supervisor's own stdio are /dev/null; the command's come as extra files.
 		ExtraFiles: files,

@@ -65,8 +65,12 @@ type Rlimit struct {
 	Hard uint64 `json:"hard"`
 }
 
-// SetupArg is the argument after [Role] that makes the supervisor read a [Setup] first.
-const SetupArg = "setup"
+// SetupEnv is the environment variable that makes the supervisor read a [Setup] first; its value is
+// the descriptor of the supervisor's binary and the last descriptor sbx passed ("7 10"). It is not an
+// argument: the command sees pid 1's command line (/proc/1/cmdline), and that stays the one
+// libcontainer's init gives it. The command's environment is its own (Command.Env), never the
+// supervisor's.
+const SetupEnv = "SBX_SUPERVISOR_SETUP"
 
 // consoleFD is where a direct start passes the socket the terminal's master side goes back on.
 const consoleFD = 4
@@ -575,13 +579,26 @@ func setupConsole() error {
 	return nil
 }
 
-// dropCaps leaves every thread of the supervisor with caps alone (permitted and effective; nothing
-// inheritable), and no_new_privs. Credentials are per thread: psx changes them on all at once (the
-// runtime's AllThreadsSyscall in sbx-init, which has no cgo; its own signal handshake in sbx).
+// dropCaps leaves every thread of the supervisor with caps alone (bounding, permitted and effective;
+// nothing inheritable), and no_new_privs. Credentials are per thread: psx changes them on all at once
+// (the runtime's AllThreadsSyscall in sbx-init, which has no cgo; its own signal handshake in sbx).
+// The bounding set is libcontainer's init's too: pid 1 as the command sees it (/proc/1/status) is the
+// same in both ways of starting it.
 func dropCaps(caps []int) error {
 	var set uint32
+	keep := map[int]bool{}
 	for _, c := range caps {
 		set |= 1 << uint(c)
+		keep[c] = true
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if keep[c] {
+			continue
+		}
+		// EINVAL: a capability this kernel does not have.
+		if _, _, errno := psx.Syscall6(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0, 0); errno != 0 && errno != unix.EINVAL {
+			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, errno)
+		}
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{{Effective: set, Permitted: set}}
