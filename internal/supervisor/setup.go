@@ -299,11 +299,21 @@ func attrsOf(flags int) uint64 {
 // bindTree is a detached copy of m's source (its whole tree with MS_REC) with m's flags set on its top
 // and m's recursive attributes on all of it. Flags are only ever added: what the source has (and a
 // user namespace locks) stays.
+//
+// Every mount of the copy is made a slave first, before it is attached anywhere. sbx made the copy on
+// the host, and a copy of a shared mount (a systemd host's /, a share below /run/netns) is a peer of
+// the host's: a mount made below it in the sandbox (a nested share, sbx's /etc/hosts over a shared
+// /etc) would appear on the host and stay there after the run. As a slave it still sees what the host
+// mounts there later, as libcontainer's copies do (master:N in mountinfo, not shared:N).
 func bindTree(m Mount) (int, error) {
 	if m.FD < 3 {
 		return -1, fmt.Errorf("no source for the bind of %s", m.Source)
 	}
 	fd := m.FD
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Propagation: unix.MS_SLAVE}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("making the copy of %s a slave: %w", m.Source, err)
+	}
 	if set := attrsOf(m.Flags) &^ (unix.MOUNT_ATTR_STRICTATIME | unix.MOUNT_ATTR_NOATIME | unix.MOUNT_ATTR_NODIRATIME); set != 0 {
 		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: set}); err != nil {
 			unix.Close(fd)
