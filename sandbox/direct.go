@@ -63,6 +63,9 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	setup := &supervisor.Setup{Rootfs: config.Rootfs, Masked: config.MaskPaths, ReadOnly: config.ReadonlyPaths,
 		Hostname: config.Hostname, Sysctl: config.Sysctl, Umask: 0o022, Cwd: s.cfg.Command.Cwd,
 		Console: s.cfg.Command.Terminal}
+	if !config.NoNewKeyring {
+		setup.SessionKeyring = "_ses." + s.ID // libcontainer's name
+	}
 	for _, m := range config.Mounts {
 		if m.Destination == initPath {
 			continue // the supervisor runs already

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -39,6 +40,9 @@ type Setup struct {
 	// Caps are the capabilities the supervisor keeps once the sandbox is built (CAP_SETUID and CAP_SETGID
 	// when the command's user is not root, to hand it over); the command gets none.
 	Caps []int `json:"caps"`
+	// SessionKeyring is the name of the new session keyring the command starts in (libcontainer's:
+	// _ses.ID), "" for none.
+	SessionKeyring string `json:"session_keyring,omitempty"`
 }
 
 // Mount is one mount of the sandbox. Type "bind" binds Source, a host path; other types make a new file
@@ -154,17 +158,60 @@ func build(s *Setup) error {
 
 // commandThread is what the thread the command starts from does first in a sandbox the supervisor
 // built (see [starter]), while it still has every capability: it enters a cgroup namespace of its own
-// (rooted where sbx has moved the supervisor by then, so that the command sees its cgroup as /), empties
-// its bounding and ambient sets, and then leaves every thread of the supervisor with caps alone.
-func commandThread(caps []int) error {
+// (rooted where sbx has moved the supervisor by then, so that the command sees its cgroup as /) and a
+// session keyring of its own, empties its bounding and ambient sets, and then leaves every thread of
+// the supervisor with caps alone.
+func commandThread(s *Setup) error {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fmt.Errorf("unshare(CLONE_NEWCGROUP): %w", err)
+	}
+	if err := joinSessionKeyring(s.SessionKeyring); err != nil {
+		return err
 	}
 	if err := dropBounding(); err != nil {
 		return err
 	}
-	return dropCaps(caps)
+	return dropCaps(s.Caps)
 }
+
+// joinSessionKeyring puts the calling thread (and so the command) in a new session keyring called
+// name, searchable by others as libcontainer's init makes it (its user namespace's root owns it, and
+// the command's user is another). Credentials, keyrings among them, survive clone(CLONE_NEWUSER):
+// without this the command would hold sbx's caller's session keyring (a login's, with its keys) and
+// possess every key in it wherever the profile lets it call keyctl. A kernel without keyrings (ENOSYS)
+// has nothing to inherit either.
+func joinSessionKeyring(name string) error {
+	if name == "" {
+		return nil
+	}
+	id, err := unix.KeyctlJoinSessionKeyring(name)
+	if errors.Is(err, unix.ENOSYS) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("joining a new session keyring: %w", err)
+	}
+	desc, err := unix.KeyctlString(unix.KEYCTL_DESCRIBE, id)
+	if err != nil {
+		return fmt.Errorf("describing the session keyring: %w", err)
+	}
+	// type;uid;gid;perm;description
+	f := strings.SplitN(desc, ";", 5)
+	if len(f) < 5 {
+		return fmt.Errorf("describing the session keyring: %q", desc)
+	}
+	perm, err := strconv.ParseUint(f[3], 16, 32)
+	if err != nil {
+		return fmt.Errorf("the session keyring's permissions %q: %w", f[3], err)
+	}
+	if err := unix.KeyctlSetperm(id, uint32(perm)|keyOtherSearch); err != nil {
+		return fmt.Errorf("making the session keyring searchable: %w", err)
+	}
+	return nil
+}
+
+// keyOtherSearch is KEY_OTH_SEARCH.
+const keyOtherSearch = 0x08
 
 // resolveFlags are how every path inside the root is looked up: symlinks resolve as if the root were /,
 // and a magic link (/proc/self/fd/N, /proc/PID/root) fails.

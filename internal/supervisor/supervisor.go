@@ -119,7 +119,7 @@ func Main() int {
 			ctl.SendSetupFailed(err)
 			return ExitSetup
 		}
-		pre = func() error { return commandThread(setup.Caps) }
+		pre = func() error { return commandThread(setup) }
 	}
 	prep, err := ctl.ReadPrepare()
 	if err != nil {
