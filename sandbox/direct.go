@@ -141,6 +141,14 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	defer exe.Close()
 	files = append(files, exe)
 	exeFD := 2 + len(files) // ExtraFiles start at fd 3
+	// The root's copy first, then the binds': the order the sandbox lists its mounts in (bindRoot).
+	root, err := openTree(supervisor.Mount{Source: setup.Rootfs, Flags: unix.MS_REC})
+	if err != nil {
+		return fmt.Errorf("opening the sandbox's root: %w", err)
+	}
+	defer root.Close()
+	files = append(files, root)
+	setup.RootFD = 2 + len(files)
 	for i, m := range setup.Mounts {
 		if m.Type != "bind" {
 			continue

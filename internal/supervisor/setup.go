@@ -43,6 +43,9 @@ type Setup struct {
 	// SessionKeyring is the name of the new session keyring the command starts in (libcontainer's:
 	// _ses.ID), "" for none.
 	SessionKeyring string `json:"session_keyring,omitempty"`
+	// RootFD is the supervisor's descriptor of a detached copy of Rootfs (its whole tree) that sbx made
+	// before the copies of the binds' sources; 0 for none (the supervisor binds Rootfs itself).
+	RootFD int `json:"root_fd,omitempty"`
 }
 
 // Mount is one mount of the sandbox. Type "bind" binds Source, a host path; other types make a new file
@@ -92,7 +95,7 @@ func build(s *Setup) error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("making / a slave: %w", err)
 	}
-	if err := unix.Mount(s.Rootfs, s.Rootfs, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if err := bindRoot(s); err != nil {
 		return fmt.Errorf("binding the root: %w", err)
 	}
 	root, err := unix.Open(s.Rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -154,6 +157,24 @@ func build(s *Setup) error {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
 	}
 	return nil
+}
+
+// bindRoot puts a copy of the root's tree over Rootfs: sbx's copy when there is one, else a bind.
+//
+// The kernel lists a mount namespace's mounts (/proc/self/mountinfo, /proc/mounts) in the order they
+// were made, and sbx copies the binds' sources before the supervisor runs. The root is copied by sbx
+// too, before them, so that the listing starts with the root and every mount comes after the one it is
+// on, as in libcontainer's sandbox: tools that read the first line as the root, or build the tree in
+// one pass, see what they expect. Like every copy, it is a slave before it is attached (bindTree).
+func bindRoot(s *Setup) error {
+	if s.RootFD < 3 {
+		return unix.Mount(s.Rootfs, s.Rootfs, "", unix.MS_BIND|unix.MS_REC, "")
+	}
+	defer unix.Close(s.RootFD)
+	if err := unix.MountSetattr(s.RootFD, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Propagation: unix.MS_SLAVE}); err != nil {
+		return fmt.Errorf("making the copy a slave: %w", err)
+	}
+	return unix.MoveMount(s.RootFD, "", unix.AT_FDCWD, s.Rootfs, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
 // commandThread is what the thread the command starts from does first in a sandbox the supervisor
