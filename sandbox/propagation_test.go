@@ -58,3 +58,38 @@ func TestSharePropagation(t *testing.T) {
 		}
 	}
 }
+
+// TestRootPropagation: with the state root on a shared mount (a systemd host's /run), the sandbox's
+// root is private, as libcontainer makes it: nothing the sandbox mounts on it reaches the host's copy
+// in the state root, and nothing the host mounts there comes in.
+func TestRootPropagation(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	root := testutil.StateRoot(t)
+	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size=2g,mode=0711"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
+	if err := unix.Mount("", root, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runPlanIn(t, testPlan(t), root, "", "/", "sh", "-c", `head -1 /proc/self/mountinfo`)
+	if code != 0 {
+		t.Fatalf("status %d, stderr %q", code, stderr)
+	}
+	f := strings.Fields(out)
+	if len(f) < 7 || f[4] != "/" {
+		t.Fatalf("the sandbox's first mount: %q, want its root", out)
+	}
+	if f[6] != "-" {
+		t.Errorf("the sandbox's root: %s\nwant private (no shared:N or master:N): its copy in the state root is shared", out)
+	}
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(host), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], root+"/") {
+			t.Errorf("on the host after the run: %s\nwant no mount left below the state root", l)
+		}
+	}
+}

@@ -165,7 +165,9 @@ func build(s *Setup) error {
 // were made, and sbx copies the binds' sources before the supervisor runs. The root is copied by sbx
 // too, before them, so that the listing starts with the root and every mount comes after the one it is
 // on, as in libcontainer's sandbox: tools that read the first line as the root, or build the tree in
-// one pass, see what they expect. Like every copy, it is a slave before it is attached (bindTree).
+// one pass, see what they expect. Like every copy, it is a slave before it is attached (bindTree), and
+// its top is private, as libcontainer makes the mount the root is on before it binds it: nothing the
+// host mounts on its copy (a shared state root's) comes in, nothing goes out.
 func bindRoot(s *Setup) error {
 	if s.RootFD < 3 {
 		return unix.Mount(s.Rootfs, s.Rootfs, "", unix.MS_BIND|unix.MS_REC, "")
@@ -173,6 +175,9 @@ func bindRoot(s *Setup) error {
 	defer unix.Close(s.RootFD)
 	if err := unix.MountSetattr(s.RootFD, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Propagation: unix.MS_SLAVE}); err != nil {
 		return fmt.Errorf("making the copy a slave: %w", err)
+	}
+	if err := unix.MountSetattr(s.RootFD, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_PRIVATE}); err != nil {
+		return fmt.Errorf("making the copy private: %w", err)
 	}
 	return unix.MoveMount(s.RootFD, "", unix.AT_FDCWD, s.Rootfs, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
