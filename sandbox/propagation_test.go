@@ -48,15 +48,7 @@ func TestSharePropagation(t *testing.T) {
 			t.Errorf("in the sandbox: %s\nwant a slave of the host's mount (master:N), not a peer (shared:N)", l)
 		}
 	}
-	host, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(host), "\n") {
-		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], shr+"/") {
-			t.Errorf("on the host after the run: %s\nwant no mount below %s: the sandbox's mount propagated out", l, shr)
-		}
-	}
+	checkNoMountsBelow(t, shr)
 }
 
 // TestRootPropagation: with the state root on a shared mount (a systemd host's /run), the sandbox's
@@ -83,13 +75,20 @@ func TestRootPropagation(t *testing.T) {
 	if f[6] != "-" {
 		t.Errorf("the sandbox's root: %s\nwant private (no shared:N or master:N): its copy in the state root is shared", out)
 	}
+	checkNoMountsBelow(t, root)
+}
+
+// checkNoMountsBelow fails the test for each mount of the host below dir: one that a sandbox's mount
+// propagated out, left after the run.
+func checkNoMountsBelow(t *testing.T, dir string) {
+	t.Helper()
 	host, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(host), "\n") {
-		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], root+"/") {
-			t.Errorf("on the host after the run: %s\nwant no mount left below the state root", l)
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			t.Errorf("on the host after the run: %s\nwant no mount below %s: the sandbox's mounts propagated out", l, dir)
 		}
 	}
 }
