@@ -5,8 +5,13 @@ package main
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/sbx-dev/sbx/internal/supervisor"
 )
+
+// The supervisor's main goroutine stays on the main thread, whose credentials are what /proc/1/status
+// shows the command (sbx and the test binaries lock it the same way).
+func init() { runtime.LockOSThread() }
 
 func main() { os.Exit(supervisor.Main()) }
