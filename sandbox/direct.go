@@ -64,6 +64,9 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	setup := &supervisor.Setup{Rootfs: config.Rootfs, Masked: config.MaskPaths, ReadOnly: config.ReadonlyPaths,
 		Hostname: config.Hostname, Sysctl: config.Sysctl, Umask: 0o022, Cwd: s.cfg.Command.Cwd,
 		Console: s.cfg.Command.Terminal, OpenSources: Rootless()}
+	if !config.NoNewKeyring {
+		setup.SessionKeyring = "_ses." + s.ID // libcontainer's name
+	}
 	for _, m := range config.Mounts {
 		// The supervisor's binary at initPath too, though it runs already: the report leaves out the
 		// execs of that path as the supervisor's own, and a free name in the sandbox's /dev would let a
@@ -144,6 +147,14 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 		return nil, fmt.Errorf("opening the supervisor's binary: %w", err)
 	}
 	defer exe.Close()
+	// The root's copy first, then the binds': the order the sandbox lists its mounts in (bindRoot).
+	root, err := openTree(supervisor.Mount{Source: setup.Rootfs, Flags: unix.MS_REC})
+	if err != nil {
+		return nil, fmt.Errorf("opening the sandbox's root: %w", err)
+	}
+	defer root.Close()
+	files = append(files, root)
+	setup.RootFD = 2 + len(files) // ExtraFiles start at fd 3
 	for i, m := range setup.Mounts {
 		if m.Type != "bind" {
 			continue
@@ -192,8 +203,10 @@ func supervisorCmd(exe *os.File, files []*os.File, netns string) *exec.Cmd {
 	return &exec.Cmd{
 		// Executed through its descriptor; argv[0] and the supervisor's name stay /dev/.sbx-init.
 		Path: "/proc/self/fd/" + strconv.Itoa(exeFD),
-		Args: []string{initPath, roleSupervise, supervisor.SetupArg, strconv.Itoa(exeFD), strconv.Itoa(exeFD)},
-		Env:  []string{"PATH=/usr/bin:/bin"},
+		// Not on its command line, which the command sees as libcontainer's init leaves it: the
+		// descriptor of its binary, passed last.
+		Args: []string{initPath, roleSupervise},
+		Env:  []string{"PATH=/usr/bin:/bin", supervisor.SetupEnv + "=" + strconv.Itoa(exeFD) + " " + strconv.Itoa(exeFD)},
 		Dir:  "/",
 		// The supervisor's own stdio are /dev/null; the command's come as extra files.
 		ExtraFiles: files,

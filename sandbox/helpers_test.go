@@ -41,8 +41,15 @@ func runPlan(t *testing.T, plan *policy.Plan, cwd string, args ...string) (int, 
 func runPlanWith(t *testing.T, plan *policy.Plan, init, cwd string, args ...string) (int, string, string) {
 	t.Helper()
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	return runPlanIn(t, plan, testutil.StateRoot(t), init, cwd, args...)
+}
+
+// runPlanIn is runPlanWith in a given state root.
+func runPlanIn(t *testing.T, plan *policy.Plan, stateRoot, init, cwd string, args ...string) (int, string, string) {
+	t.Helper()
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	var out, errb bytes.Buffer
-	sb, err := Create(Config{Plan: plan, StateRoot: testutil.StateRoot(t), InitBinary: init, Command: Command{
+	sb, err := Create(Config{Plan: plan, StateRoot: stateRoot, InitBinary: init, Command: Command{
 		Args: args, Cwd: cwd, Stdout: &out, Stderr: &errb,
 	}})
 	if err != nil {

@@ -734,6 +734,9 @@ func (s *Sandbox) awaitReady() error {
 		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, err)
 	}
 	fd, err := s.ctl.ReadReady()
+	// A sandbox the supervisor could not build is a setup failure, as libcontainer's init failing to
+	// build it is (a mount point it may not make, a mount the kernel refuses): not the supervisor
+	// refusing what sbx sent it (a SupervisorError, whose hint is about mismatched builds).
 	var be *supervisor.BuildError
 	if errors.As(err, &be) {
 		return &SupervisorError{Reason: be.Reason, Hint: be.Hint}

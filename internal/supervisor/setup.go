@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -43,6 +45,12 @@ type Setup struct {
 	// (open_tree needs CAP_SYS_ADMIN over the mount namespace): the supervisor, root of its own user
 	// and mount namespaces, opens each bind without a descriptor by its host path (see openSources).
 	OpenSources bool `json:"open_sources,omitempty"`
+	// SessionKeyring is the name of the new session keyring the command starts in (libcontainer's:
+	// _ses.ID), "" for none.
+	SessionKeyring string `json:"session_keyring,omitempty"`
+	// RootFD is the supervisor's descriptor of a detached copy of Rootfs (its whole tree) that sbx made
+	// before the copies of the binds' sources; 0 for none (the supervisor binds Rootfs itself).
+	RootFD int `json:"root_fd,omitempty"`
 }
 
 // Mount is one mount of the sandbox. Type "bind" binds Source, a host path; other types make a new file
@@ -78,8 +86,12 @@ type Rlimit struct {
 // cause; a version mismatch of sbx and sbx-init would fail on the protocol, not here.
 const buildHint = "a path shared into the sandbox (filesystem.share, --ro, --rw) must exist on the host and be of the same kind, file or directory, as what the sandbox has at that path; otherwise run 'sbx gc' and try again"
 
-// SetupArg is the argument after [Role] that makes the supervisor read a [Setup] first.
-const SetupArg = "setup"
+// SetupEnv is the environment variable that makes the supervisor read a [Setup] first; its value is
+// the descriptor of the supervisor's binary and the last descriptor sbx passed ("7 10"). It is not an
+// argument: the command sees pid 1's command line (/proc/1/cmdline), and that stays the one
+// libcontainer's init gives it. The command's environment is its own (Command.Env), never the
+// supervisor's.
+const SetupEnv = "SBX_SUPERVISOR_SETUP"
 
 // consoleFD is where a direct start passes the socket the terminal's master side goes back on.
 const consoleFD = 4
@@ -97,7 +109,7 @@ func build(s *Setup) error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("making / a slave: %w", err)
 	}
-	if err := unix.Mount(s.Rootfs, s.Rootfs, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if err := bindRoot(s); err != nil {
 		return fmt.Errorf("binding the root: %w", err)
 	}
 	root, err := unix.Open(s.Rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -168,9 +180,13 @@ func build(s *Setup) error {
 		}
 	}
 	if unix.Gettid() == unix.Getpid() {
-		// The main thread, which /proc/1/status shows (sbx and sbx-init lock main to it): no
-		// capability it could ever gain either. The other threads exec nothing.
-		if err := dropBounding(); err != nil {
+		// pid 1's bounding set as the command sees it (/proc/1/status: the main thread's, which runs
+		// this, its goroutine locked to it) is the capabilities the supervisor keeps, as after
+		// libcontainer's init. The other threads keep theirs: a bounding set only bounds what an exec
+		// gains, and the supervisor execs nothing but the command, from a thread whose set is empty
+		// (commandThread). (Dropping it on every thread through psx took 40 all-thread calls, 3 ms of
+		// every run.)
+		if err := dropBounding(s.Caps...); err != nil {
 			return err
 		}
 	}
@@ -181,19 +197,85 @@ func build(s *Setup) error {
 	return nil
 }
 
+// bindRoot puts a copy of the root's tree over Rootfs: sbx's copy when there is one, else a bind.
+//
+// The kernel lists a mount namespace's mounts (/proc/self/mountinfo, /proc/mounts) in the order they
+// were made, and sbx copies the binds' sources before the supervisor runs. The root is copied by sbx
+// too, before them, so that the listing starts with the root and every mount comes after the one it is
+// on, as in libcontainer's sandbox: tools that read the first line as the root, or build the tree in
+// one pass, see what they expect. Like every copy, it is a slave before it is attached (bindTree), and
+// its top is private, as libcontainer makes the mount the root is on before it binds it: nothing the
+// host mounts on its copy (a shared state root's) comes in, nothing goes out.
+func bindRoot(s *Setup) error {
+	if s.RootFD < 3 {
+		return unix.Mount(s.Rootfs, s.Rootfs, "", unix.MS_BIND|unix.MS_REC, "")
+	}
+	defer unix.Close(s.RootFD)
+	if err := unix.MountSetattr(s.RootFD, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Propagation: unix.MS_SLAVE}); err != nil {
+		return fmt.Errorf("making the copy a slave: %w", err)
+	}
+	if err := unix.MountSetattr(s.RootFD, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_PRIVATE}); err != nil {
+		return fmt.Errorf("making the copy private: %w", err)
+	}
+	return unix.MoveMount(s.RootFD, "", unix.AT_FDCWD, s.Rootfs, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
 // commandThread is what the thread the command starts from does first in a sandbox the supervisor
 // built (see [starter]), while it still has every capability: it enters a cgroup namespace of its own
-// (rooted where sbx has moved the supervisor by then, so that the command sees its cgroup as /), empties
-// its bounding and ambient sets, and then leaves every thread of the supervisor with caps alone.
-func commandThread(caps []int) error {
+// (rooted where sbx has moved the supervisor by then, so that the command sees its cgroup as /) and a
+// session keyring of its own, empties its bounding and ambient sets, and then leaves every thread of
+// the supervisor with caps alone.
+func commandThread(s *Setup) error {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fmt.Errorf("unshare(CLONE_NEWCGROUP): %w", err)
+	}
+	if err := joinSessionKeyring(s.SessionKeyring); err != nil {
+		return err
 	}
 	if err := dropBounding(); err != nil {
 		return err
 	}
-	return dropCaps(caps)
+	return dropCaps(s.Caps)
 }
+
+// joinSessionKeyring puts the calling thread (and so the command) in a new session keyring called
+// name, searchable by others as libcontainer's init makes it (its user namespace's root owns it, and
+// the command's user is another). Credentials, keyrings among them, survive clone(CLONE_NEWUSER):
+// without this the command would hold sbx's caller's session keyring (a login's, with its keys) and
+// possess every key in it wherever the profile lets it call keyctl. A kernel without keyrings (ENOSYS)
+// has nothing to inherit either.
+func joinSessionKeyring(name string) error {
+	if name == "" {
+		return nil
+	}
+	id, err := unix.KeyctlJoinSessionKeyring(name)
+	if errors.Is(err, unix.ENOSYS) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("joining a new session keyring: %w", err)
+	}
+	desc, err := unix.KeyctlString(unix.KEYCTL_DESCRIBE, id)
+	if err != nil {
+		return fmt.Errorf("describing the session keyring: %w", err)
+	}
+	// type;uid;gid;perm;description
+	f := strings.SplitN(desc, ";", 5)
+	if len(f) < 5 {
+		return fmt.Errorf("describing the session keyring: %q", desc)
+	}
+	perm, err := strconv.ParseUint(f[3], 16, 32)
+	if err != nil {
+		return fmt.Errorf("the session keyring's permissions %q: %w", f[3], err)
+	}
+	if err := unix.KeyctlSetperm(id, uint32(perm)|keyOtherSearch); err != nil {
+		return fmt.Errorf("making the session keyring searchable: %w", err)
+	}
+	return nil
+}
+
+// keyOtherSearch is KEY_OTH_SEARCH.
+const keyOtherSearch = 0x08
 
 // resolveFlags are how every path inside the root is looked up: symlinks resolve as if the root were /,
 // and a magic link (/proc/self/fd/N, /proc/PID/root) fails.
@@ -373,11 +455,21 @@ func attrsOf(flags int) uint64 {
 // bindTree is a detached copy of m's source (its whole tree with MS_REC) with m's flags set on its top
 // and m's recursive attributes on all of it. Flags are only ever added: what the source has (and a
 // user namespace locks) stays.
+//
+// Every mount of the copy is made a slave first, before it is attached anywhere. sbx made the copy on
+// the host, and a copy of a shared mount (a systemd host's /, a share below /run/netns) is a peer of
+// the host's: a mount made below it in the sandbox (a nested share, sbx's /etc/hosts over a shared
+// /etc) would appear on the host and stay there after the run. As a slave it still sees what the host
+// mounts there later, as libcontainer's copies do (master:N in mountinfo, not shared:N).
 func bindTree(m Mount) (int, error) {
 	if m.FD < 3 {
 		return -1, fmt.Errorf("no source for the bind of %s", m.Source)
 	}
 	fd := m.FD
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Propagation: unix.MS_SLAVE}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("making the copy of %s a slave: %w", m.Source, err)
+	}
 	if set := attrsOf(m.Flags) &^ (unix.MOUNT_ATTR_STRICTATIME | unix.MOUNT_ATTR_NOATIME | unix.MOUNT_ATTR_NODIRATIME); set != 0 {
 		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: set}); err != nil {
 			unix.Close(fd)
@@ -741,10 +833,14 @@ func dropCaps(caps []int) error {
 	return nil
 }
 
-// dropBounding empties the calling thread's capability bounding set and ambient set: the command,
-// started from it, can never gain a capability, even as root or through a file's capabilities.
-func dropBounding() error {
+// dropBounding empties the calling thread's capability bounding set of all but keep (EINVAL: a
+// capability this kernel lacks) and its ambient set. On the command's thread it keeps nothing: the
+// command, started from it, can never gain a capability, even as root or through a file's capabilities.
+func dropBounding(keep ...int) error {
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if slices.Contains(keep, c) {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, err)
 		}

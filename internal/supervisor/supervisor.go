@@ -104,10 +104,11 @@ func Main() int {
 		}
 	}()
 	var pre func() error
-	if len(os.Args) > 2 && os.Args[2] == SetupArg {
-		// Started directly by sbx, through a descriptor of its binary (argument 3): build the sandbox
-		// first, and say so when that fails.
-		closeInherited(os.Args[3:])
+	if fds, ok := os.LookupEnv(SetupEnv); ok {
+		// Started directly by sbx, through a descriptor of its binary: build the sandbox first, and
+		// say so when that fails.
+		os.Unsetenv(SetupEnv)
+		closeInherited(strings.Fields(fds))
 		// Named as libcontainer's exec of /dev/.sbx-init names it, not after the descriptor.
 		os.WriteFile("/proc/self/comm", []byte(filepath.Base(os.Args[0])), 0)
 		setup, err := ctl.ReadSetup()
@@ -118,7 +119,7 @@ func Main() int {
 			ctl.SendSetupFailed(err)
 			return ExitSetup
 		}
-		pre = func() error { return commandThread(setup.Caps) }
+		pre = func() error { return commandThread(setup) }
 	}
 	prep, err := ctl.ReadPrepare()
 	if err != nil {
