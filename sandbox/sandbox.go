@@ -730,16 +730,22 @@ func (s *Sandbox) Start() (*Running, error) {
 // when there is one, to the listener. A filter that notifies with nobody to answer would leave the
 // command waiting: then the run fails.
 func (s *Sandbox) awaitReady() error {
-	if err := <-s.prepared; err != nil {
-		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, err)
-	}
+	// The supervisor's own word first: one that could not build the sandbox says why and exits, and
+	// the preparation sent meanwhile then fails on a closed socket.
+	prepErr := <-s.prepared
 	fd, err := s.ctl.ReadReady()
-	// A sandbox the supervisor could not build is a setup failure, as libcontainer's init failing to
-	// build it is (a mount point it may not make, a mount the kernel refuses): not the supervisor
-	// refusing what sbx sent it (a SupervisorError, whose hint is about mismatched builds).
+	// A sandbox the supervisor could not build is a setup failure (125), as libcontainer's init failing
+	// to build it is (a mount point it may not make, a mount the kernel refuses), with the build's own
+	// hint, not the one about mismatched builds of sbx and sbx-init.
 	var be *supervisor.BuildError
 	if errors.As(err, &be) {
 		return &SupervisorError{Reason: be.Reason, Hint: be.Hint}
+	}
+	if prepErr != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, prepErr)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, err)
