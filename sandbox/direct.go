@@ -58,6 +58,9 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	if os.Getenv(directEnv) == "1" {
 		return nil, errors.New("not asked for")
 	}
+	if !newMountAPI() {
+		return nil, errors.New("the kernel has no mount_setattr (Linux 5.12)")
+	}
 	if config.Readonlyfs || len(config.NetDevices) > 0 || len(config.Hooks) > 0 {
 		return nil, errors.New("a config the supervisor does not build")
 	}
@@ -108,6 +111,13 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	}
 	return setup, nil
 }
+
+// newMountAPI says whether the kernel has the calls the supervisor builds with: mount_setattr (Linux
+// 5.12), the newest of them (open_tree, move_mount, fsopen and fsmount came in 5.2, openat2 in 5.6).
+// Without them libcontainer's init builds the sandbox.
+var newMountAPI = sync.OnceValue(func() bool {
+	return !errors.Is(unix.MountSetattr(-1, "", 0, &unix.MountAttr{}), unix.ENOSYS)
+})
 
 // supervisorBinary is the supervisor binary: the one the config names, or sbx-init next to sbx, or sbx.
 func (s *Sandbox) supervisorBinary(self string) string {

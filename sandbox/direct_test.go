@@ -6,7 +6,9 @@ package sandbox
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -176,5 +178,37 @@ func TestDirectNoPidfd(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Create did not return: the teardown waits for a supervisor it did not kill")
+	}
+}
+
+// TestNoNewMountAPI: on a kernel without mount_setattr (before Linux 5.12) libcontainer's init builds
+// the sandbox, and runs work as before; with it, sbx starts the supervisor itself.
+func TestNoNewMountAPI(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	t.Setenv(directEnv, "")
+	defer func(f func() bool) { newMountAPI = f }(newMountAPI)
+	for _, has := range []bool{true, false} {
+		newMountAPI = func() bool { return has }
+		var out bytes.Buffer
+		sb, err := Create(Config{Plan: testPlan(t), StateRoot: testutil.StateRoot(t), Command: Command{
+			Args: []string{"echo", "ran"}, Cwd: t.TempDir(), Stdout: &out, Stderr: io.Discard}})
+		if err != nil {
+			t.Fatalf("mount API %v: %v", has, err)
+		}
+		_, direct := sb.container.(*directContainer)
+		r, err := sb.Start()
+		code := -1
+		if err == nil {
+			code, err = r.Wait()
+		}
+		if derr := sb.Destroy(); derr != nil {
+			t.Error(derr)
+		}
+		if err != nil || code != 0 || out.String() != "ran\n" {
+			t.Errorf("mount API %v: exit %d, %v, output %q", has, code, err, out.String())
+		}
+		if direct != has {
+			t.Errorf("mount API %v: started directly %v, want %v", has, direct, has)
+		}
 	}
 }
