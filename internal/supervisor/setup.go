@@ -51,6 +51,9 @@ type Setup struct {
 	// RootFD is the supervisor's descriptor of a detached copy of Rootfs (its whole tree) that sbx made
 	// before the copies of the binds' sources; 0 for none (the supervisor binds Rootfs itself).
 	RootFD int `json:"root_fd,omitempty"`
+	// Guard is what no writable bind the supervisor opens itself (OpenSources) may reach: sbx's state
+	// root, which sbx checked the shares against by path before the start (see [Guard]).
+	Guard *Guard `json:"guard,omitempty"`
 }
 
 // Mount is one mount of the sandbox. Type "bind" binds Source, a host path; other types make a new file
@@ -72,7 +75,10 @@ type Mount struct {
 	// mounts it is no error: the mount is left out, and its mount point with it. For a rootless sandbox's
 	// top-level directories, which sbx lists from the host's / before the supervisor runs.
 	Optional bool `json:"optional,omitempty"`
-	gone     bool // an optional bind whose source openSources did not find
+	// Own: the source is sbx's own, in the run's directory (the stand-in working directory), not a
+	// share: it is not checked against Setup.Guard, the state root it lies in.
+	Own  bool `json:"own,omitempty"`
+	gone bool // an optional bind whose source openSources did not find
 }
 
 // Rlimit is one resource limit of the sandbox's processes.
@@ -118,7 +124,7 @@ func build(s *Setup) error {
 	}
 	defer unix.Close(root)
 	if s.OpenSources {
-		if err := openSources(s.Mounts); err != nil {
+		if err := openSources(s.Mounts, s.Guard); err != nil {
 			return err
 		}
 	}
@@ -490,17 +496,13 @@ func bindTree(m Mount) (int, error) {
 // namespace, before anything of the sandbox is mounted. Only for a run without root, where sbx could
 // not make the copies: the supervisor's rights on the host are then sbx's own (its uid, no capability
 // outside its user namespace), so it reaches what sbx would, and the path resolves as libcontainer's
-// init resolves it (links followed, as mount(2) follows them).
-func openSources(ms []Mount) error {
+// init resolves it (links followed, as mount(2) follows them), a writable one checked against g.
+func openSources(ms []Mount, g *Guard) error {
 	for i, m := range ms {
 		if m.Type != "bind" || m.FD != 0 {
 			continue
 		}
-		flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
-		if m.Flags&unix.MS_REC != 0 {
-			flags |= unix.AT_RECURSIVE
-		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, flags)
+		fd, err := OpenSource(m, g)
 		if m.Optional && errors.Is(err, unix.ENOENT) {
 			ms[i].gone = true
 			continue
