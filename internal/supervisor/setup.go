@@ -405,6 +405,9 @@ func mountIn(root int, m Mount) error {
 		return fmt.Errorf("opening the mount point: %w", err)
 	}
 	defer unix.Close(target)
+	if err := sameTree(root, target, dst); err != nil {
+		return err
+	}
 	var mnt int
 	if m.Type == "bind" {
 		mnt, err = bindTree(m)
@@ -425,6 +428,51 @@ func mountIn(root int, m Mount) error {
 	}
 	return nil
 }
+
+// ownTrees are where the sandbox's own file systems are (proc, sysfs, its /dev); sbx refuses a share
+// onto them by its path.
+var ownTrees = []string{"/proc", "/sys", "/dev"}
+
+// treeOf is the one of ownTrees that path lies in, "" for none.
+func treeOf(path string) string {
+	for _, t := range ownTrees {
+		if path == t || strings.HasPrefix(path, t+"/") {
+			return t
+		}
+	}
+	return ""
+}
+
+// sameTree refuses a mount point (target, opened inside root for dst) that a link on the way led into
+// one of ownTrees from outside, or out of one: a share (--rw DIR where DIR is a link to /proc, or a
+// link a command planted in a shared directory) would otherwise cover the sandbox's /proc with the
+// host's, which lists every process of the host and its command line, or its /dev or /sys. runc's
+// init refuses a mount into /proc the same way, by where it resolves.
+func sameTree(root, target int, dst string) error {
+	rootPath, err := os.Readlink(procFD(root))
+	if err != nil {
+		return fmt.Errorf("locating the root: %w", err)
+	}
+	at, err := os.Readlink(procFD(target))
+	if err != nil {
+		return fmt.Errorf("locating the mount point: %w", err)
+	}
+	rel := strings.TrimPrefix(at, rootPath)
+	if rel == at || rel != "" && rel[0] != '/' {
+		return fmt.Errorf("the mount point %s is outside the root (%s)", dst, at)
+	}
+	if rel == "" {
+		rel = "/"
+	}
+	if treeOf(dst) != treeOf(rel) {
+		return fmt.Errorf("the mount point %s leads through a link to %s: %w", dst, rel, ErrOwnTree)
+	}
+	return nil
+}
+
+// ErrOwnTree is matched by the error about a mount point that a link led into, or out of, the
+// sandbox's own /proc, /sys or /dev.
+var ErrOwnTree = errors.New("a mount may not cross into or out of the sandbox's own /proc, /sys or /dev")
 
 // isDirFD says whether fd is a directory: a bind's source by the descriptor sbx opened with the host
 // root's rights, not by its host path, which the supervisor (unprivileged on the host) may not reach
