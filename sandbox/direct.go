@@ -66,7 +66,7 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	}
 	setup := &supervisor.Setup{Rootfs: config.Rootfs, Masked: config.MaskPaths, ReadOnly: config.ReadonlyPaths,
 		Hostname: config.Hostname, Sysctl: config.Sysctl, Umask: 0o022, Cwd: s.cfg.Command.Cwd,
-		Console: s.cfg.Command.Terminal, OpenSources: Rootless()}
+		Console: s.cfg.Command.Terminal, OpenSources: Rootless(), Guard: stateGuard(s.cfg.StateRoot)}
 	if !config.NoNewKeyring {
 		setup.SessionKeyring = "_ses." + s.ID // libcontainer's name
 	}
@@ -78,7 +78,7 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 			return nil, fmt.Errorf("mount %s: not built by the supervisor", m.Destination)
 		}
 		dm := supervisor.Mount{Source: m.Source, Destination: m.Destination, Type: m.Device, Flags: m.Flags,
-			Data: m.Data, Propagation: m.PropagationFlags}
+			Data: m.Data, Propagation: m.PropagationFlags, Own: within(m.Source, s.run.dir)}
 		if m.RecAttr != nil {
 			dm.RecSet, dm.RecClr = m.RecAttr.Attr_set, m.RecAttr.Attr_clr
 		}
@@ -158,7 +158,7 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	}
 	defer exe.Close()
 	// The root's copy first, then the binds': the order the sandbox lists its mounts in (bindRoot).
-	root, err := openTree(supervisor.Mount{Source: setup.Rootfs, Flags: unix.MS_REC})
+	root, err := openTree(supervisor.Mount{Source: setup.Rootfs, Flags: unix.MS_REC}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("opening the sandbox's root: %w", err)
 	}
@@ -169,7 +169,7 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 		if m.Type != "bind" {
 			continue
 		}
-		tree, err := openTree(m)
+		tree, err := openTree(m, setup.Guard)
 		if err != nil {
 			return nil, fmt.Errorf("opening %s for %s: %w", m.Source, m.Destination, err)
 		}
@@ -252,13 +252,10 @@ func (s *Sandbox) launchSupervisor(c *directContainer, cmd *exec.Cmd, netns stri
 // made a slave of the source's mounts. A copy of a shared mount (systemd makes / shared) is otherwise
 // in its peer group: whatever the supervisor mounts onto it (a nested share, sbx's /etc/hosts over a
 // shared /etc) would appear on the host and stay there. As a slave it still sees the host's later
-// mounts, as libcontainer's bind in a namespace made rslave does.
-func openTree(m supervisor.Mount) (*os.File, error) {
-	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
-	if m.Flags&unix.MS_REC != 0 {
-		flags |= unix.AT_RECURSIVE
-	}
-	fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, flags)
+// mounts, as libcontainer's bind in a namespace made rslave does. A writable bind's source is checked
+// against g (sbx's state root) on the descriptor the copy is made from.
+func openTree(m supervisor.Mount, g *supervisor.Guard) (*os.File, error) {
+	fd, err := supervisor.OpenSource(m, g)
 	if err != nil {
 		return nil, err
 	}

@@ -1,12 +1,12 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
 )
 
@@ -18,7 +18,7 @@ import (
 // filter it rewrote would be loaded by every later run, whatever its profile. A share that contains the
 // state root, or lies in it, is refused; identity (device and inode), not the path, decides, so that a
 // symlink or a bind mount of the same directory is no way around it.
-var ErrStateShare = errors.New("a writable share reaches sbx's state root")
+var ErrStateShare = supervisor.ErrReachesGuarded
 
 // checkStateShares refuses a writable share that contains the state root or lies in it.
 func checkStateShares(stateRoot string, shares []policy.Share) error {
@@ -87,4 +87,23 @@ func absolute(path string) string {
 		return abs
 	}
 	return path
+}
+
+// stateGuard is the state root as the supervisor checks a writable bind's source against it again, on
+// the descriptor the bind's copy is made from: a share's path that passed checkStateShares can be
+// swapped for a link to the state root before the copy is made (by another run's command that may
+// write a directory on the path).
+func stateGuard(stateRoot string) *supervisor.Guard {
+	if stateRoot == "" {
+		stateRoot = DefaultStateRootFor()
+	}
+	root, above := stateRootIdentity(stateRoot)
+	g := &supervisor.Guard{}
+	if root != nil {
+		g.Root = &supervisor.FileID{Dev: root.dev, Ino: root.ino}
+	}
+	for id := range above {
+		g.Above = append(g.Above, supervisor.FileID{Dev: id.dev, Ino: id.ino})
+	}
+	return g
 }

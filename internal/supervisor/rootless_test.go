@@ -57,7 +57,7 @@ func TestOptionalSourceGone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := []Mount{tc.m}
-			err := openSources(ms)
+			err := openSources(ms, nil)
 			if (err != nil) != tc.wantErr || ms[0].gone != tc.wantGone || (ms[0].FD > 0) != tc.wantFD {
 				t.Errorf("openSources: err %v, gone %v, fd %d; want error %v, gone %v, fd %v", err, ms[0].gone, ms[0].FD, tc.wantErr, tc.wantGone, tc.wantFD)
 			}

@@ -51,6 +51,9 @@ type Setup struct {
 	// RootFD is the supervisor's descriptor of a detached copy of Rootfs (its whole tree) that sbx made
 	// before the copies of the binds' sources; 0 for none (the supervisor binds Rootfs itself).
 	RootFD int `json:"root_fd,omitempty"`
+	// Guard is what no writable bind the supervisor opens itself (OpenSources) may reach: sbx's state
+	// root, which sbx checked the shares against by path before the start (see [Guard]).
+	Guard *Guard `json:"guard,omitempty"`
 }
 
 // Mount is one mount of the sandbox. Type "bind" binds Source, a host path; other types make a new file
@@ -72,7 +75,10 @@ type Mount struct {
 	// mounts it is no error: the mount is left out, and its mount point with it. For a rootless sandbox's
 	// top-level directories, which sbx lists from the host's / before the supervisor runs.
 	Optional bool `json:"optional,omitempty"`
-	gone     bool // an optional bind whose source openSources did not find
+	// Own: the source is sbx's own, in the run's directory (the stand-in working directory), not a
+	// share: it is not checked against Setup.Guard, the state root it lies in.
+	Own  bool `json:"own,omitempty"`
+	gone bool // an optional bind whose source openSources did not find
 }
 
 // Rlimit is one resource limit of the sandbox's processes.
@@ -118,7 +124,7 @@ func build(s *Setup) error {
 	}
 	defer unix.Close(root)
 	if s.OpenSources {
-		if err := openSources(s.Mounts); err != nil {
+		if err := openSources(s.Mounts, s.Guard); err != nil {
 			return err
 		}
 	}
@@ -399,6 +405,9 @@ func mountIn(root int, m Mount) error {
 		return fmt.Errorf("opening the mount point: %w", err)
 	}
 	defer unix.Close(target)
+	if err := sameTree(root, target, dst); err != nil {
+		return err
+	}
 	var mnt int
 	if m.Type == "bind" {
 		mnt, err = bindTree(m)
@@ -419,6 +428,51 @@ func mountIn(root int, m Mount) error {
 	}
 	return nil
 }
+
+// ownTrees are where the sandbox's own file systems are (proc, sysfs, its /dev); sbx refuses a share
+// onto them by its path.
+var ownTrees = []string{"/proc", "/sys", "/dev"}
+
+// treeOf is the one of ownTrees that path lies in, "" for none.
+func treeOf(path string) string {
+	for _, t := range ownTrees {
+		if path == t || strings.HasPrefix(path, t+"/") {
+			return t
+		}
+	}
+	return ""
+}
+
+// sameTree refuses a mount point (target, opened inside root for dst) that a link on the way led into
+// one of ownTrees from outside, or out of one: a share (--rw DIR where DIR is a link to /proc, or a
+// link a command planted in a shared directory) would otherwise cover the sandbox's /proc with the
+// host's, which lists every process of the host and its command line, or its /dev or /sys. runc's
+// init refuses a mount into /proc the same way, by where it resolves.
+func sameTree(root, target int, dst string) error {
+	rootPath, err := os.Readlink(procFD(root))
+	if err != nil {
+		return fmt.Errorf("locating the root: %w", err)
+	}
+	at, err := os.Readlink(procFD(target))
+	if err != nil {
+		return fmt.Errorf("locating the mount point: %w", err)
+	}
+	rel := strings.TrimPrefix(at, rootPath)
+	if rel == at || rel != "" && rel[0] != '/' {
+		return fmt.Errorf("the mount point %s is outside the root (%s)", dst, at)
+	}
+	if rel == "" {
+		rel = "/"
+	}
+	if treeOf(dst) != treeOf(rel) {
+		return fmt.Errorf("the mount point %s leads through a link to %s: %w", dst, rel, ErrOwnTree)
+	}
+	return nil
+}
+
+// ErrOwnTree is matched by the error about a mount point that a link led into, or out of, the
+// sandbox's own /proc, /sys or /dev.
+var ErrOwnTree = errors.New("a mount may not cross into or out of the sandbox's own /proc, /sys or /dev")
 
 // isDirFD says whether fd is a directory: a bind's source by the descriptor sbx opened with the host
 // root's rights, not by its host path, which the supervisor (unprivileged on the host) may not reach
@@ -490,17 +544,13 @@ func bindTree(m Mount) (int, error) {
 // namespace, before anything of the sandbox is mounted. Only for a run without root, where sbx could
 // not make the copies: the supervisor's rights on the host are then sbx's own (its uid, no capability
 // outside its user namespace), so it reaches what sbx would, and the path resolves as libcontainer's
-// init resolves it (links followed, as mount(2) follows them).
-func openSources(ms []Mount) error {
+// init resolves it (links followed, as mount(2) follows them), a writable one checked against g.
+func openSources(ms []Mount, g *Guard) error {
 	for i, m := range ms {
 		if m.Type != "bind" || m.FD != 0 {
 			continue
 		}
-		flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
-		if m.Flags&unix.MS_REC != 0 {
-			flags |= unix.AT_RECURSIVE
-		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, flags)
+		fd, err := OpenSource(m, g)
 		if m.Optional && errors.Is(err, unix.ENOENT) {
 			ms[i].gone = true
 			continue
