@@ -10,8 +10,10 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +212,46 @@ func TestNoNewMountAPI(t *testing.T) {
 		if direct != has {
 			t.Errorf("mount API %v: started directly %v, want %v", has, direct, has)
 		}
+	}
+}
+
+// TestCgroupLeftForGC: a teardown that cannot remove the sandbox's cgroups (here a host process the test
+// moved into them, which killing the sandbox does not reach) keeps the run dir, gc's record of the run,
+// and lets go of it: gc then removes the cgroups once they are empty. Before, the run dir was removed
+// and the cgroups were left with nothing to find them by.
+func TestCgroupLeftForGC(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	root := testutil.StateRoot(t)
+	sb, err := Create(Config{Plan: testPlan(t), StateRoot: root, Command: Command{
+		Args: []string{"true"}, Cwd: t.TempDir(), Stdout: io.Discard, Stderr: io.Discard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	squatter := exec.Command("sleep", "30")
+	if err := squatter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { squatter.Process.Kill(); squatter.Wait() }()
+	for _, dir := range CgroupDirs(sb.ID) {
+		if strings.Contains(dir, "/pids/") {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(squatter.Process.Pid)), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := sb.Destroy(); err == nil {
+		t.Fatal("Destroy removed the cgroups of a busy sandbox, want an error")
+	}
+	if _, err := os.Stat(filepath.Join(runsDir(root), sb.ID)); err != nil {
+		t.Fatalf("the run dir is gone (%v): nothing left to find the cgroups by", err)
+	}
+	squatter.Process.Kill()
+	squatter.Wait()
+	res, err := GC(root)
+	if err != nil || !slices.Contains(res.Runs, sb.ID) {
+		t.Fatalf("gc: %+v, %v; want run %s removed", res, err, sb.ID)
+	}
+	if dirs := CgroupDirs(sb.ID); len(dirs) != 0 {
+		t.Errorf("after gc the cgroups %v are left", dirs)
 	}
 }

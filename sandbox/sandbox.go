@@ -863,9 +863,11 @@ func (s *Sandbox) Destroy() error {
 		}
 		tr.mark("kill")
 	}
+	keepRun := false
 	if s.container != nil {
 		if err := s.container.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("destroying the container: %w", err))
+			keepRun = true // the run dir is gc's record of what is left (its cgroups)
 		}
 		tr.mark("lc.destroy")
 	} else {
@@ -897,7 +899,10 @@ func (s *Sandbox) Destroy() error {
 		errs = append(errs, err)
 	}
 	tr.mark("unmount")
-	if err := s.run.release(); err != nil {
+	if keepRun {
+		// Left for gc (the next run's, or sbx gc), which removes a dead run's cgroups by its dir.
+		s.run.abandon()
+	} else if err := s.run.release(); err != nil {
 		errs = append(errs, err)
 	}
 	tr.mark("release")

@@ -122,6 +122,14 @@ func reachable(dir string) error {
 const newPrefix = ".new-"
 
 // release removes the run's state directory and drops the lock.
+// abandon lets go of the run dir without removing it: a run whose teardown could not remove everything
+// is then a dead run that gc cleans up.
+func (r *runDir) abandon() {
+	if r != nil {
+		r.lock.Close()
+	}
+}
+
 func (r *runDir) release() error {
 	if r == nil {
 		return nil
