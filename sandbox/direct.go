@@ -22,7 +22,7 @@ import (
 // The direct start: sbx starts the supervisor itself, in fresh namespaces, and the supervisor builds
 // the sandbox around itself from the same libcontainer config (supervisor.Setup), instead of
 // libcontainer starting its init (a re-execution of the whole sbx binary, whose Go runtime, three
-// nsexec stages and handshakes cost about 8 ms of every run), which then executes the supervisor.
+// nsexec stages and handshakes cost about 12 ms of every run), which then executes the supervisor.
 //
 // Everything that holds the sandbox is the same: the spec (spec.go) and libcontainer's conversion of
 // it, the cgroups and their limits (set by the cgroups library before the supervisor joins them), the
@@ -32,8 +32,8 @@ import (
 //
 // Without root (rootless.go: startDirectRootless), the supervisor opens the binds' sources itself and
 // the sandbox gets no cgroup. With a config that asks for what the supervisor does not do (idmapped
-// mounts, a read-only root), sbx uses libcontainer's init as before. So does SBX_LIBCONTAINER=1, for
-// comparison.
+// mounts, a read-only root) or on a kernel without mount_setattr, sbx uses libcontainer's init as
+// before. So does SBX_LIBCONTAINER=1, for comparison.
 
 // directEnv forces libcontainer's init when set to 1.
 const directEnv = "SBX_LIBCONTAINER"

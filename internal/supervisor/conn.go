@@ -22,7 +22,7 @@ import (
 //
 //	sbx (sandbox.Create, Start, Running.Wait)        supervisor (Main, pid 1 of the sandbox)
 //	  |                                                  | starts, the sandbox built around it, or:
-//	  |-- setup ---------------------------------------->| started directly (argument "setup"), in
+//	  |-- setup ---------------------------------------->| started directly (SetupEnv set), in
 //	  |-- {Setup as JSON} ------------------------------>|   bare namespaces: builds the sandbox
 //	  |<-------------------------------------- nobuild --|   and, if it could not, says why instead
 //	  |<--------------------------- {"reason":...} ------|   of ready, and exits
