@@ -20,6 +20,11 @@ var ErrNotSupported = supervisor.ErrNotSupported
 // ErrShare is matched by errors about a host path to share that cannot be shared (it does not exist).
 var ErrShare = errors.New("cannot share host path")
 
+// ErrShareTarget is matched by errors about where a share goes in the sandbox: its mount point cannot
+// be made there (a link on the way, which sbx does not make mount points through, or a file where a
+// directory must be).
+var ErrShareTarget = errors.New("cannot mount a share there")
+
 // ErrLimit is matched by errors about a limit of the profile that this host or user cannot set.
 var ErrLimit = errors.New("a limit of the profile cannot be set here")
 

@@ -261,7 +261,7 @@ func (s *Sandbox) openWays(plan *policy.Plan, cwd string) error {
 	for _, sh := range plan.Filesystem.Shares {
 		if s.rootfs.cwd == nil || !within(sh.Sandbox, s.rootfs.cwd.At) {
 			if err := mountPointLike(s.rootfs.root.merged, sh.Sandbox); err != nil {
-				return fmt.Errorf("preparing the mount point of %s: %w", sh.Sandbox, err)
+				return fmt.Errorf("%w: preparing the mount point of %s: %w", ErrShareTarget, sh.Sandbox, err)
 			}
 		}
 		if err := s.rootfs.traversable(filepath.Dir(sh.Sandbox)); err != nil {
