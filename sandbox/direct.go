@@ -46,8 +46,8 @@ type runtimeContainer interface {
 	Destroy() error
 }
 
-// initProcess is the sandbox's pid 1 as the host sees it.
-type initProcess interface {
+// pidOne is the sandbox's pid 1 (the supervisor) as the host sees it.
+type pidOne interface {
 	Wait() (*os.ProcessState, error)
 	Pid() (int, error)
 }
@@ -70,10 +70,10 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	if !config.NoNewKeyring {
 		setup.SessionKeyring = "_ses." + s.ID // libcontainer's name
 	}
+	// Every mount, the supervisor's binary at initPath included, though it runs already: the report
+	// leaves out the execs of that path as the supervisor's own, and a free name in the sandbox's /dev
+	// would let a command that may write there (as root) run its own program under it, unseen.
 	for _, m := range config.Mounts {
-		// The supervisor's binary at initPath too, though it runs already: the report leaves out the
-		// execs of that path as the supervisor's own, and a free name in the sandbox's /dev would let a
-		// command that may write there (as root) run its own program under it, unseen.
 		if m.IsIDMapped() || m.Extensions != 0 {
 			return nil, fmt.Errorf("mount %s: not built by the supervisor", m.Destination)
 		}

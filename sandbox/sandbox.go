@@ -78,7 +78,7 @@ type Sandbox struct {
 	net       *netcontract.Net
 	container runtimeContainer // libcontainer's, or a direct start's (direct.go)
 	prepared  chan error       // the supervisor's preparation was sent (nil) or could not be
-	init      initProcess
+	init      pidOne
 	initPid   int
 	ctl       *supervisor.Conn // sbx's end of the supervisor's control socket
 	console   *os.File

@@ -123,6 +123,11 @@ func build(s *Setup) error {
 		return fmt.Errorf("opening the root: %w", err)
 	}
 	defer unix.Close(root)
+	// Where the root is, for each mount point's check (sameTree): read once, not per mount.
+	rootPath, err := os.Readlink(procFD(root))
+	if err != nil {
+		return fmt.Errorf("locating the root: %w", err)
+	}
 	if s.OpenSources {
 		if err := openSources(s.Mounts, s.Guard); err != nil {
 			return err
@@ -131,7 +136,7 @@ func build(s *Setup) error {
 	for _, m := range s.Mounts {
 		err := errSourceGone
 		if !m.gone {
-			err = mountIn(root, m)
+			err = mountIn(root, rootPath, m)
 		}
 		if m.Optional && (errors.Is(err, errSourceGone) || errors.Is(err, unix.ENOENT)) {
 			leaveOut(root, m.Destination)
@@ -372,8 +377,8 @@ func fileIn(root int, path string) (int, error) {
 	return unix.Openat(parent, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 }
 
-// mountIn makes mount m at its destination inside root.
-func mountIn(root int, m Mount) error {
+// mountIn makes mount m at its destination inside root, which is at rootPath.
+func mountIn(root int, rootPath string, m Mount) error {
 	dst := filepath.Clean("/" + m.Destination)
 	if dst == "/" {
 		return errors.New("a mount onto the root")
@@ -405,7 +410,7 @@ func mountIn(root int, m Mount) error {
 		return fmt.Errorf("opening the mount point: %w", err)
 	}
 	defer unix.Close(target)
-	if err := sameTree(root, target, dst); err != nil {
+	if err := sameTree(rootPath, target, dst); err != nil {
 		return err
 	}
 	var mnt int
@@ -418,7 +423,7 @@ func mountIn(root int, m Mount) error {
 		return err
 	}
 	defer unix.Close(mnt)
-	if err := unix.MoveMount(mnt, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+	if err := moveOnto(mnt, target); err != nil {
 		return fmt.Errorf("move_mount: %w", err)
 	}
 	for _, p := range m.Propagation {
@@ -443,16 +448,12 @@ func treeOf(path string) string {
 	return ""
 }
 
-// sameTree refuses a mount point (target, opened inside root for dst) that a link on the way led into
-// one of ownTrees from outside, or out of one: a share (--rw DIR where DIR is a link to /proc, or a
-// link a command planted in a shared directory) would otherwise cover the sandbox's /proc with the
-// host's, which lists every process of the host and its command line, or its /dev or /sys. runc's
-// init refuses a mount into /proc the same way, by where it resolves.
-func sameTree(root, target int, dst string) error {
-	rootPath, err := os.Readlink(procFD(root))
-	if err != nil {
-		return fmt.Errorf("locating the root: %w", err)
-	}
+// sameTree refuses a mount point (target, opened inside the root at rootPath for dst) that a link on
+// the way led into one of ownTrees from outside, or out of one: a share (--rw DIR where DIR is a link
+// to /proc, or a link a command planted in a shared directory) would otherwise cover the sandbox's
+// /proc with the host's, which lists every process of the host and its command line, or its /dev or
+// /sys. runc's init refuses a mount into /proc the same way, by where it resolves.
+func sameTree(rootPath string, target int, dst string) error {
 	at, err := os.Readlink(procFD(target))
 	if err != nil {
 		return fmt.Errorf("locating the mount point: %w", err)
@@ -480,6 +481,26 @@ var ErrOwnTree = errors.New("a mount may not cross into or out of the sandbox's 
 func isDirFD(fd int) bool {
 	var st unix.Stat_t
 	return fd > 0 && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// moveOnto attaches the detached mount src onto the mount point target (both descriptors).
+func moveOnto(src, target int) error {
+	return unix.MoveMount(src, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+}
+
+// cloneOnto attaches a copy of path below dir (dir itself when path is "") onto the mount point target:
+// a bind without following the paths again.
+func cloneOnto(dir int, path string, target int) error {
+	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
+	if path == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	src, err := unix.OpenTree(dir, path, flags)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	defer unix.Close(src)
+	return moveOnto(src, target)
 }
 
 // procFD names fd through /proc/self/fd, for mount(2) calls that take a path.
@@ -693,12 +714,7 @@ func bindDevice(root int, path string) error {
 		return err
 	}
 	defer unix.Close(target)
-	src, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("open_tree: %w", err)
-	}
-	defer unix.Close(src)
-	return unix.MoveMount(src, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+	return cloneOnto(unix.AT_FDCWD, path, target)
 }
 
 // pivotRoot makes root the root of the mount namespace and detaches the host's tree from it, as runc
@@ -765,7 +781,7 @@ func readOnly(path string) error {
 		return err
 	}
 	defer unix.Close(target)
-	return unix.MoveMount(fd, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+	return moveOnto(fd, target)
 }
 
 // mask covers paths (in the sandbox's root, after the pivot): a file with /dev/null, a directory with
@@ -793,20 +809,16 @@ func mask(paths []string) error {
 		}
 		var st unix.Stat_t
 		err = unix.Fstat(target, &st)
-		var src int
-		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		switch {
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
 			if tmpfs < 0 {
 				tmpfs, err = newFS(Mount{Type: "tmpfs", Source: "tmpfs", Flags: unix.MS_RDONLY, Data: "nr_blocks=1,nr_inodes=1"})
 			}
 			if err == nil {
-				src, err = unix.OpenTree(tmpfs, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+				err = cloneOnto(tmpfs, "", target)
 			}
-		} else if err == nil {
-			src, err = unix.OpenTree(unix.AT_FDCWD, "/dev/null", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-		}
-		if err == nil {
-			err = unix.MoveMount(src, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
-			unix.Close(src)
+		case err == nil:
+			err = cloneOnto(unix.AT_FDCWD, "/dev/null", target)
 		}
 		unix.Close(target)
 		if err != nil {
@@ -835,11 +847,7 @@ func setupConsole() error {
 	slave := int(r)
 	defer unix.Close(slave)
 	if target, err := fileIn(unix.AT_FDCWD, "/dev/console"); err == nil {
-		src, err := unix.OpenTree(slave, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
-		if err == nil {
-			err = unix.MoveMount(src, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
-			unix.Close(src)
-		}
+		err = cloneOnto(slave, "", target)
 		unix.Close(target)
 		if err != nil {
 			return fmt.Errorf("binding /dev/console: %w", err)

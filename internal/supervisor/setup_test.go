@@ -80,17 +80,17 @@ func TestInRoot(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(root, "nowhere")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("following the dangling link made %s/nowhere (%v)", root, err)
 	}
-	if err := mountIn(rfd, Mount{Type: "proc", Source: "proc", Destination: "/proc/x"}); err == nil {
+	if err := mountIn(rfd, root, Mount{Type: "proc", Source: "proc", Destination: "/proc/x"}); err == nil {
 		t.Error("proc mounted below /proc/x")
 	}
-	if err := mountIn(rfd, Mount{Type: "tmpfs", Source: "tmpfs", Destination: "/proc/sys"}); err == nil {
+	if err := mountIn(rfd, root, Mount{Type: "tmpfs", Source: "tmpfs", Destination: "/proc/sys"}); err == nil {
 		t.Error("a tmpfs mount inside /proc was accepted, want it refused")
 	}
-	if err := mountIn(rfd, Mount{Type: "bind", Destination: "/"}); err == nil {
+	if err := mountIn(rfd, root, Mount{Type: "bind", Destination: "/"}); err == nil {
 		t.Error("a mount onto the root was accepted, want it refused")
 	}
 	// proc and sysfs onto a link: refused before anything is mounted (no namespace needed to see it).
-	err = mountIn(rfd, Mount{Type: "proc", Source: "proc", Destination: "/proc"})
+	err = mountIn(rfd, root, Mount{Type: "proc", Source: "proc", Destination: "/proc"})
 	if err == nil || !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR) {
 		t.Errorf("proc onto a link: %v, want ELOOP", err)
 	}
