@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sbx-dev/sbx/internal/cgprime"
 	"io"
 	"os"
 	"path/filepath"
@@ -581,7 +582,8 @@ func crossMountEnv(env []string) []string {
 // working directory).
 func (s *Sandbox) supervisorPrepare() supervisor.Prepare {
 	fs := s.cfg.Plan.Filesystem
-	return supervisor.Prepare{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade, Seccomp: s.seccomp}
+	return supervisor.Prepare{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade, Seccomp: s.seccomp,
+		TimerSlack: cgprime.CallerTimerSlack()}
 }
 
 // writePaths are the Landlock write paths of the command: the profile's and the working directory.

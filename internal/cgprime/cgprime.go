@@ -11,12 +11,16 @@
 // constructor in C (early.c) makes that write on a thread of its own before Go's runtime starts, 0.3 ms
 // into the process; without cgo the package's init makes it on a goroutine, 2.5 ms in.
 //
-// The same constructor, while the process still has a single thread, gives those subcommands a mount
-// namespace of their own, a slave of the host's (unshare(CLONE_NEWNS) cannot be had later, once Go's
-// runtime runs threads): a run's overlays, disk layer and binds never enter the host's mount table. Each
-// sandbox's mount namespace is a copy of its sbx's, so runs started at once no longer copy (and detach
-// again) every other run's mounts, and a killed sbx's mounts go with it. [PrivateMounts] says whether it
-// happened.
+// The same constructor, while the process still has a single thread, gives those subcommands and the
+// server (sbx mcp, whose pool holds sandboxes for long) a mount namespace of their own, a slave of the
+// host's (unshare(CLONE_NEWNS) cannot be had later, once Go's runtime runs threads): a run's overlays,
+// disk layer and binds never enter the host's mount table. Each sandbox's mount namespace is a copy of
+// its sbx's, so runs started at once no longer copy (and detach again) every other run's mounts, nor a
+// server's pool, and a killed sbx's mounts go with it. [PrivateMounts] says whether it happened.
+//
+// It also gives every thread of sbx exec and sbx probe a timer slack of 2 ms, for Go's sysmon thread,
+// whose 20 us sleeps otherwise cost a fifth of the time of 20 runs started at once (early.c says more);
+// [CallerTimerSlack] is the caller's, which the command gets back.
 package cgprime
 
 import (

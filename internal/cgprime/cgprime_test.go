@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestStartsNow(t *testing.T) {
@@ -73,7 +76,13 @@ func TestListed(t *testing.T) {
 // TestMain: started as "exec", "probe" or "init", the test binary reports whether early.c's constructor
 // started the write, as sbx would have.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 3 && os.Args[1] == "exec" && os.Args[2] == "mount" {
+	if len(os.Args) > 2 && os.Args[2] == "slack" {
+		// TestTimerSlack: this process's timer slack, and its caller's as the constructor saw it.
+		b, err := os.ReadFile("/proc/self/timerslack_ns")
+		fmt.Println(strings.TrimSpace(string(b)), CallerTimerSlack(), err)
+		os.Exit(0)
+	}
+	if len(os.Args) > 3 && (os.Args[1] == "exec" || os.Args[1] == "mcp") && os.Args[2] == "mount" {
 		// TestPrivateMounts: a tmpfs mounted here must not show in the parent's mount namespace.
 		err := syscall.Mount("tmpfs", os.Args[3], "tmpfs", 0, "")
 		ns, _ := os.Readlink("/proc/self/ns/mnt")
@@ -146,28 +155,56 @@ func TestClimbs(t *testing.T) {
 	}
 }
 
-// TestPrivateMounts: started as root's exec, the process has a mount namespace of its own, and what it
-// mounts stays out of the host's (its caller's) mount table.
+// TestPrivateMounts: started as root's exec or mcp (a server's pool of sandboxes), the process has a
+// mount namespace of its own, and what it mounts stays out of the host's (its caller's) mount table.
 func TestPrivateMounts(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("only root's exec gets a mount namespace of its own")
 	}
-	dir := t.TempDir()
-	out, err := exec.Command(os.Args[0], "exec", "mount", dir).Output()
-	if err != nil {
+	for _, role := range []string{"exec", "mcp"} {
+		dir := t.TempDir()
+		out, err := exec.Command(os.Args[0], role, "mount", dir).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, _ := os.Readlink("/proc/self/ns/mnt")
+		f := strings.Fields(string(out))
+		if len(f) != 3 || f[0] != "true" || f[1] == own || f[2] != "<nil>" {
+			t.Fatalf("%s: %q, want private mounts in a namespace other than %s, and a mount made", role, out, own)
+		}
+		mounts, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(mounts), " "+dir+" ") {
+			syscall.Unmount(dir, syscall.MNT_DETACH)
+			t.Errorf("the tmpfs the %s process mounted on %s shows in the caller's mount table", role, dir)
+		}
+	}
+}
+
+// TestTimerSlack: sbx exec and probe run with a 2 ms timer slack and remember their caller's (which the
+// command gets back); the others, the server among them, keep the caller's.
+func TestTimerSlack(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const caller = 123456
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, caller, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	own, _ := os.Readlink("/proc/self/ns/mnt")
-	f := strings.Fields(string(out))
-	if len(f) != 3 || f[0] != "true" || f[1] == own || f[2] != "<nil>" {
-		t.Fatalf("exec: %q, want private mounts in a namespace other than %s, and a mount made", out, own)
-	}
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(mounts), " "+dir+" ") {
-		syscall.Unmount(dir, syscall.MNT_DETACH)
-		t.Errorf("the tmpfs the exec process mounted on %s shows in the caller's mount table", dir)
+	defer unix.Prctl(unix.PR_SET_TIMERSLACK, 0, 0, 0, 0) // back to the thread's default
+	for role, want := range map[string]string{
+		"exec":  "2000000 123456 <nil>",
+		"probe": "2000000 123456 <nil>",
+		"mcp":   "123456 0 <nil>",
+		"gc":    "123456 0 <nil>",
+	} {
+		out, err := exec.Command(os.Args[0], role, "slack").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(out)); got != want {
+			t.Errorf("started as %q: slack, caller's = %s, want %s", role, got, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ package cgprime
 
 // extern int sbx_cgprime_started;
 // extern int sbx_private_mounts;
+// extern unsigned long sbx_timer_slack;
 // #include <stdlib.h>
 // extern char sbx_cgprime_path[4352];
 // extern int sbx_cgprime_climbs(const char *rel);
@@ -26,3 +27,7 @@ func climbsC(path string) bool {
 	defer C.free(unsafe.Pointer(p))
 	return C.sbx_cgprime_climbs(p) != 0
 }
+
+// CallerTimerSlack is the timer slack (ns) of the thread that started sbx, which the constructor
+// replaced with a coarser one for every thread of sbx (see early.c); 0 when it did not.
+func CallerTimerSlack() uint64 { return uint64(C.sbx_timer_slack) }

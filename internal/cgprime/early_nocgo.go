@@ -11,3 +11,6 @@ func climbsC(path string) bool { return climbs(path) }
 
 // PrivateMounts: without cgo there is no constructor, and no mount namespace of sbx's own.
 func PrivateMounts() bool { return false }
+
+// CallerTimerSlack: without cgo sbx keeps its caller's timer slack, and so does the command.
+func CallerTimerSlack() uint64 { return 0 }

@@ -163,7 +163,7 @@ func prepare(raw []byte, rd *Ready, pre func() error) *starter {
 		s.warning = fmt.Sprintf("running without Landlock: %v", err)
 	}
 	ready := make(chan error, 1)
-	go s.thread(rs, p.Seccomp, rd, ready)
+	go s.thread(rs, p.Seccomp, p.TimerSlack, rd, ready)
 	s.fatal = <-ready
 	if s.readyErr != nil {
 		s.readyErr = rd.Send(s.notifyFD)
@@ -178,10 +178,20 @@ func prepare(raw []byte, rd *Ready, pre func() error) *starter {
 
 // thread is the restricted thread: it enforces rs (nil: nothing to enforce) and then the seccomp
 // filter sc (nil: none), sends rd to sbx, says so on ready, and starts the one command it is asked to.
-// The filter comes last, so that it may refuse the Landlock syscalls to the command.
-func (s *starter) thread(rs *ruleset, sc *Seccomp, rd *Ready, ready chan<- error) {
+// The filter comes last, so that it may refuse the Landlock syscalls to the command. The command
+// inherits the thread's timer slack, set to slack first (0: left as it is).
+func (s *starter) thread(rs *ruleset, sc *Seccomp, slack uint64, rd *Ready, ready chan<- error) {
 	runtime.LockOSThread()
-	fd, err := s.restrict(rs, sc)
+	var err error
+	if slack != 0 {
+		if err = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack), 0, 0, 0); err != nil {
+			err = fmt.Errorf("setting the command's timer slack: %w", err)
+		}
+	}
+	fd := -1
+	if err == nil {
+		fd, err = s.restrict(rs, sc)
+	}
 	// rd goes first, from here: any later syscall of this thread may notify, and only sbx, once it holds
 	// the fd, can answer (Ready.Send). sendmsg itself never notifies (policy.NeverNotify), but the
 	// profile may deny it: then prepare sends rd from its own, unfiltered thread.

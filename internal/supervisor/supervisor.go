@@ -64,6 +64,9 @@ type Prepare struct {
 	Write   []string `json:"write"`
 	Degrade bool     `json:"degrade"`           // go on without Landlock when it cannot be applied
 	Seccomp *Seccomp `json:"seccomp,omitempty"` // the command's filter; nil for none
+	// TimerSlack (ns) is the command's timer slack, its caller's: sbx and so the supervisor run with a
+	// coarser one (see internal/cgprime). 0 leaves the supervisor's.
+	TimerSlack uint64 `json:"timer_slack,omitempty"`
 }
 
 // Config is the command the supervisor starts; sbx sends it with go ([Conn.SendGo]).
