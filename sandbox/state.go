@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"github.com/sbx-dev/sbx/internal/cgprime"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,8 +22,9 @@ const cgroupRoot = "/sys/fs/cgroup"
 // runDir is the state directory of one run. Its lock file is flock'ed for as long as the sbx that owns
 // the run lives: the kernel drops the lock when that process dies, which is how GC tells dead runs.
 type runDir struct {
-	dir  string
-	lock *os.File
+	dir   string
+	lock  *os.File
+	tmpfs bool // a tmpfs of the run's own is mounted on dir (see onTmpfs)
 }
 
 func runsDir(root string) string { return filepath.Join(root, "runs") }
@@ -69,7 +71,42 @@ func claimRunDir(root, id string, owner IDMap) (*runDir, error) {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("creating the state dir: %w", err)
 	}
-	return &runDir{dir: dir, lock: lock}, nil
+	r := &runDir{dir: dir, lock: lock}
+	if err := r.onTmpfs(owner); err != nil {
+		r.release()
+		return nil, err
+	}
+	return r, nil
+}
+
+// runTmpfsOptions bound a run dir's tmpfs: a few mount points and small files (hosts, resolv.conf).
+const runTmpfsOptions = "mode=0700,uid=%d,gid=%d,size=16m,nr_inodes=1024"
+
+// onTmpfs mounts a tmpfs of the run's own on its run dir when sbx runs in a mount namespace of its own
+// (as root: internal/cgprime), where the mount is sbx's alone and goes with it. What the run makes there
+// (its mount points, hosts, resolv.conf) then costs no inodes of the state root's file system, which a
+// run on disk made and freed by the dozen: on an ext4 without a journal, as this kind of host's root
+// is, each new inode is searched for past every inode freed in the last half minute, and 20 runs at
+// once took 15% longer with the state root there than on a tmpfs. The lock stays on disk below, where
+// gc (in the host's mount namespace) looks.
+func (r *runDir) onTmpfs(owner IDMap) error {
+	if Rootless() || !cgprime.PrivateMounts() {
+		return nil
+	}
+	if err := unix.Mount("tmpfs", r.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
+		fmt.Sprintf(runTmpfsOptions, owner.RootUID, owner.RootGID)); err != nil {
+		return fmt.Errorf("mounting the run dir's tmpfs: %w", err)
+	}
+	r.tmpfs = true
+	return nil
+}
+
+// offTmpfs detaches the run dir's tmpfs, and with it whatever is left on it.
+func (r *runDir) offTmpfs() {
+	if r.tmpfs {
+		_ = unix.Unmount(r.dir, unix.MNT_DETACH)
+		r.tmpfs = false
+	}
 }
 
 // openStateRoot creates the state root and its runs dir searchable for the sandbox's root, and checks
@@ -126,6 +163,7 @@ const newPrefix = ".new-"
 // is then a dead run that gc cleans up.
 func (r *runDir) abandon() {
 	if r != nil {
+		r.offTmpfs()
 		r.lock.Close()
 	}
 }
@@ -134,14 +172,22 @@ func (r *runDir) release() error {
 	if r == nil {
 		return nil
 	}
-	err := removeRunDir(r.dir)
+	err := r.remove()
 	r.lock.Close()
 	return err
 }
 
-// removeRunDir removes a run's state directory, but never while anything is still mounted below it: the
-// overlay's lower layer is the host's root file system.
-func removeRunDir(dir string) error {
+// remove removes the run's state directory (see removeRunDir), its tmpfs first.
+func (r *runDir) remove() error {
+	if err := mountedBelow(r.dir); err != nil {
+		return err
+	}
+	r.offTmpfs()
+	return removeAll(r.dir)
+}
+
+// mountedBelow fails when anything is still mounted below dir.
+func mountedBelow(dir string) error {
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return err
@@ -151,10 +197,24 @@ func removeRunDir(dir string) error {
 			return fmt.Errorf("not removing the state dir %s: %s is still mounted", dir, f[4])
 		}
 	}
+	return nil
+}
+
+// removeRunDir removes a run's state directory, but never while anything is still mounted below it: the
+// overlay's lower layer is the host's root file system.
+func removeRunDir(dir string) error {
+	if err := mountedBelow(dir); err != nil {
+		return err
+	}
+	return removeAll(dir)
+}
+
+// removeAll removes a run's state directory that nothing is mounted below.
+func removeAll(dir string) error {
 	if Rootless() {
 		openWorkDirs(dir)
 	}
-	err = os.RemoveAll(dir)
+	err := os.RemoveAll(dir)
 	if err != nil && Rootless() {
 		// A directory the command left without permissions for its owner: open them all, then again.
 		openForRemoval(dir)
