@@ -101,6 +101,13 @@ func (r *runDir) onTmpfs(owner IDMap) error {
 	return nil
 }
 
+// ownTmpfs says whether a run dir is a mount in this process's mount namespace: the tmpfs of one of
+// its own runs (onTmpfs), which lives as long as the run; another process's tmpfs never shows here.
+func ownTmpfs(dir string) bool {
+	var st, parent unix.Stat_t
+	return unix.Lstat(dir, &st) == nil && unix.Lstat(filepath.Dir(dir), &parent) == nil && st.Dev != parent.Dev
+}
+
 // offTmpfs detaches the run dir's tmpfs, and with it whatever is left on it.
 func (r *runDir) offTmpfs() {
 	if r.tmpfs {
@@ -296,6 +303,9 @@ func gcNewRunDir(dir string) {
 
 // claimDead takes the lock of a run dir if its owner is gone.
 func claimDead(dir string) (bool, *os.File) {
+	if ownTmpfs(dir) {
+		return false, nil // a run of this very process, whose tmpfs hides its lock here
+	}
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|unix.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		// Run dirs are renamed into place with their lock (claimRunDir): one without is what is left of a
