@@ -74,8 +74,9 @@ func (m *mcpServer) close() { m.sess.Close() }
 // burst is one round of many runs started at once.
 type burst struct {
 	name  string
-	run   func() error // one run
-	pause time.Duration
+	run   func() error  // one run
+	pause time.Duration // before the burst
+	after time.Duration // after it, before the next contender's
 	ms    []float64
 }
 
@@ -128,7 +129,9 @@ func benchBursts(sbx, dir string, runcArgv func(i int) []string, rounds int) err
 	bs := []*burst{
 		{name: "sbx exec -- true, cold", run: command([]string{sbx, "exec", "-q", "--", "true"})},
 		// The pool refills in the background after a burst: the pause lets it, as an agent's think time would.
-		{name: "sbx_run true, warm pool (MCP)", pause: 3 * time.Second, run: func() error { _, err := srv.call("true"); return err }},
+		// The pause after it keeps the refill and the teardowns of the pool's server out of the next
+		// contender's burst.
+		{name: "sbx_run true, warm pool (MCP)", pause: 3 * time.Second, after: 3 * time.Second, run: func() error { _, err := srv.call("true"); return err }},
 		{name: "runc run (busybox)", run: func() error {
 			mu.Lock()
 			seq++
@@ -168,6 +171,7 @@ func retried(b *burst) (float64, error) {
 		time.Sleep(b.pause)
 		var d float64
 		if d, err = timeBurst(b.run); err == nil {
+			time.Sleep(b.after)
 			return d, nil
 		}
 	}
