@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -80,6 +81,10 @@ func Spec(in SpecInput) *specs.Spec {
 			// rootless spec does.
 			s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "none", Source: "/sys",
 				Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+			// The bind brings the host's mounts below /sys along, which a sysfs of the sandbox's own
+			// has not: the host's cgroup hierarchies (every run's and service's cgroup, with their
+			// limits and pids), tracefs, bpffs. Each is masked with an empty directory.
+			s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, submounts("/sys")...)
 		}
 	}
 	for _, b := range []struct{ src, dst string }{{in.Init, initPath}, {in.Binary, selfPath}} {
@@ -408,3 +413,44 @@ func resources(l policy.Limits, supervised bool) *specs.LinuxResources {
 }
 
 func specError(err error) error { return fmt.Errorf("building the container config: %w", err) }
+
+// submounts lists the outermost mounts strictly below dir in sbx's mount namespace (the host's, or a
+// copy of it).
+func submounts(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || !strings.HasPrefix(f[4], dir+"/") {
+			continue
+		}
+		at := unescapeMountinfo(f[4])
+		if !slices.ContainsFunc(out, func(o string) bool { return strings.HasPrefix(at, o+"/") || at == o }) {
+			out = slices.DeleteFunc(out, func(o string) bool { return strings.HasPrefix(o, at+"/") })
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space, \011, \012, \134).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
