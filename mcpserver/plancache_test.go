@@ -3,8 +3,11 @@ package mcpserver
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"testing"
+
+	"github.com/sbx-dev/sbx/policy"
 )
 
 // TestPlanCache: a call compiles its plan once per profile content, working directory and overrides:
@@ -42,5 +45,39 @@ func TestPlanCache(t *testing.T) {
 	}
 	if changed == first || changed.Limits.Pids != 200 {
 		t.Errorf("after the profile file changed: pids %d (the same plan: %v), want a new plan with 200", changed.Limits.Pids, changed == first)
+	}
+}
+
+// TestBuiltinProfileOnce: a built-in profile is parsed once, and what each call does with it (narrowing
+// its network, compiling a plan with overrides) leaves the shared copy as loaded.
+func TestBuiltinProfileOnce(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(Config{Profiles: []string{"default", "python-build"}, Workspaces: []string{dir}, Env: []string{"PATH=/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first, err := s.profile("python-build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.profile("python-build"); again != first {
+		t.Error("the built-in profile was parsed again")
+	}
+	for _, in := range []RunInput{
+		{Profile: "python-build", Env: map[string]string{"A": "1"}, TimeoutSec: 3},
+		{Profile: "python-build", Network: &Network{Mode: "none"}},
+		{Profile: "python-build", Network: &Network{Allow: []string{"pypi.org:443"}}},
+	} {
+		if _, err := s.plan(in, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh, err := policy.Load("python-build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(first, fresh) {
+		t.Errorf("the shared built-in profile changed:\n%+v\nwant\n%+v", first, fresh)
 	}
 }

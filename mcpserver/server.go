@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -97,6 +98,7 @@ type Server struct {
 	ws       []workspace
 	pool     *runner.Pool // nil without Warm
 	plans    planCache
+	builtins sync.Map // built-in profile name → *policy.Profile, loaded once (see profile)
 }
 
 // New checks the configuration (every profile must load) and returns a server with its tools.
@@ -244,5 +246,19 @@ func (s *Server) profile(name string) (*policy.Profile, error) {
 	if !ok {
 		return nil, fmt.Errorf("profile %q is not offered by this server (offered: %v)", name, s.names)
 	}
-	return policy.Load(arg)
+	// A built-in profile is part of the binary and never changes: it is parsed once (a third of a
+	// millisecond of every warm run). A profile from a file is read again on every call, so that an
+	// edit counts from the next run. Nothing changes a loaded profile (narrow copies it).
+	if !policy.IsBuiltinName(arg) {
+		return policy.Load(arg)
+	}
+	if p, ok := s.builtins.Load(arg); ok {
+		return p.(*policy.Profile), nil
+	}
+	p, err := policy.Load(arg)
+	if err != nil {
+		return nil, err
+	}
+	s.builtins.Store(arg, p)
+	return p, nil
 }
