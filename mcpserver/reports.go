@@ -3,8 +3,6 @@ package mcpserver
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"math"
 	"sync"
 )
 
@@ -25,8 +23,7 @@ func newStore(n int, maxBytes int64) *store {
 }
 
 // put keeps out; it says whether it did (false: larger than the whole budget).
-func (s *store) put(out *RunOutput) bool {
-	size := reportSize(out)
+func (s *store) put(out *RunOutput, size int64) bool {
 	if size > s.maxBytes {
 		return false
 	}
@@ -43,22 +40,6 @@ func (s *store) put(out *RunOutput) bool {
 		s.order = s.order[1:]
 	}
 	return true
-}
-
-// reportSize is what a result costs: its JSON encoding's length, written to a counter.
-func reportSize(out *RunOutput) int64 {
-	var c counter
-	if err := json.NewEncoder(&c).Encode(out); err != nil {
-		return math.MaxInt64
-	}
-	return int64(c)
-}
-
-type counter int64
-
-func (c *counter) Write(p []byte) (int, error) {
-	*c += counter(len(p))
-	return len(p), nil
 }
 
 func (s *store) get(id string) (*RunOutput, bool) {

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ func TestStoreBytes(t *testing.T) {
 	}
 	s := newStore(100, 25_000)
 	for i, id := range []string{"a", "b", "c"} {
-		if !s.put(out(id, 10_000)) {
+		if o := out(id, 10_000); !s.put(o, size(t, o)) {
 			t.Fatalf("put %s (#%d): not kept", id, i)
 		}
 	}
@@ -25,10 +26,19 @@ func TestStoreBytes(t *testing.T) {
 	if s.bytes > s.maxBytes {
 		t.Errorf("store holds %d bytes, over its %d", s.bytes, s.maxBytes)
 	}
-	if s.put(out("huge", 30_000)) {
+	if o := out("huge", 30_000); s.put(o, size(t, o)) {
 		t.Error("a report larger than the whole budget was kept")
 	}
 	if _, ok := s.get("huge"); ok {
 		t.Error("get finds a report that was not kept")
 	}
+}
+
+// size is what handleRun counts for a report: its JSON encoding's length.
+func size(t *testing.T, out *RunOutput) int64 {
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(len(b)) + 1
 }

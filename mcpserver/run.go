@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sbx-dev/sbx/policy"
@@ -46,7 +47,7 @@ type RunOutput struct {
 
 func (s *Server) addRunTool() {
 	openWorld := true
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	tool := &mcp.Tool{
 		Name:  "sbx_run",
 		Title: "Run a command in an sbx sandbox",
 		Description: "Run one command in a throwaway Linux sandbox built from a profile and return what it did and " +
@@ -55,7 +56,70 @@ func (s *Server) addRunTool() {
 			"(capped). A non-zero exit or a violation is a normal result, not an error. The sandbox is torn " +
 			"down before the call returns; files written inside it do not reach the host.",
 		Annotations: &mcp.ToolAnnotations{Title: "sbx run", OpenWorldHint: &openWorld},
-	}, s.handleRun)
+	}
+	in, out, inResolved, err := typedSchemas[RunInput, RunOutput]()
+	if err != nil {
+		// The types are this package's: a failure is a programming error, caught by every test.
+		panic(fmt.Sprintf("sbx_run's schemas: %v", err))
+	}
+	tool.InputSchema, tool.OutputSchema = in, out
+	s.mcp.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in RunInput
+		if err := decodeArgs(req.Params.Arguments, inResolved, &in); err != nil {
+			var res mcp.CallToolResult
+			res.SetError(fmt.Errorf("validating \"arguments\": %v", err))
+			return &res, nil
+		}
+		res, _, err := s.handleRun(ctx, req, in)
+		if err != nil {
+			var res mcp.CallToolResult
+			res.SetError(err)
+			return &res, nil
+		}
+		return res, nil
+	})
+}
+
+// typedSchemas are the input and output schemas of a tool taking In and returning Out, as the SDK's
+// typed AddTool infers them, and the input's resolved for validation.
+//
+// sbx_run is added with the SDK's untyped AddTool and these schemas: the typed one would check every
+// report against the output schema (a marshal, an unmarshal into maps, a validation of a few hundred
+// nodes and a marshal again: about half a millisecond of a warm run of 5). The report's conformance to
+// its schema is the tests' to check (cmd/sbx's TestMCP checks every report it gets), not every call's.
+func typedSchemas[In, Out any]() (in, out *jsonschema.Schema, inResolved *jsonschema.Resolved, err error) {
+	if in, err = jsonschema.For[In](&jsonschema.ForOptions{}); err != nil {
+		return nil, nil, nil, err
+	}
+	if inResolved, err = in.Resolve(&jsonschema.ResolveOptions{ValidateDefaults: true}); err != nil {
+		return nil, nil, nil, err
+	}
+	if out, err = jsonschema.For[Out](&jsonschema.ForOptions{}); err != nil {
+		return nil, nil, nil, err
+	}
+	return in, out, inResolved, nil
+}
+
+// decodeArgs checks a tool's arguments against its input schema, with the schema's defaults, and
+// decodes them into v, as the SDK's typed tools do.
+func decodeArgs(raw json.RawMessage, schema *jsonschema.Resolved, v any) error {
+	m := map[string]any{}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("unmarshaling arguments: %w", err)
+		}
+	}
+	if err := schema.ApplyDefaults(&m); err != nil {
+		return fmt.Errorf("applying schema defaults:\n%w", err)
+	}
+	if err := schema.Validate(&m); err != nil {
+		return err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
 }
 
 // handleRun is sbx_run. Errors it returns become tool errors (refusals and sbx failures).
@@ -85,11 +149,15 @@ func (s *Server) handleRun(ctx context.Context, req *mcp.CallToolRequest, in Run
 	if err != nil {
 		return nil, nil, err
 	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding the report: %w", err)
+	}
 	text := summary(out)
-	if !s.reports.put(out) {
+	if !s.reports.put(out, int64(len(raw))+1) {
 		text += fmt.Sprintf("(this report is larger than the server keeps, %d bytes: sbx_get_report will not find it)\n", s.cfg.KeepBytes)
 	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: json.RawMessage(raw)}, out, nil
 }
 
 func (in RunInput) args() ([]string, error) {

@@ -63,6 +63,9 @@ func callRun(ctx context.Context, t *testing.T, sess *mcp.ClientSession, args ma
 	}
 	var out map[string]any
 	if res.StructuredContent != nil {
+		// The server does not check its reports against the schema it lists (see mcpserver's
+		// typedSchemas): every report a test gets is checked here.
+		checkOutputSchema(ctx, t, sess, "sbx_run", res.StructuredContent)
 		data, _ := json.Marshal(res.StructuredContent)
 		if err := json.Unmarshal(data, &out); err != nil {
 			t.Fatal(err)
