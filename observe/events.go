@@ -72,6 +72,10 @@ type Events struct {
 	nspidOf  map[int][]int // host pid -> pid in each namespace, learnt at exec time, dropped at exit
 	r        *procReader
 	readErr  error
+	// tr is the kernel-side filter (events_bpf.go); nil when filterErr says why the classic one is used.
+	tr        *tracker
+	filterErr error
+	datagrams int // datagrams read: each one a wake-up the filter let through
 	detailed int // execs read from /proc so far
 	dropped  int // execs the last Stop left out past MaxExecs
 }
@@ -88,24 +92,33 @@ type event struct {
 // starts: what happens before is not seen. It needs root (CAP_NET_ADMIN) and must run on a thread in the
 // host's network namespace.
 func StartEvents(opts EventsOptions) (*Events, error) {
-	fd, err := procConnectorSocket()
-	if err != nil {
-		return nil, err
-	}
 	e := &Events{
 		opts: opts, done: make(chan struct{}), tracked: make(map[int]bool),
 		nspidOf: make(map[int][]int), r: newProcReader(),
 	}
-	if len(opts.Track) == 0 {
-		opts.Track = []int{os.Getpid()}
+	track := opts.Track
+	if len(track) == 0 {
+		track = []int{os.Getpid()}
 	}
-	e.Track(opts.Track...)
+	for _, p := range track {
+		e.tracked[p] = true
+	}
+	fd, err := procConnectorSocket(e.attachFilter(track))
+	if err != nil {
+		if e.tr != nil {
+			e.tr.close()
+		}
+		return nil, err
+	}
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	e.mono0, e.wall0 = uint64(ts.Nano()), time.Now()
 	e.fd = fd
 	if err := unix.Pipe2(e.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		unix.Close(fd)
+		if e.tr != nil {
+			e.tr.close()
+		}
 		return nil, fmt.Errorf("start process events: %w", err)
 	}
 	// Return only once the reader runs on its own thread: events queued before it starts are read late,
@@ -117,21 +130,62 @@ func StartEvents(opts EventsOptions) (*Events, error) {
 }
 
 // Track adds host pids whose descendants' execs are read from /proc at event time (see EventsOptions).
+// Their events from the return on are seen: the kernel-side filter learns them before Track returns, and
+// the reader, which waits for the same lock, only afterwards handles what it passed.
 func (e *Events) Track(pids ...int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, p := range pids {
 		e.tracked[p] = true
 	}
+	if e.tr != nil {
+		e.tr.add(pids...)
+	}
+}
+
+// attachFilter returns what procConnectorSocket attaches to the socket: the eBPF filter tracking track
+// (events_bpf.go), or, when that cannot be loaded, the classic filter, which passes every whole process's
+// events for the reader to sort; FilterDegraded then says why.
+func (e *Events) attachFilter(track []int) func(fd int) error {
+	return func(fd int) error {
+		if os.Geteuid() != 0 {
+			e.filterErr = errNotRoot
+			return attachClassic(fd)
+		}
+		tr, err := loadTracker(fd, track)
+		if err != nil {
+			e.filterErr = err
+			return attachClassic(fd)
+		}
+		e.tr = tr
+		return nil
+	}
+}
+
+// FilterDegraded is nil when the kernel passed this stream only the tracked processes' events; otherwise
+// it says why every whole process's events on the host reached the reader instead (the eBPF filter could
+// not be loaded, or its map ran full). The recording is complete either way: the reader sorts them.
+// Complete after Stop.
+func (e *Events) FilterDegraded() error { return e.filterErr }
+
+// ErrFilterFull says that the kernel-side filter could not track every process and passed everything.
+var ErrFilterFull = errors.New("the kernel-side process-events filter ran out of room")
+
+func attachClassic(fd int) error {
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, eventsFilter()); err != nil {
+		return fmt.Errorf("filter process events: %w", err)
+	}
+	return nil
 }
 
 // Lost returns how many times the kernel dropped events because the reader fell behind (ENOBUFS). A
 // non-zero count means the exec list may be incomplete.
 func (e *Events) Lost() int { return int(e.lost.Load()) }
 
-// procConnectorSocket opens, sizes, binds and subscribes a process-events socket. It runs on a locked
-// thread so that the namespace check and the socket refer to the same thread.
-func procConnectorSocket() (int, error) {
+// procConnectorSocket opens, filters (attach), sizes, binds and subscribes a process-events socket. The
+// filter is in place before the bind: no event arrives unfiltered, and the eBPF filter sees every fork of
+// its tree. It runs on a locked thread so that the namespace check and the socket refer to the same thread.
+func procConnectorSocket(attach func(fd int) error) (int, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if !inHostNetNS() {
@@ -142,9 +196,9 @@ func procConnectorSocket() (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("open process-events socket: %w", err)
 	}
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, eventsFilter()); err != nil {
+	if err := attach(fd); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("filter process events: %w", err)
+		return -1, err
 	}
 	// A burst of forks on the host fills the default buffer; FORCE ignores rmem_max (root only).
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, eventsRcvBuf) != nil {
@@ -161,8 +215,8 @@ func procConnectorSocket() (int, error) {
 	return fd, nil
 }
 
-// eventsFilter is a socket filter that keeps only what handle uses: execs, and forks and exits of whole
-// processes. Threads are most of a host's forks and exits (every Go program starts several), and each
+// eventsFilter is the classic socket filter, used when the eBPF one (tracker) cannot be: it keeps only
+// what handle uses, execs, and forks and exits of whole processes, of the whole host. Threads are most of a host's forks and exits (every Go program starts several), and each
 // event reaches every sbx run in progress: dropping them in the kernel spares each reader most of its
 // wake-ups when runs start in parallel. Classic BPF loads words in network byte order, so the event
 // codes are compared byte-swapped; pids are compared with each other, which the order does not change.
@@ -289,6 +343,7 @@ func (e *Events) drain(buf []byte) error {
 		case n <= 0:
 			return nil
 		default:
+			e.datagrams++
 			e.handle(buf[:n])
 		}
 	}
@@ -447,6 +502,15 @@ func (e *Events) Stop(roots []int) ([]report.Exec, error) {
 		unix.Close(e.fd)
 		unix.Close(e.wake[0])
 		unix.Close(e.wake[1])
+		e.mu.Lock()
+		if e.tr != nil {
+			if e.tr.opened() {
+				e.filterErr = ErrFilterFull
+			}
+			e.tr.close()
+			e.tr = nil
+		}
+		e.mu.Unlock()
 	})
 	if e.readErr != nil {
 		return nil, e.readErr

@@ -17,7 +17,7 @@ import (
 // drops threads' forks and exits in the kernel.
 func TestEventsFilter(t *testing.T) {
 	testutil.RequireRoot(t, "subscribes to the kernel's process events")
-	fd, err := procConnectorSocket()
+	fd, err := procConnectorSocket(attachClassic)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,186 @@
+package observe
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+)
+
+// trackMax bounds the processes the kernel-side filter tracks at once. The tracked tree is sbx and its
+// descendants alive at a time: a sandbox's pids limit (1024 in the largest built-in profile) and, in a
+// long-running server, the other runs in progress. The map allocates an entry per process as it forks
+// (BPF_F_NO_PREALLOC), so the bound costs only the hash's buckets (16 bytes each). Past it the filter
+// opens up (see tracker) rather than lose events.
+const trackMax = 8192
+
+// errNotRoot says why an unprivileged stream keeps the classic filter: loading eBPF needs CAP_BPF, and
+// the subscription itself will be refused anyway.
+var errNotRoot = errors.New("not root")
+
+// loadTracker is startTracker with the production bound; tests replace it to make the map tiny or the
+// load fail.
+var loadTracker = func(fd int, pids []int) (*tracker, error) { return startTracker(fd, trackMax, pids) }
+
+// tracker is the eBPF socket filter of a process-events socket: the kernel passes the socket only the
+// events of the tracked processes and their descendants, so that a run's reader is not woken by what the
+// rest of the host (other runs above all) does. The filter learns a tracked process's child from its fork
+// event, in the kernel, before the child can run: no event of the tree can slip past while userspace
+// catches up. Userspace keeps its own tracking (Events.tracked) as the second line; the two agree because
+// both learn from the same events in the same order.
+//
+// When the filter cannot insert a child (the map is full, or the kernel is out of memory), it sets the
+// open flag and passes every whole process's event from then on, as the classic filter does: the stream
+// gets slower, never incomplete.
+type tracker struct {
+	fd   int      // the socket: the classic filter is attached to it when even the flag cannot be set
+	pids *ebpf.Map // hash of host tgids (u32 -> u32 1): the tracked processes
+	open *ebpf.Map // array of one u32: non-zero once the filter passes everything
+}
+
+// startTracker makes the maps, seeds them with pids, and attaches the filter to the socket fd. Call it
+// before the socket joins the multicast group. The program's fd is closed once attached; the socket holds
+// the program and the program its maps, so closing the socket and the tracker frees everything.
+func startTracker(fd, maxPids int, pids []int) (*tracker, error) {
+	t := &tracker{fd: fd}
+	attached := false
+	defer func() {
+		if !attached {
+			t.close()
+		}
+	}()
+	var err error
+	t.pids, err = ebpf.NewMap(&ebpf.MapSpec{Name: "sbx_tracked", Type: ebpf.Hash, KeySize: 4, ValueSize: 4,
+		MaxEntries: uint32(maxPids), Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		return nil, fmt.Errorf("create the tracked-pids map: %w", err)
+	}
+	t.open, err = ebpf.NewMap(&ebpf.MapSpec{Name: "sbx_open", Type: ebpf.Array, KeySize: 4, ValueSize: 4,
+		MaxEntries: 1})
+	if err != nil {
+		return nil, fmt.Errorf("create the filter's flag map: %w", err)
+	}
+	for _, p := range pids {
+		if err := t.pids.Update(uint32(p), uint32(1), ebpf.UpdateAny); err != nil {
+			return nil, fmt.Errorf("track pid %d in the kernel: %w", p, err)
+		}
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sbx_events", Type: ebpf.SocketFilter,
+		License: "Apache-2.0", Instructions: trackerProgram(t.pids.FD(), t.open.FD())})
+	if err != nil {
+		return nil, fmt.Errorf("load the process-events filter: %w", err)
+	}
+	defer prog.Close()
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_BPF, prog.FD()); err != nil {
+		return nil, fmt.Errorf("attach the process-events filter: %w", err)
+	}
+	attached = true
+	return t, nil
+}
+
+// add tracks pids from now on. A pid the map cannot take opens the filter, so that its events still
+// reach userspace.
+func (t *tracker) add(pids ...int) {
+	for _, p := range pids {
+		if t.pids.Update(uint32(p), uint32(1), ebpf.UpdateAny) != nil {
+			t.openUp()
+			return
+		}
+	}
+}
+
+// openUp makes the filter pass every whole process's events; failing that, it puts the classic filter in
+// its place, which does the same.
+func (t *tracker) openUp() {
+	if t.open.Update(uint32(0), uint32(1), ebpf.UpdateAny) != nil {
+		_ = unix.SetsockoptSockFprog(t.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, eventsFilter())
+	}
+}
+
+// opened says whether the filter passes everything (an insertion failed).
+func (t *tracker) opened() bool {
+	var v uint32
+	_ = t.open.Lookup(uint32(0), &v)
+	return v != 0
+}
+
+func (t *tracker) close() {
+	if t.pids != nil {
+		t.pids.Close()
+	}
+	if t.open != nil {
+		t.open.Close()
+	}
+}
+
+// trackerProgram is the filter. It copies the start of the proc_event (what, cpu, timestamp, and the
+// first four u32 of the event's data) to the stack with bpf_skb_load_bytes, which keeps the host's byte
+// order (the classic filter's loads swap it). Stack layout, from the frame pointer:
+//
+//	-32 what   -16 data[0]  -12 data[1]  -8 data[2]  -4 data[3]   -36 key 0 of open   -40 the value 1
+//
+// fork: data = parent_pid, parent_tgid, child_pid, child_tgid; exec: process_pid, process_tgid; exit:
+// process_pid, process_tgid, ... So data[1] is the tgid that decides in all three. R6 holds the skb, R9
+// the open flag.
+func trackerProgram(pidsFD, openFD int) asm.Instructions {
+	const (
+		evOff  = -32
+		data1  = -12
+		keyOff = -36
+		valOff = -40
+	)
+	stackPtr := func(r asm.Register, off int32) asm.Instructions {
+		return asm.Instructions{asm.Mov.Reg(r, asm.RFP), asm.Add.Imm(r, off)}
+	}
+	lookup := func(mapFD int, keyOff int32) asm.Instructions {
+		return append(asm.Instructions{asm.LoadMapPtr(asm.R1, mapFD)},
+			append(stackPtr(asm.R2, keyOff), asm.FnMapLookupElem.Call())...)
+	}
+	var p asm.Instructions
+	add := func(ins ...asm.Instruction) { p = append(p, ins...) }
+	addAll := func(ins asm.Instructions) { p = append(p, ins...) }
+
+	add(asm.Mov.Reg(asm.R6, asm.R1), asm.Mov.Reg(asm.R1, asm.R6), asm.Mov.Imm(asm.R2, procEventOffset))
+	addAll(stackPtr(asm.R3, evOff))
+	add(asm.Mov.Imm(asm.R4, 32), asm.FnSkbLoadBytes.Call(), asm.JNE.Imm(asm.R0, 0, "drop"))
+	// R9 = the open flag.
+	add(asm.StoreImm(asm.RFP, keyOff, 0, asm.Word), asm.StoreImm(asm.RFP, valOff, 1, asm.Word))
+	addAll(lookup(openFD, keyOff))
+	add(asm.Mov.Imm(asm.R9, 0), asm.JEq.Imm(asm.R0, 0, "decode"), asm.LoadMem(asm.R9, asm.R0, 0, asm.Word))
+	add(asm.LoadMem(asm.R7, asm.RFP, evOff, asm.Word).WithSymbol("decode"),
+		asm.JEq.Imm32(asm.R7, procEventExec, "exec"),
+		asm.JEq.Imm32(asm.R7, procEventFork, "fork"),
+		asm.JEq.Imm32(asm.R7, int32(-procEventExit), "exit")) // 0x80000000 as an int32
+	add(asm.Mov.Imm(asm.R0, 0).WithSymbol("drop"), asm.Return())
+	add(asm.LoadMem(asm.R0, asm.R6, 0, asm.Word).WithSymbol("pass"), asm.Return()) // skb->len: keep it all
+
+	// exec: pass iff the process is tracked.
+	add(asm.JNE.Imm(asm.R9, 0, "pass").WithSymbol("exec"))
+	addAll(lookup(pidsFD, data1))
+	add(asm.JEq.Imm(asm.R0, 0, "drop"), asm.Ja.Label("pass"))
+
+	// fork of a whole process: pass iff the parent is tracked, and track the child.
+	add(asm.LoadMem(asm.R1, asm.RFP, -8, asm.Word).WithSymbol("fork"), asm.LoadMem(asm.R2, asm.RFP, -4, asm.Word),
+		asm.JNE.Reg(asm.R1, asm.R2, "drop"), asm.JNE.Imm(asm.R9, 0, "pass"))
+	addAll(lookup(pidsFD, data1))
+	add(asm.JEq.Imm(asm.R0, 0, "drop"), asm.LoadMapPtr(asm.R1, pidsFD))
+	addAll(stackPtr(asm.R2, -4))
+	addAll(stackPtr(asm.R3, valOff))
+	add(asm.Mov.Imm(asm.R4, int32(ebpf.UpdateAny)), asm.FnMapUpdateElem.Call(), asm.JEq.Imm(asm.R0, 0, "pass"))
+	// The child could not be tracked: open the filter for good.
+	addAll(lookup(openFD, keyOff))
+	add(asm.JEq.Imm(asm.R0, 0, "pass"), asm.StoreImm(asm.R0, 0, 1, asm.Word), asm.Ja.Label("pass"))
+
+	// exit of a whole process: pass iff tracked, and forget it here, in event order: a pid the host reuses
+	// afterwards is not in the map, so nothing of the unrelated process that gets it passes. Left to
+	// userspace, the stale pid would stay until the reader caught up (for good if the exit event was lost
+	// to ENOBUFS), and its reuser's forks would enter the map. Userspace forgets it at the same event
+	// (onExit), so both sides agree.
+	add(asm.LoadMem(asm.R1, asm.RFP, -16, asm.Word).WithSymbol("exit"), asm.LoadMem(asm.R2, asm.RFP, data1, asm.Word),
+		asm.JNE.Reg(asm.R1, asm.R2, "drop"), asm.JNE.Imm(asm.R9, 0, "pass"), asm.LoadMapPtr(asm.R1, pidsFD))
+	addAll(stackPtr(asm.R2, data1))
+	add(asm.FnMapDeleteElem.Call(), asm.JEq.Imm(asm.R0, 0, "pass"), asm.Ja.Label("drop"))
+	return p
+}

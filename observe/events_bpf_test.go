@@ -1,0 +1,179 @@
+package observe
+
+import (
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"testing"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/report"
+)
+
+// treeScript waits for a line on stdin, then forks a child (/bin/true) and a child that forks a
+// grandchild (the first /bin/true of the inner sh). The exit keeps sh from exec'ing the inner sh in place.
+const treeScript = "read x; /bin/true; sh -c '/bin/true; /bin/true'; exit 0"
+
+// minForeignEvents is how many events of treeScript's run reach a listener that passes everything: the
+// forks, execs and exits of the child, the inner sh and its first /bin/true, and the script's exit.
+const minForeignEvents = 10
+
+// heldTree is a treeScript started and waiting for its go.
+type heldTree struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+}
+
+func holdTree(t *testing.T) *heldTree {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", treeScript)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return &heldTree{cmd: cmd, in: in}
+}
+
+func (h *heldTree) release(t *testing.T) {
+	t.Helper()
+	_, _ = io.WriteString(h.in, "go\n")
+	h.in.Close()
+}
+
+func (h *heldTree) wait(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v", treeScript, err)
+	}
+}
+
+// TestEventsKernelFilter: a stream tracking one process tree records its children's and grandchildren's
+// forks, execs and exits. With the eBPF filter, the reader reads nothing else: an unrelated tree started at
+// the same time never reaches the socket. When the filter's map is full, or the filter cannot be loaded,
+// everything reaches the reader again (the classic filter's behaviour) and the recording is as complete.
+func TestEventsKernelFilter(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	tests := []struct {
+		name string
+		load func(fd int, pids []int) (*tracker, error)
+		// sequential runs the unrelated tree after the tracked one, so that all of its events come
+		// after a fallback the tracked tree caused.
+		sequential bool
+		wantErr    error // FilterDegraded: nil, ErrFilterFull, or errAny
+		foreign    bool  // the unrelated tree's events reach the reader
+	}{
+		{name: "eBPF: own tree only", load: loadTracker},
+		{
+			// Room for the tracked process and one child: the grandchild's fork cannot be inserted.
+			name:       "eBPF map full: passes everything",
+			load:       func(fd int, pids []int) (*tracker, error) { return startTracker(fd, 2, pids) },
+			sequential: true, wantErr: ErrFilterFull, foreign: true,
+		},
+		{
+			// A map of no entries: the kernel refuses to create it.
+			name:    "eBPF refused: classic filter",
+			load:    func(fd int, pids []int) (*tracker, error) { return startTracker(fd, 0, pids) },
+			wantErr: errAny, foreign: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func(l func(int, []int) (*tracker, error)) { loadTracker = l }(loadTracker)
+			loadTracker = tt.load
+			own, other := holdTree(t), holdTree(t)
+			ev, err := StartEvents(EventsOptions{Track: []int{own.cmd.Process.Pid}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			own.release(t)
+			if tt.sequential {
+				own.wait(t)
+			}
+			other.release(t)
+			if !tt.sequential {
+				own.wait(t)
+			}
+			other.wait(t)
+			execs, err := ev.Stop([]int{own.cmd.Process.Pid})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTree(t, ev, own.cmd.Process.Pid, execs)
+			for _, x := range ev.log {
+				if x.pid == other.cmd.Process.Pid || x.parent == other.cmd.Process.Pid {
+					t.Errorf("the unrelated tree's event %+v was recorded", x)
+				}
+			}
+			degraded := ev.FilterDegraded()
+			switch {
+			case tt.wantErr == errAny && degraded == nil, tt.wantErr != errAny && !errors.Is(degraded, tt.wantErr):
+				t.Errorf("FilterDegraded() = %v, want %v", degraded, tt.wantErr)
+			case degraded != nil:
+				t.Logf("FilterDegraded: %v", degraded)
+			}
+			if ev.Lost() != 0 {
+				t.Fatalf("Lost = %d, want 0", ev.Lost())
+			}
+			// Every datagram the tracked tree caused is recorded; the rest woke the reader for nothing.
+			extra := ev.datagrams - len(ev.log)
+			if !tt.foreign && extra != 0 {
+				t.Errorf("the reader read %d datagrams of other processes, want 0", extra)
+			}
+			if tt.foreign && extra < minForeignEvents {
+				t.Errorf("the reader read %d datagrams of other processes, want at least the unrelated tree's %d",
+					extra, minForeignEvents)
+			}
+		})
+	}
+}
+
+// errAny stands for any error in a want.
+var errAny = errors.New("any error")
+
+// checkTree checks that the recording holds the tree of root: the fork, exec and exit of its child, of the
+// inner sh and of the inner sh's child, and root's own exit.
+func checkTree(t *testing.T, ev *Events, root int, execs []report.Exec) {
+	t.Helper()
+	children := map[int][]int{}
+	execd, exited := map[int]bool{}, map[int]bool{}
+	for _, x := range ev.log {
+		switch x.what {
+		case procEventFork:
+			children[x.parent] = append(children[x.parent], x.pid)
+		case procEventExec:
+			execd[x.pid] = true
+		case procEventExit:
+			exited[x.pid] = true
+		}
+	}
+	kids := children[root]
+	if len(kids) != 2 {
+		t.Fatalf("forks of the tracked process: %v, want 2 (log %+v)", kids, ev.log)
+	}
+	grandkids := children[kids[1]]
+	if len(grandkids) == 0 {
+		t.Fatalf("the inner sh %d forked nothing that was seen (log %+v)", kids[1], ev.log)
+	}
+	for _, p := range []int{kids[0], kids[1], grandkids[0]} {
+		if !execd[p] || !exited[p] {
+			t.Errorf("process %d: exec seen %v, exit seen %v, want both", p, execd[p], exited[p])
+		}
+	}
+	if !exited[root] {
+		t.Errorf("the tracked process's exit was not seen")
+	}
+	// Stop's list: the same execs, of the tree only.
+	var listed []int
+	for _, x := range execs {
+		listed = append(listed, x.HostPid)
+	}
+	for _, p := range []int{kids[0], kids[1], grandkids[0]} {
+		if !slices.Contains(listed, p) {
+			t.Errorf("Stop listed the execs of %v, want %d among them", listed, p)
+		}
+	}
+}
