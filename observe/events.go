@@ -76,8 +76,8 @@ type Events struct {
 	tr        *tracker
 	filterErr error
 	datagrams int // datagrams read: each one a wake-up the filter let through
-	detailed int // execs read from /proc so far
-	dropped  int // execs the last Stop left out past MaxExecs
+	detailed  int // execs read from /proc so far
+	dropped   int // execs the last Stop left out past MaxExecs
 }
 
 // event is one recorded kernel event. For execs, info holds what /proc told at event time.

@@ -35,7 +35,7 @@ var loadTracker = func(fd int, pids []int) (*tracker, error) { return startTrack
 // open flag and passes every whole process's event from then on, as the classic filter does: the stream
 // gets slower, never incomplete.
 type tracker struct {
-	fd   int      // the socket: the classic filter is attached to it when even the flag cannot be set
+	fd   int       // the socket: the classic filter is attached to it when even the flag cannot be set
 	pids *ebpf.Map // hash of host tgids (u32 -> u32 1): the tracked processes
 	open *ebpf.Map // array of one u32: non-zero once the filter passes everything
 }
