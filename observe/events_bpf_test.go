@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/report"
 )
@@ -63,14 +65,25 @@ func TestEventsKernelFilter(t *testing.T) {
 		// sequential runs the unrelated tree after the tracked one, so that all of its events come
 		// after a fallback the tracked tree caused.
 		sequential bool
-		wantErr    error // FilterDegraded: nil, ErrFilterFull, or errAny
-		foreign    bool  // the unrelated tree's events reach the reader
+		// late tracks the tree with Track once the stream runs, as the runner does for a pooled
+		// sandbox's init; the stream starts tracking a pid that never exists.
+		late    bool
+		wantErr error // FilterDegraded: nil, ErrFilterFull, or errAny
+		foreign bool  // the unrelated tree's events reach the reader
 	}{
 		{name: "eBPF: own tree only", load: loadTracker},
 		{
 			// Room for the tracked process and one child: the grandchild's fork cannot be inserted.
 			name:       "eBPF map full: passes everything",
 			load:       func(fd int, pids []int) (*tracker, error) { return startTracker(fd, 2, pids) },
+			sequential: true, wantErr: ErrFilterFull, foreign: true,
+		},
+		{name: "eBPF: tracked late", load: loadTracker, late: true},
+		{
+			// Room for the pid the stream starts with only: Track itself cannot insert.
+			name:       "eBPF map full at Track: passes everything",
+			load:       func(fd int, pids []int) (*tracker, error) { return startTracker(fd, 1, pids) },
+			late:       true,
 			sequential: true, wantErr: ErrFilterFull, foreign: true,
 		},
 		{
@@ -85,9 +98,16 @@ func TestEventsKernelFilter(t *testing.T) {
 			defer func(l func(int, []int) (*tracker, error)) { loadTracker = l }(loadTracker)
 			loadTracker = tt.load
 			own, other := holdTree(t), holdTree(t)
-			ev, err := StartEvents(EventsOptions{Track: []int{own.cmd.Process.Pid}})
+			track := []int{own.cmd.Process.Pid}
+			if tt.late {
+				track = []int{1 << 30}
+			}
+			ev, err := StartEvents(EventsOptions{Track: track})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tt.late {
+				ev.Track(own.cmd.Process.Pid)
 			}
 			own.release(t)
 			if tt.sequential {
@@ -98,6 +118,14 @@ func TestEventsKernelFilter(t *testing.T) {
 				own.wait(t)
 			}
 			other.wait(t)
+			if tt.wantErr == nil {
+				// Every process of the tree exited, and its exit removed it from the map; what is left
+				// is the pid that never existed, in the late case.
+				if left := mapKeys(ev.tr.pids); tt.late && !slices.Equal(left, []uint32{1 << 30}) ||
+					!tt.late && len(left) != 0 {
+					t.Errorf("the filter still tracks %v after the tree exited", left)
+				}
+			}
 			execs, err := ev.Stop([]int{own.cmd.Process.Pid})
 			if err != nil {
 				t.Fatal(err)
@@ -176,4 +204,13 @@ func checkTree(t *testing.T, ev *Events, root int, execs []report.Exec) {
 			t.Errorf("Stop listed the execs of %v, want %d among them", listed, p)
 		}
 	}
+}
+
+func mapKeys(m *ebpf.Map) []uint32 {
+	var keys []uint32
+	var k, v uint32
+	for it := m.Iterate(); it.Next(&k, &v); {
+		keys = append(keys, k)
+	}
+	return keys
 }
