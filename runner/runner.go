@@ -412,6 +412,11 @@ func (r *run) observeAfterward(cmdPid int) {
 		if err != nil {
 			r.rep.MarkIncomplete("exec events", err)
 		}
+		if err := r.events.FilterDegraded(); err != nil {
+			// Complete all the same, only slower with runs in parallel: say so, as a note.
+			r.rep.Notes = append(r.rep.Notes, "exec events filtered by sbx, not in the kernel ("+err.Error()+
+				"): every process on the host woke the reader")
+		}
 		if lost := r.events.Lost(); lost > 0 {
 			r.rep.MarkIncomplete("exec events", fmt.Errorf("%d events lost, the exec list may be incomplete", lost))
 		}
