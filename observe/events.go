@@ -49,7 +49,7 @@ type EventsOptions struct {
 	InitFirst bool
 	// Track lists the host pids whose descendants' events are recorded, their execs read from /proc as
 	// they happen. Events of other processes are not recorded, which keeps the cost and the memory on a
-	// busy host low. Default: the calling process, which with runc's libcontainer is the ancestor of
+	// busy host low; where eBPF can be loaded, the kernel does not even pass them (events_bpf.go). Default: the calling process, which with runc's libcontainer is the ancestor of
 	// everything in the sandbox. Track adds more later.
 	Track []int
 }
@@ -103,8 +103,13 @@ func StartEvents(opts EventsOptions) (*Events, error) {
 	for _, p := range track {
 		e.tracked[p] = true
 	}
+	if err := unix.Pipe2(e.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, fmt.Errorf("start process events: %w", err)
+	}
 	fd, err := procConnectorSocket(e.attachFilter(track))
 	if err != nil {
+		unix.Close(e.wake[0])
+		unix.Close(e.wake[1])
 		if e.tr != nil {
 			e.tr.close()
 		}
@@ -114,13 +119,6 @@ func StartEvents(opts EventsOptions) (*Events, error) {
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	e.mono0, e.wall0 = uint64(ts.Nano()), time.Now()
 	e.fd = fd
-	if err := unix.Pipe2(e.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		unix.Close(fd)
-		if e.tr != nil {
-			e.tr.close()
-		}
-		return nil, fmt.Errorf("start process events: %w", err)
-	}
 	// Return only once the reader runs on its own thread: events queued before it starts are read late,
 	// when short-lived processes may be gone.
 	ready := make(chan struct{})
@@ -215,10 +213,10 @@ func procConnectorSocket(attach func(fd int) error) (int, error) {
 	return fd, nil
 }
 
-// eventsFilter is the classic socket filter, used when the eBPF one (tracker) cannot be: it keeps only
-// what handle uses, execs, and forks and exits of whole processes, of the whole host. Threads are most of a host's forks and exits (every Go program starts several), and each
-// event reaches every sbx run in progress: dropping them in the kernel spares each reader most of its
-// wake-ups when runs start in parallel. Classic BPF loads words in network byte order, so the event
+// eventsFilter is the classic socket filter, used where the eBPF one (tracker) cannot be: it keeps only
+// what handle uses, execs, and forks and exits of whole processes, of the whole host. Threads are most
+// of a host's forks and exits (every Go program starts several), and each event reaches every sbx run in
+// progress: dropping them in the kernel spares each reader most of its wake-ups. Classic BPF loads words in network byte order, so the event
 // codes are compared byte-swapped; pids are compared with each other, which the order does not change.
 func eventsFilter() *unix.SockFprog {
 	const (

@@ -115,72 +115,90 @@ func (t *tracker) close() {
 	}
 }
 
-// trackerProgram is the filter. It copies the start of the proc_event (what, cpu, timestamp, and the
-// first four u32 of the event's data) to the stack with bpf_skb_load_bytes, which keeps the host's byte
-// order (the classic filter's loads swap it). Stack layout, from the frame pointer:
-//
-//	-32 what   -16 data[0]  -12 data[1]  -8 data[2]  -4 data[3]   -36 key 0 of open   -40 the value 1
+// The filter's stack, below the frame pointer: the start of the proc_event (what, cpu, timestamp, and the
+// first four u32 of the event's data), the key of open (0) and the value the map takes (1).
 //
 // fork: data = parent_pid, parent_tgid, child_pid, child_tgid; exec: process_pid, process_tgid; exit:
-// process_pid, process_tgid, ... So data[1] is the tgid that decides in all three. R6 holds the skb, R9
-// the open flag.
-func trackerProgram(pidsFD, openFD int) asm.Instructions {
-	const (
-		evOff  = -32
-		data1  = -12
-		keyOff = -36
-		valOff = -40
-	)
-	stackPtr := func(r asm.Register, off int32) asm.Instructions {
-		return asm.Instructions{asm.Mov.Reg(r, asm.RFP), asm.Add.Imm(r, off)}
-	}
-	lookup := func(mapFD int, keyOff int32) asm.Instructions {
-		return append(asm.Instructions{asm.LoadMapPtr(asm.R1, mapFD)},
-			append(stackPtr(asm.R2, keyOff), asm.FnMapLookupElem.Call())...)
-	}
-	var p asm.Instructions
-	add := func(ins ...asm.Instruction) { p = append(p, ins...) }
-	addAll := func(ins asm.Instructions) { p = append(p, ins...) }
+// process_pid, process_tgid, ... So data[1] is the tgid that decides in all three.
+const (
+	stWhat   = -32
+	stData0  = -16
+	stData1  = -12
+	stData2  = -8
+	stData3  = -4
+	stKey    = -36
+	stValue  = -40
+	evLoaded = 32 // bytes of the proc_event copied to the stack
+)
 
-	add(asm.Mov.Reg(asm.R6, asm.R1), asm.Mov.Reg(asm.R1, asm.R6), asm.Mov.Imm(asm.R2, procEventOffset))
-	addAll(stackPtr(asm.R3, evOff))
-	add(asm.Mov.Imm(asm.R4, 32), asm.FnSkbLoadBytes.Call(), asm.JNE.Imm(asm.R0, 0, "drop"))
-	// R9 = the open flag.
-	add(asm.StoreImm(asm.RFP, keyOff, 0, asm.Word), asm.StoreImm(asm.RFP, valOff, 1, asm.Word))
-	addAll(lookup(openFD, keyOff))
-	add(asm.Mov.Imm(asm.R9, 0), asm.JEq.Imm(asm.R0, 0, "decode"), asm.LoadMem(asm.R9, asm.R0, 0, asm.Word))
-	add(asm.LoadMem(asm.R7, asm.RFP, evOff, asm.Word).WithSymbol("decode"),
+// trackerProgram is the filter. It copies the event to the stack with bpf_skb_load_bytes, which keeps
+// the host's byte order (the classic filter's loads swap it). R6 holds the skb, R9 the open flag.
+func trackerProgram(pidsFD, openFD int) asm.Instructions {
+	p := asm.Instructions{asm.Mov.Reg(asm.R6, asm.R1), asm.Mov.Imm(asm.R2, procEventOffset)}
+	p = append(p, stackPtr(asm.R3, stWhat)...)
+	p = append(p, asm.Mov.Imm(asm.R4, evLoaded), asm.FnSkbLoadBytes.Call(), asm.JNE.Imm(asm.R0, 0, "drop"),
+		asm.StoreImm(asm.RFP, stKey, 0, asm.Word), asm.StoreImm(asm.RFP, stValue, 1, asm.Word))
+	p = append(p, mapLookup(openFD, stKey)...)
+	p = append(p, asm.Mov.Imm(asm.R9, 0), asm.JEq.Imm(asm.R0, 0, "decode"),
+		asm.LoadMem(asm.R9, asm.R0, 0, asm.Word),
+		asm.LoadMem(asm.R7, asm.RFP, stWhat, asm.Word).WithSymbol("decode"),
 		asm.JEq.Imm32(asm.R7, procEventExec, "exec"),
 		asm.JEq.Imm32(asm.R7, procEventFork, "fork"),
-		asm.JEq.Imm32(asm.R7, int32(-procEventExit), "exit")) // 0x80000000 as an int32
-	add(asm.Mov.Imm(asm.R0, 0).WithSymbol("drop"), asm.Return())
-	add(asm.LoadMem(asm.R0, asm.R6, 0, asm.Word).WithSymbol("pass"), asm.Return()) // skb->len: keep it all
+		asm.JEq.Imm32(asm.R7, int32(-procEventExit), "exit"), // 0x80000000 as an int32
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("drop"), asm.Return(),
+		asm.LoadMem(asm.R0, asm.R6, 0, asm.Word).WithSymbol("pass"), asm.Return()) // skb->len: keep it all
+	p = append(p, execFilter(pidsFD)...)
+	p = append(p, forkFilter(pidsFD, openFD)...)
+	return append(p, exitFilter(pidsFD)...)
+}
 
-	// exec: pass iff the process is tracked.
-	add(asm.JNE.Imm(asm.R9, 0, "pass").WithSymbol("exec"))
-	addAll(lookup(pidsFD, data1))
-	add(asm.JEq.Imm(asm.R0, 0, "drop"), asm.Ja.Label("pass"))
+// execFilter passes an exec iff the process is tracked.
+func execFilter(pidsFD int) asm.Instructions {
+	p := asm.Instructions{asm.JNE.Imm(asm.R9, 0, "pass").WithSymbol("exec")}
+	p = append(p, mapLookup(pidsFD, stData1)...)
+	return append(p, asm.JEq.Imm(asm.R0, 0, "drop"), asm.Ja.Label("pass"))
+}
 
-	// fork of a whole process: pass iff the parent is tracked, and track the child.
-	add(asm.LoadMem(asm.R1, asm.RFP, -8, asm.Word).WithSymbol("fork"), asm.LoadMem(asm.R2, asm.RFP, -4, asm.Word),
-		asm.JNE.Reg(asm.R1, asm.R2, "drop"), asm.JNE.Imm(asm.R9, 0, "pass"))
-	addAll(lookup(pidsFD, data1))
-	add(asm.JEq.Imm(asm.R0, 0, "drop"), asm.LoadMapPtr(asm.R1, pidsFD))
-	addAll(stackPtr(asm.R2, -4))
-	addAll(stackPtr(asm.R3, valOff))
-	add(asm.Mov.Imm(asm.R4, int32(ebpf.UpdateAny)), asm.FnMapUpdateElem.Call(), asm.JEq.Imm(asm.R0, 0, "pass"))
-	// The child could not be tracked: open the filter for good.
-	addAll(lookup(openFD, keyOff))
-	add(asm.JEq.Imm(asm.R0, 0, "pass"), asm.StoreImm(asm.R0, 0, 1, asm.Word), asm.Ja.Label("pass"))
+// forkFilter passes the fork of a whole process iff the parent is tracked, and tracks the child. A child
+// that cannot be tracked opens the filter for good.
+func forkFilter(pidsFD, openFD int) asm.Instructions {
+	p := asm.Instructions{
+		asm.LoadMem(asm.R1, asm.RFP, stData2, asm.Word).WithSymbol("fork"),
+		asm.LoadMem(asm.R2, asm.RFP, stData3, asm.Word),
+		asm.JNE.Reg(asm.R1, asm.R2, "drop"), asm.JNE.Imm(asm.R9, 0, "pass"),
+	}
+	p = append(p, mapLookup(pidsFD, stData1)...)
+	p = append(p, asm.JEq.Imm(asm.R0, 0, "drop"), asm.LoadMapPtr(asm.R1, pidsFD))
+	p = append(p, stackPtr(asm.R2, stData3)...)
+	p = append(p, stackPtr(asm.R3, stValue)...)
+	p = append(p, asm.Mov.Imm(asm.R4, int32(ebpf.UpdateAny)), asm.FnMapUpdateElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"))
+	p = append(p, mapLookup(openFD, stKey)...)
+	return append(p, asm.JEq.Imm(asm.R0, 0, "pass"), asm.StoreImm(asm.R0, 0, 1, asm.Word), asm.Ja.Label("pass"))
+}
 
-	// exit of a whole process: pass iff tracked, and forget it here, in event order: a pid the host reuses
-	// afterwards is not in the map, so nothing of the unrelated process that gets it passes. Left to
-	// userspace, the stale pid would stay until the reader caught up (for good if the exit event was lost
-	// to ENOBUFS), and its reuser's forks would enter the map. Userspace forgets it at the same event
-	// (onExit), so both sides agree.
-	add(asm.LoadMem(asm.R1, asm.RFP, -16, asm.Word).WithSymbol("exit"), asm.LoadMem(asm.R2, asm.RFP, data1, asm.Word),
-		asm.JNE.Reg(asm.R1, asm.R2, "drop"), asm.JNE.Imm(asm.R9, 0, "pass"), asm.LoadMapPtr(asm.R1, pidsFD))
-	addAll(stackPtr(asm.R2, data1))
-	add(asm.FnMapDeleteElem.Call(), asm.JEq.Imm(asm.R0, 0, "pass"), asm.Ja.Label("drop"))
-	return p
+// exitFilter passes the exit of a whole process iff it is tracked, and forgets it here, in event order: a
+// pid the host reuses afterwards is not in the map, so nothing of the unrelated process that gets it
+// passes. Left to userspace, the stale pid would stay until the reader caught up (for good if the exit
+// event was lost to ENOBUFS), and its reuser's forks would enter the map. Userspace forgets it at the same
+// event (onExit), so both sides agree.
+func exitFilter(pidsFD int) asm.Instructions {
+	p := asm.Instructions{
+		asm.LoadMem(asm.R1, asm.RFP, stData0, asm.Word).WithSymbol("exit"),
+		asm.LoadMem(asm.R2, asm.RFP, stData1, asm.Word),
+		asm.JNE.Reg(asm.R1, asm.R2, "drop"), asm.JNE.Imm(asm.R9, 0, "pass"), asm.LoadMapPtr(asm.R1, pidsFD),
+	}
+	p = append(p, stackPtr(asm.R2, stData1)...)
+	return append(p, asm.FnMapDeleteElem.Call(), asm.JEq.Imm(asm.R0, 0, "pass"), asm.Ja.Label("drop"))
+}
+
+// stackPtr sets r to the frame pointer plus off.
+func stackPtr(r asm.Register, off int32) asm.Instructions {
+	return asm.Instructions{asm.Mov.Reg(r, asm.RFP), asm.Add.Imm(r, off)}
+}
+
+// mapLookup calls bpf_map_lookup_elem on the map with the key at the stack offset: R0 is the value or 0.
+func mapLookup(mapFD int, key int32) asm.Instructions {
+	p := append(asm.Instructions{asm.LoadMapPtr(asm.R1, mapFD)}, stackPtr(asm.R2, key)...)
+	return append(p, asm.FnMapLookupElem.Call())
 }
