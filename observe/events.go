@@ -143,13 +143,12 @@ func (e *Events) Track(pids ...int) {
 
 // attachFilter returns what procConnectorSocket attaches to the socket: the eBPF filter tracking track
 // (events_bpf.go), or, when that cannot be loaded, the classic filter, which passes every whole process's
-// events for the reader to sort; FilterDegraded then says why.
+// events for the reader to sort; FilterDegraded then says why. Unprivileged callers try too: a socket
+// filter is the one program an unprivileged process may load where kernel.unprivileged_bpf_disabled is
+// 0; elsewhere (the usual default) the kernel refuses with EPERM and the classic filter serves, as it
+// did before (since Linux 6.6 the connector serves unprivileged listeners too).
 func (e *Events) attachFilter(track []int) func(fd int) error {
 	return func(fd int) error {
-		if os.Geteuid() != 0 {
-			e.filterErr = errNotRoot
-			return attachClassic(fd)
-		}
 		tr, err := loadTracker(fd, track)
 		if err != nil {
 			e.filterErr = err
@@ -161,9 +160,9 @@ func (e *Events) attachFilter(track []int) func(fd int) error {
 }
 
 // FilterDegraded is nil when the kernel passed this stream only the tracked processes' events; otherwise
-// it says why every whole process's events on the host reached the reader instead (the eBPF filter could
-// not be loaded, or its map ran full). The recording is complete either way: the reader sorts them.
-// Complete after Stop.
+// it says why every whole process's events on the host reached the reader instead: the eBPF filter could
+// not be loaded (EPERM without the privilege), or its map ran full (ErrFilterFull). The recording is
+// complete either way: the reader sorts them. Final after Stop.
 func (e *Events) FilterDegraded() error { return e.filterErr }
 
 // ErrFilterFull says that the kernel-side filter could not track every process and passed everything.

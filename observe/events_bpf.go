@@ -1,7 +1,6 @@
 package observe
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -15,10 +14,6 @@ import (
 // (BPF_F_NO_PREALLOC), so the bound costs only the hash's buckets (16 bytes each). Past it the filter
 // opens up (see tracker) rather than lose events.
 const trackMax = 8192
-
-// errNotRoot says why an unprivileged stream keeps the classic filter: loading eBPF needs CAP_BPF, and
-// the subscription itself will be refused anyway.
-var errNotRoot = errors.New("not root")
 
 // loadTracker is startTracker with the production bound; tests replace it to make the map tiny or the
 // load fail.

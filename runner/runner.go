@@ -412,8 +412,9 @@ func (r *run) observeAfterward(cmdPid int) {
 		if err != nil {
 			r.rep.MarkIncomplete("exec events", err)
 		}
-		if err := r.events.FilterDegraded(); err != nil {
-			// Complete all the same, only slower with runs in parallel: say so, as a note.
+		if err := r.events.FilterDegraded(); err != nil && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
+			// Complete all the same, only slower with runs in parallel: say so where it is not the
+			// usual lack of privilege (rootless runs, unprivileged eBPF disabled), as a note.
 			r.rep.Notes = append(r.rep.Notes, "exec events filtered by sbx, not in the kernel ("+err.Error()+
 				"): every process on the host woke the reader")
 		}
