@@ -3,8 +3,10 @@ package observe
 import (
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -213,4 +215,64 @@ func mapKeys(m *ebpf.Map) []uint32 {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// TestEventsFilterLeavesNothing: once Stop closed the socket and the maps, the kernel frees the filter's
+// maps, and with them the program that held them: nothing is pinned or kept per run.
+func TestEventsFilterLeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	var ids []ebpf.MapID
+	for range 3 {
+		ev, err := StartEvents(EventsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.tr == nil {
+			t.Fatalf("no eBPF filter: %v", ev.FilterDegraded())
+		}
+		for _, m := range []*ebpf.Map{ev.tr.pids, ev.tr.open} {
+			info, err := m.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, ok := info.ID()
+			if !ok {
+				t.Skip("the kernel does not report map ids")
+			}
+			ids = append(ids, id)
+		}
+		if _, err := ev.Stop(nil); err != nil {
+			t.Fatal(err)
+		}
+		if fds := bpfFDs(t); len(fds) != 0 {
+			t.Fatalf("eBPF fds left open after Stop: %v", fds)
+		}
+	}
+	// The socket's filter is released after an RCU grace period.
+	waitFor(t, func() bool {
+		for _, id := range ids {
+			if m, err := ebpf.NewMapFromID(id); err == nil {
+				m.Close()
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// bpfFDs lists the process's fds that refer to eBPF maps or programs.
+func bpfFDs(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err == nil && strings.HasPrefix(target, "anon_inode:bpf") {
+			out = append(out, e.Name()+" -> "+target)
+		}
+	}
+	return out
 }
