@@ -49,9 +49,14 @@ type EventsOptions struct {
 	InitFirst bool
 	// Track lists the host pids whose descendants' events are recorded, their execs read from /proc as
 	// they happen. Events of other processes are not recorded, which keeps the cost and the memory on a
-	// busy host low; where eBPF can be loaded, the kernel does not even pass them (events_bpf.go). Default: the calling process, which with runc's libcontainer is the ancestor of
-	// everything in the sandbox. Track adds more later.
+	// busy host low; where eBPF can be loaded, the kernel does not even pass them (events_bpf.go).
+	// Default: the calling process, which with runc's libcontainer is the ancestor of everything in the
+	// sandbox. Track adds more later.
 	Track []int
+	// MaxProcesses is how many tracked processes alive at once the kernel-side filter makes room for
+	// (at least 2048, at most 65536): the sandbox's pids limit and some room for sbx's own. Past it the
+	// filter passes every process's events, which the reader then sorts: slower, never incomplete.
+	MaxProcesses int
 }
 
 // Events records fork, exec and exit events of the tracked processes and their descendants from
@@ -149,7 +154,7 @@ func (e *Events) Track(pids ...int) {
 // did before (since Linux 6.6 the connector serves unprivileged listeners too).
 func (e *Events) attachFilter(track []int) func(fd int) error {
 	return func(fd int) error {
-		tr, err := loadTracker(fd, track)
+		tr, err := loadTracker(fd, trackSize(e.opts.MaxProcesses), track)
 		if err != nil {
 			e.filterErr = err
 			return attachClassic(fd)

@@ -63,7 +63,7 @@ func TestEventsKernelFilter(t *testing.T) {
 	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
 	tests := []struct {
 		name string
-		load func(fd int, pids []int) (*tracker, error)
+		load func(fd, maxPids int, pids []int) (*tracker, error)
 		// sequential runs the unrelated tree after the tracked one, so that all of its events come
 		// after a fallback the tracked tree caused.
 		sequential bool
@@ -77,27 +77,27 @@ func TestEventsKernelFilter(t *testing.T) {
 		{
 			// Room for the tracked process and one child: the grandchild's fork cannot be inserted.
 			name:       "eBPF map full: passes everything",
-			load:       func(fd int, pids []int) (*tracker, error) { return startTracker(fd, 2, pids) },
+			load:       func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 2, pids) },
 			sequential: true, wantErr: ErrFilterFull, foreign: true,
 		},
 		{name: "eBPF: tracked late", load: loadTracker, late: true},
 		{
 			// Room for the pid the stream starts with only: Track itself cannot insert.
 			name:       "eBPF map full at Track: passes everything",
-			load:       func(fd int, pids []int) (*tracker, error) { return startTracker(fd, 1, pids) },
+			load:       func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 1, pids) },
 			late:       true,
 			sequential: true, wantErr: ErrFilterFull, foreign: true,
 		},
 		{
 			// A map of no entries: the kernel refuses to create it.
 			name:    "eBPF refused: classic filter",
-			load:    func(fd int, pids []int) (*tracker, error) { return startTracker(fd, 0, pids) },
+			load:    func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 0, pids) },
 			wantErr: errAny, foreign: true,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func(l func(int, []int) (*tracker, error)) { loadTracker = l }(loadTracker)
+			defer func(l func(int, int, []int) (*tracker, error)) { loadTracker = l }(loadTracker)
 			loadTracker = tt.load
 			own, other := holdTree(t), holdTree(t)
 			track := []int{own.cmd.Process.Pid}
@@ -275,4 +275,26 @@ func bpfFDs(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// TestEventsFilterSize: the filter's map makes room for what the caller asks, within its bounds.
+func TestEventsFilterSize(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	for _, tt := range []struct{ ask, want int }{
+		{0, defaultTrackMax}, {1024 + 64, defaultTrackMax}, {5000, 5000}, {1 << 20, maxTrackMax},
+	} {
+		ev, err := StartEvents(EventsOptions{MaxProcesses: tt.ask})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.tr == nil {
+			t.Fatalf("no eBPF filter: %v", ev.FilterDegraded())
+		}
+		if got := int(ev.tr.pids.MaxEntries()); got != tt.want {
+			t.Errorf("MaxProcesses %d: the map holds %d, want %d", tt.ask, got, tt.want)
+		}
+		if _, err := ev.Stop(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

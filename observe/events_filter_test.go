@@ -31,7 +31,7 @@ func TestEventsFilter(t *testing.T) {
 			var tr *tracker
 			if tt.tracking {
 				attach = func(fd int) (err error) {
-					tr, err = startTracker(fd, trackMax, []int{os.Getpid()})
+					tr, err = startTracker(fd, defaultTrackMax, []int{os.Getpid()})
 					return err
 				}
 			}

@@ -98,7 +98,7 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 	// The exec-event stream and the collector of kernel-reported denials (observe/denials.go) start
 	// while the sandbox is built: both run before the command starts, which is all they need.
 	cc := make(chan collectors, 1)
-	go func() { cc <- startCollectors() }()
+	go func() { cc <- startCollectors(o.Plan.Limits.Pids) }()
 	sb, err := create()
 	c := <-cc
 	events := c.events
@@ -170,11 +170,13 @@ type collectors struct {
 	denials   *observe.DenialsCollector
 }
 
-// startCollectors starts both at once: a pooled run waits for them.
-func startCollectors() collectors {
+// startCollectors starts both at once: a pooled run waits for them. The exec stream's kernel-side filter
+// makes room for the sandbox's pids limit and sbx's own processes beside it.
+func startCollectors(pids int64) collectors {
 	denials := make(chan *observe.DenialsCollector, 1)
 	go func() { denials <- observe.StartDenials() }()
-	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe, InitFirst: true})
+	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe, InitFirst: true,
+		MaxProcesses: int(min(pids, 1<<20)) + 64})
 	return collectors{events: events, eventsErr: err, denials: <-denials}
 }
 
