@@ -377,9 +377,8 @@ func (e *Events) handle(b []byte) {
 			return
 		}
 	case procEventExit:
-		if u32(0) != u32(1) { // a thread, not the process
-			return
-		}
+		// The filters pass a process's exit only: the eBPF one that of its last task, which may be a
+		// thread other than the leader (events_bpf.go), the classic one its leader's.
 		ev.pid = u32(1)
 		if !e.onExit(ev.pid) {
 			return
@@ -394,15 +393,18 @@ func (e *Events) handle(b []byte) {
 	e.log = append(e.log, ev)
 }
 
-// onFork tracks child when parent is tracked, and says whether it is.
+// onFork tracks child when parent is tracked, and says whether it is. A child of an untracked parent
+// is untracked, also when its pid was tracked: the host reused the pid of a process whose exit went
+// unseen.
 func (e *Events) onFork(parent, child int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.tracked[parent] {
-		e.tracked[child] = true
-		return true
+	if !e.tracked[parent] {
+		delete(e.tracked, child)
+		return false
 	}
-	return false
+	e.tracked[child] = true
+	return true
 }
 
 // onExit forgets pid and says whether it was tracked.

@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -30,16 +31,28 @@ var loadTracker = startTracker
 // rest of the host (other runs above all) does. The filter learns a tracked process's child from its fork
 // event, in the kernel, before the child can run: no event of the tree can slip past while userspace
 // catches up. Userspace keeps its own tracking (Events.tracked) as the second line; the two agree because
-// both learn from the same events in the same order.
+// both learn from the events the filter passes, in the same order.
+//
+// A process ends when its last task does, which is not always its first thread (the leader): a leader
+// can exit alone (pthread_exit) and leave a thread that forks and execs on, under the same tgid. So the
+// map counts each learnt process's tasks, from the thread creations and exits it sees (and drops), and
+// passes the exit of the last task as the process's exit, whichever thread it is. A pid the host reuses
+// afterwards is not in the map any more, so nothing of the unrelated process that gets it passes; a pid
+// still there when reused (a seeded one) is dropped at its new fork by an untracked parent. Left to
+// userspace, a stale pid would stay until the reader caught up, and its reuser's forks would enter the
+// map. Seeded pids (Track; their threads were not seen) end at their leader's exit, as before.
 //
 // When the filter cannot insert a child (the map is full, or the kernel is out of memory), it sets the
 // open flag and passes every whole process's event from then on, as the classic filter does: the stream
 // gets slower, never incomplete.
 type tracker struct {
 	fd   int       // the socket: the classic filter is attached to it when even the flag cannot be set
-	pids *ebpf.Map // hash of host tgids (u32 -> u32 1): the tracked processes
+	pids *ebpf.Map // hash of host tgids (u32 -> u32 live tasks, or seeded|1): the tracked processes
 	open *ebpf.Map // array of one u32: non-zero once the filter passes everything
 }
+
+// seeded marks the map entry of a pid given by Track, whose tasks were not counted.
+const seeded = 1 << 31
 
 // startTracker makes the maps, seeds them with pids, and attaches the filter to the socket fd. Call it
 // before the socket joins the multicast group. The program's fd is closed once attached; the socket holds
@@ -64,7 +77,7 @@ func startTracker(fd, maxPids int, pids []int) (*tracker, error) {
 		return nil, fmt.Errorf("create the filter's flag map: %w", err)
 	}
 	for _, p := range pids {
-		if err := t.pids.Update(uint32(p), uint32(1), ebpf.UpdateAny); err != nil {
+		if err := t.pids.Update(uint32(p), uint32(seeded|1), ebpf.UpdateAny); err != nil {
 			return nil, fmt.Errorf("track pid %d in the kernel: %w", p, err)
 		}
 	}
@@ -81,11 +94,12 @@ func startTracker(fd, maxPids int, pids []int) (*tracker, error) {
 	return t, nil
 }
 
-// add tracks pids from now on. A pid the map cannot take opens the filter, so that its events still
-// reach userspace.
+// add tracks pids from now on; one the filter learnt at its fork keeps its count. A pid the map cannot
+// take opens the filter, so that its events still reach userspace.
 func (t *tracker) add(pids ...int) {
 	for _, p := range pids {
-		if t.pids.Update(uint32(p), uint32(1), ebpf.UpdateAny) != nil {
+		err := t.pids.Update(uint32(p), uint32(seeded|1), ebpf.UpdateNoExist)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 			t.openUp()
 			return
 		}
@@ -117,10 +131,10 @@ func (t *tracker) close() {
 }
 
 // The filter's stack, below the frame pointer: the start of the proc_event (what, cpu, timestamp, and the
-// first four u32 of the event's data), the key of open (0) and the value the map takes (1).
+// first four u32 of the event's data), the key of open (0) and the value a learnt child starts with (1).
 //
 // fork: data = parent_pid, parent_tgid, child_pid, child_tgid; exec: process_pid, process_tgid; exit:
-// process_pid, process_tgid, ... So data[1] is the tgid that decides in all three.
+// process_pid, process_tgid, ...
 const (
 	stWhat   = -32
 	stData0  = -16
@@ -150,6 +164,7 @@ func trackerProgram(pidsFD, openFD int) asm.Instructions {
 		asm.LoadMem(asm.R0, asm.R6, 0, asm.Word).WithSymbol("pass"), asm.Return()) // skb->len: keep it all
 	p = append(p, execFilter(pidsFD)...)
 	p = append(p, forkFilter(pidsFD, openFD)...)
+	p = append(p, threadFilter(pidsFD)...)
 	return append(p, exitFilter(pidsFD)...)
 }
 
@@ -160,37 +175,64 @@ func execFilter(pidsFD int) asm.Instructions {
 	return append(p, asm.JEq.Imm(asm.R0, 0, "drop"), asm.Ja.Label("pass"))
 }
 
-// forkFilter passes the fork of a whole process iff the parent is tracked, and tracks the child. A child
-// that cannot be tracked opens the filter for good.
+// forkFilter passes the fork of a whole process iff the parent is tracked, and tracks the child (one
+// task). A child that cannot be tracked opens the filter for good. The fork of a child of an untracked
+// parent drops the child's pid from the map: if it is there, the host reused it.
 func forkFilter(pidsFD, openFD int) asm.Instructions {
 	p := asm.Instructions{
 		asm.LoadMem(asm.R1, asm.RFP, stData2, asm.Word).WithSymbol("fork"),
 		asm.LoadMem(asm.R2, asm.RFP, stData3, asm.Word),
-		asm.JNE.Reg(asm.R1, asm.R2, "drop"), asm.JNE.Imm(asm.R9, 0, "pass"),
+		asm.JNE.Reg(asm.R1, asm.R2, "thread"), asm.JNE.Imm(asm.R9, 0, "pass"),
 	}
 	p = append(p, mapLookup(pidsFD, stData1)...)
-	p = append(p, asm.JEq.Imm(asm.R0, 0, "drop"), asm.LoadMapPtr(asm.R1, pidsFD))
+	p = append(p, asm.JEq.Imm(asm.R0, 0, "reused"), asm.LoadMapPtr(asm.R1, pidsFD))
 	p = append(p, stackPtr(asm.R2, stData3)...)
 	p = append(p, stackPtr(asm.R3, stValue)...)
 	p = append(p, asm.Mov.Imm(asm.R4, int32(ebpf.UpdateAny)), asm.FnMapUpdateElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "pass"))
 	p = append(p, mapLookup(openFD, stKey)...)
-	return append(p, asm.JEq.Imm(asm.R0, 0, "pass"), asm.StoreImm(asm.R0, 0, 1, asm.Word), asm.Ja.Label("pass"))
+	p = append(p, asm.JEq.Imm(asm.R0, 0, "pass"), asm.StoreImm(asm.R0, 0, 1, asm.Word), asm.Ja.Label("pass"),
+		asm.LoadMapPtr(asm.R1, pidsFD).WithSymbol("reused"))
+	p = append(p, stackPtr(asm.R2, stData3)...)
+	return append(p, asm.FnMapDeleteElem.Call(), asm.Ja.Label("drop"))
 }
 
-// exitFilter passes the exit of a whole process iff it is tracked, and forgets it here, in event order: a
-// pid the host reuses afterwards is not in the map, so nothing of the unrelated process that gets it
-// passes. Left to userspace, the stale pid would stay until the reader caught up (for good if the exit
-// event was lost to ENOBUFS), and its reuser's forks would enter the map. Userspace forgets it at the same
-// event (onExit), so both sides agree.
+// threadFilter counts a new thread of a tracked process (child_tgid), and drops the event.
+func threadFilter(pidsFD int) asm.Instructions {
+	p := asm.Instructions{asm.JNE.Imm(asm.R9, 0, "drop").WithSymbol("thread")}
+	p = append(p, mapLookup(pidsFD, stData3)...)
+	return append(p, asm.JEq.Imm(asm.R0, 0, "drop"), asm.Mov.Imm(asm.R1, 1),
+		asm.StoreXAdd(asm.R0, asm.R1, asm.Word), asm.Ja.Label("drop"))
+}
+
+// exitFilter counts down the tasks of a tracked process (process_tgid) and passes the exit of its last
+// one, after which the pid leaves the map; a seeded process ends at its leader's exit. Opened, it passes
+// the leaders' exits, as the classic filter does.
 func exitFilter(pidsFD int) asm.Instructions {
 	p := asm.Instructions{
 		asm.LoadMem(asm.R1, asm.RFP, stData0, asm.Word).WithSymbol("exit"),
 		asm.LoadMem(asm.R2, asm.RFP, stData1, asm.Word),
-		asm.JNE.Reg(asm.R1, asm.R2, "drop"), asm.JNE.Imm(asm.R9, 0, "pass"), asm.LoadMapPtr(asm.R1, pidsFD),
+		asm.Mov.Imm(asm.R8, 0), asm.JNE.Reg(asm.R1, asm.R2, "leader"), asm.Mov.Imm(asm.R8, 1), // R8: leader
+		asm.JEq.Imm(asm.R9, 0, "closed").WithSymbol("leader"), asm.JNE.Imm(asm.R8, 0, "pass"), asm.Ja.Label("drop"),
 	}
+	lookup := mapLookup(pidsFD, stData1)
+	lookup[0] = lookup[0].WithSymbol("closed")
+	p = append(p, lookup...)
+	p = append(p, asm.JEq.Imm(asm.R0, 0, "drop"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word), asm.JSet.Imm32(asm.R1, int32(-seeded), "seeded"),
+		asm.Mov.Imm32(asm.R1, -1), fetchAdd(asm.R0, asm.R1), asm.JNE.Imm32(asm.R1, 1, "drop"),
+		asm.Ja.Label("forget"),
+		asm.JEq.Imm(asm.R8, 0, "drop").WithSymbol("seeded"),
+		asm.LoadMapPtr(asm.R1, pidsFD).WithSymbol("forget"))
 	p = append(p, stackPtr(asm.R2, stData1)...)
-	return append(p, asm.FnMapDeleteElem.Call(), asm.JEq.Imm(asm.R0, 0, "pass"), asm.Ja.Label("drop"))
+	return append(p, asm.FnMapDeleteElem.Call(), asm.Ja.Label("pass"))
+}
+
+// fetchAdd is `src = atomic_fetch_add((u32 *)dst, src)` (BPF_ATOMIC with BPF_ADD|BPF_FETCH, Linux 5.12),
+// which cilium/ebpf's asm does not spell.
+func fetchAdd(dst, src asm.Register) asm.Instruction {
+	const bpfAddFetch = 0x01 // BPF_ADD (0) | BPF_FETCH (1)
+	return asm.Instruction{OpCode: asm.StoreXAddOp(asm.Word), Dst: dst, Src: src, Constant: bpfAddFetch}
 }
 
 // stackPtr sets r to the frame pointer plus off.

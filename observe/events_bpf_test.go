@@ -298,3 +298,56 @@ func TestEventsFilterSize(t *testing.T) {
 		}
 	}
 }
+
+// leaderExitsScript ends its first thread alone (SYS_exit, as pthread_exit does), and its second thread
+// then forks a child (/bin/true) and execs /bin/echo, all under the pid of the process.
+const leaderExitsScript = `import ctypes, os, platform, threading, time
+SYS_exit = {"x86_64": 60, "aarch64": 93}[platform.machine()]
+def worker():
+    time.sleep(0.1)
+    pid = os.fork()
+    if pid == 0:
+        os.execv("/bin/true", ["/bin/true", "child"])
+    os.waitpid(pid, 0)
+    os.execv("/bin/echo", ["/bin/echo", "last"])
+threading.Thread(target=worker).start()
+ctypes.CDLL(None).syscall(SYS_exit, 0)
+`
+
+// TestEventsLeaderExitsFirst: a process whose leader thread exits first lives on in its other threads;
+// what they fork and exec is recorded. The old stream took the leader's exit for the process's and lost
+// everything after it.
+func TestEventsLeaderExitsFirst(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	ev, err := StartEvents(EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/usr/bin/python3", "-c", leaderExitsScript)
+	out, err := cmd.Output()
+	if err != nil || string(out) != "last\n" {
+		t.Fatalf("python3: %q, %v", out, err)
+	}
+	execs, err := ev.Stop([]int{cmd.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.FilterDegraded() != nil {
+		t.Fatalf("no eBPF filter: %v", ev.FilterDegraded())
+	}
+	// python3's exec, its child's (/bin/true) and its own second (/bin/echo). An exec too fast to read
+	// keeps only its pids.
+	pid := cmd.Process.Pid
+	want := []struct {
+		own  bool
+		comm string
+	}{{true, "python3"}, {false, "true"}, {true, "echo"}}
+	ok := len(execs) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		x := execs[i]
+		ok = (x.HostPid == pid) == want[i].own && (x.Comm == want[i].comm || x.Incomplete && x.Exe == "")
+	}
+	if !ok {
+		t.Errorf("execs %+v: want python3's, its child's /bin/true and its own /bin/echo", execs)
+	}
+}
