@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -350,4 +351,44 @@ func TestEventsLeaderExitsFirst(t *testing.T) {
 	if !ok {
 		t.Errorf("execs %+v: want python3's, its child's /bin/true and its own /bin/echo", execs)
 	}
+}
+
+// TestEventsFilterPidReused: a tracked pid that the host hands to an unrelated process (here: one Track
+// was given after the process with that pid had gone) is dropped from the map at the new process's fork,
+// and nothing of the new process reaches the reader.
+func TestEventsFilterPidReused(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF, sets ns_last_pid")
+	for range 20 {
+		gone := exec.Command("/bin/true")
+		if err := gone.Run(); err != nil {
+			t.Fatal(err)
+		}
+		x := gone.Process.Pid
+		ev, err := StartEvents(EventsOptions{Track: []int{x}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The next pid the host hands out is x again, unless another process takes it first.
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(x-1)), 0); err != nil {
+			ev.Stop(nil)
+			t.Skipf("cannot choose the next pid: %v", err)
+		}
+		reuser := exec.Command("sh", "-c", "/bin/true; /bin/true")
+		if err := reuser.Run(); err != nil {
+			t.Fatal(err)
+		}
+		left := mapKeys(ev.tr.pids)
+		if _, err := ev.Stop(nil); err != nil {
+			t.Fatal(err)
+		}
+		if reuser.Process.Pid != x {
+			continue
+		}
+		if len(left) != 0 || ev.datagrams != 0 {
+			t.Errorf("pid %d reused by an untracked process: the map holds %v, the reader read %d datagrams, want none",
+				x, left, ev.datagrams)
+		}
+		return
+	}
+	t.Skip("the host took the pid first 20 times")
 }
