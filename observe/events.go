@@ -220,8 +220,9 @@ func procConnectorSocket(attach func(fd int) error) (int, error) {
 // eventsFilter is the classic socket filter, used where the eBPF one (tracker) cannot be: it keeps only
 // what handle uses, execs, and forks and exits of whole processes, of the whole host. Threads are most
 // of a host's forks and exits (every Go program starts several), and each event reaches every sbx run in
-// progress: dropping them in the kernel spares each reader most of its wake-ups. Classic BPF loads words in network byte order, so the event
-// codes are compared byte-swapped; pids are compared with each other, which the order does not change.
+// progress: dropping them in the kernel spares each reader most of its wake-ups. Classic BPF loads words
+// in network byte order, so the event codes are compared byte-swapped; pids are compared with each other,
+// which the order does not change.
 func eventsFilter() *unix.SockFprog {
 	const (
 		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS

@@ -212,8 +212,10 @@ func exitFilter(pidsFD int) asm.Instructions {
 	p := asm.Instructions{
 		asm.LoadMem(asm.R1, asm.RFP, stData0, asm.Word).WithSymbol("exit"),
 		asm.LoadMem(asm.R2, asm.RFP, stData1, asm.Word),
-		asm.Mov.Imm(asm.R8, 0), asm.JNE.Reg(asm.R1, asm.R2, "leader"), asm.Mov.Imm(asm.R8, 1), // R8: leader
-		asm.JEq.Imm(asm.R9, 0, "closed").WithSymbol("leader"), asm.JNE.Imm(asm.R8, 0, "pass"), asm.Ja.Label("drop"),
+		// R8: whether the exiting task is the leader.
+		asm.Mov.Imm(asm.R8, 0), asm.JNE.Reg(asm.R1, asm.R2, "leader"), asm.Mov.Imm(asm.R8, 1),
+		asm.JEq.Imm(asm.R9, 0, "closed").WithSymbol("leader"),
+		asm.JNE.Imm(asm.R8, 0, "pass"), asm.Ja.Label("drop"),
 	}
 	lookup := mapLookup(pidsFD, stData1)
 	lookup[0] = lookup[0].WithSymbol("closed")
