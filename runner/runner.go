@@ -416,9 +416,10 @@ func (r *run) observeAfterward(cmdPid int) {
 		if err != nil {
 			r.rep.MarkIncomplete("exec events", err)
 		}
-		if err := r.events.FilterDegraded(); err != nil && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
-			// Complete all the same, only slower with runs in parallel: say so where it is not the
-			// usual lack of privilege (rootless runs, unprivileged eBPF disabled), as a note.
+		err = r.events.FilterDegraded()
+		if err != nil && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
+			// Slower with runs in parallel, and a process ends at its leader's exit again: say so where
+			// it is not the usual lack of privilege (rootless runs, unprivileged eBPF off), as a note.
 			r.rep.Notes = append(r.rep.Notes, "exec events filtered by sbx, not in the kernel ("+err.Error()+
 				"): every process on the host woke the reader")
 		}
