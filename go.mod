@@ -3,6 +3,7 @@ module github.com/sbx-dev/sbx
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.17.3
 	github.com/containerd/console v1.0.5
 	github.com/google/go-cmp v0.7.0
 	github.com/google/jsonschema-go v0.4.3
@@ -34,7 +35,6 @@ require (
 	github.com/BurntSushi/toml v1.5.0 // indirect
 	github.com/aperturerobotics/protobuf-go-lite v0.14.0 // indirect
 	github.com/checkpoint-restore/go-criu/v8 v8.3.0 // indirect
-	github.com/cilium/ebpf v0.17.3 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
 	github.com/godbus/dbus/v5 v5.2.2 // indirect

@@ -20,7 +20,9 @@
 //     sandbox's threads (SnapshotOptions.HostTasks, from its cgroup), the snapshot also reads every process
 //     they belong to. Take it of a frozen sandbox, so that nothing forks or exits during the walk.
 //   - [StartEvents] and [Events.Stop]: every exec between the snapshots, from the kernel's process-events
-//     connector, filtered to the sandbox's fork tree.
+//     connector, filtered to the sandbox's fork tree: in the kernel, by an eBPF socket filter that
+//     learns the tree from its forks and ends a process with its last thread (events_bpf.go), and again
+//     by the reader; without eBPF, by the reader only, from every process's events on the host.
 //   - [Changes], [ChangesSince] and [Copier]: files created, modified and deleted, from the overlay's
 //     upper layer, read by fd without following links and within bounds; copied out for review
 //     through root handles (package internal/safefs) that no link can leave.

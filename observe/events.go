@@ -49,9 +49,14 @@ type EventsOptions struct {
 	InitFirst bool
 	// Track lists the host pids whose descendants' events are recorded, their execs read from /proc as
 	// they happen. Events of other processes are not recorded, which keeps the cost and the memory on a
-	// busy host low. Default: the calling process, which with runc's libcontainer is the ancestor of
-	// everything in the sandbox. Track adds more later.
+	// busy host low; where eBPF can be loaded, the kernel does not even pass them (events_bpf.go).
+	// Default: the calling process, which with runc's libcontainer is the ancestor of everything in the
+	// sandbox. Track adds more later.
 	Track []int
+	// MaxProcesses is how many tracked processes alive at once the kernel-side filter makes room for
+	// (at least 2048, at most 65536): the sandbox's pids limit and some room for sbx's own. Past it the
+	// filter passes every process's events, which the reader then sorts: slower, never incomplete.
+	MaxProcesses int
 }
 
 // Events records fork, exec and exit events of the tracked processes and their descendants from
@@ -72,8 +77,12 @@ type Events struct {
 	nspidOf  map[int][]int // host pid -> pid in each namespace, learnt at exec time, dropped at exit
 	r        *procReader
 	readErr  error
-	detailed int // execs read from /proc so far
-	dropped  int // execs the last Stop left out past MaxExecs
+	// tr is the kernel-side filter (events_bpf.go); nil when filterErr says why the classic one is used.
+	tr        *tracker
+	filterErr error
+	datagrams int // datagrams read: each one a wake-up the filter let through
+	detailed  int // execs read from /proc so far
+	dropped   int // execs the last Stop left out past MaxExecs
 }
 
 // event is one recorded kernel event. For execs, info holds what /proc told at event time.
@@ -88,26 +97,33 @@ type event struct {
 // starts: what happens before is not seen. It needs root (CAP_NET_ADMIN) and must run on a thread in the
 // host's network namespace.
 func StartEvents(opts EventsOptions) (*Events, error) {
-	fd, err := procConnectorSocket()
-	if err != nil {
-		return nil, err
-	}
 	e := &Events{
 		opts: opts, done: make(chan struct{}), tracked: make(map[int]bool),
 		nspidOf: make(map[int][]int), r: newProcReader(),
 	}
-	if len(opts.Track) == 0 {
-		opts.Track = []int{os.Getpid()}
+	track := opts.Track
+	if len(track) == 0 {
+		track = []int{os.Getpid()}
 	}
-	e.Track(opts.Track...)
+	for _, p := range track {
+		e.tracked[p] = true
+	}
+	if err := unix.Pipe2(e.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, fmt.Errorf("start process events: %w", err)
+	}
+	fd, err := procConnectorSocket(e.attachFilter(track))
+	if err != nil {
+		unix.Close(e.wake[0])
+		unix.Close(e.wake[1])
+		if e.tr != nil {
+			e.tr.close()
+		}
+		return nil, err
+	}
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	e.mono0, e.wall0 = uint64(ts.Nano()), time.Now()
 	e.fd = fd
-	if err := unix.Pipe2(e.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("start process events: %w", err)
-	}
 	// Return only once the reader runs on its own thread: events queued before it starts are read late,
 	// when short-lived processes may be gone.
 	ready := make(chan struct{})
@@ -117,21 +133,61 @@ func StartEvents(opts EventsOptions) (*Events, error) {
 }
 
 // Track adds host pids whose descendants' execs are read from /proc at event time (see EventsOptions).
+// Their events from the return on are seen: the kernel-side filter learns them before Track returns, and
+// the reader, which waits for the same lock, only afterwards handles what it passed.
 func (e *Events) Track(pids ...int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, p := range pids {
 		e.tracked[p] = true
 	}
+	if e.tr != nil {
+		e.tr.add(pids...)
+	}
+}
+
+// attachFilter returns what procConnectorSocket attaches to the socket: the eBPF filter tracking track
+// (events_bpf.go), or, when that cannot be loaded, the classic filter, which passes every whole process's
+// events for the reader to sort; FilterDegraded then says why. Unprivileged callers try too: a socket
+// filter is the one program an unprivileged process may load where kernel.unprivileged_bpf_disabled is
+// 0; elsewhere (the usual default) the kernel refuses with EPERM and the classic filter serves, as it
+// did before (since Linux 6.6 the connector serves unprivileged listeners too).
+func (e *Events) attachFilter(track []int) func(fd int) error {
+	return func(fd int) error {
+		tr, err := loadTracker(fd, trackSize(e.opts.MaxProcesses), track)
+		if err != nil {
+			e.filterErr = err
+			return attachClassic(fd)
+		}
+		e.tr = tr
+		return nil
+	}
+}
+
+// FilterDegraded is nil when the kernel passed this stream only the tracked processes' events; otherwise
+// it says why every whole process's events on the host reached the reader instead: the eBPF filter could
+// not be loaded (EPERM without the privilege), or its map ran full (ErrFilterFull). The recording is
+// complete either way: the reader sorts them. Final after Stop.
+func (e *Events) FilterDegraded() error { return e.filterErr }
+
+// ErrFilterFull says that the kernel-side filter could not track every process and passed everything.
+var ErrFilterFull = errors.New("the kernel-side process-events filter ran out of room")
+
+func attachClassic(fd int) error {
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, eventsFilter()); err != nil {
+		return fmt.Errorf("filter process events: %w", err)
+	}
+	return nil
 }
 
 // Lost returns how many times the kernel dropped events because the reader fell behind (ENOBUFS). A
 // non-zero count means the exec list may be incomplete.
 func (e *Events) Lost() int { return int(e.lost.Load()) }
 
-// procConnectorSocket opens, sizes, binds and subscribes a process-events socket. It runs on a locked
-// thread so that the namespace check and the socket refer to the same thread.
-func procConnectorSocket() (int, error) {
+// procConnectorSocket opens, filters (attach), sizes, binds and subscribes a process-events socket. The
+// filter is in place before the bind: no event arrives unfiltered, and the eBPF filter sees every fork of
+// its tree. It runs on a locked thread so that the namespace check and the socket refer to the same thread.
+func procConnectorSocket(attach func(fd int) error) (int, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if !inHostNetNS() {
@@ -142,9 +198,9 @@ func procConnectorSocket() (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("open process-events socket: %w", err)
 	}
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, eventsFilter()); err != nil {
+	if err := attach(fd); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("filter process events: %w", err)
+		return -1, err
 	}
 	// A burst of forks on the host fills the default buffer; FORCE ignores rmem_max (root only).
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, eventsRcvBuf) != nil {
@@ -161,11 +217,12 @@ func procConnectorSocket() (int, error) {
 	return fd, nil
 }
 
-// eventsFilter is a socket filter that keeps only what handle uses: execs, and forks and exits of whole
-// processes. Threads are most of a host's forks and exits (every Go program starts several), and each
-// event reaches every sbx run in progress: dropping them in the kernel spares each reader most of its
-// wake-ups when runs start in parallel. Classic BPF loads words in network byte order, so the event
-// codes are compared byte-swapped; pids are compared with each other, which the order does not change.
+// eventsFilter is the classic socket filter, used where the eBPF one (tracker) cannot be: it keeps only
+// what handle uses, execs, and forks and exits of whole processes, of the whole host. Threads are most
+// of a host's forks and exits (every Go program starts several), and each event reaches every sbx run in
+// progress: dropping them in the kernel spares each reader most of its wake-ups. Classic BPF loads words
+// in network byte order, so the event codes are compared byte-swapped; pids are compared with each other,
+// which the order does not change.
 func eventsFilter() *unix.SockFprog {
 	const (
 		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
@@ -289,6 +346,7 @@ func (e *Events) drain(buf []byte) error {
 		case n <= 0:
 			return nil
 		default:
+			e.datagrams++
 			e.handle(buf[:n])
 		}
 	}
@@ -320,9 +378,8 @@ func (e *Events) handle(b []byte) {
 			return
 		}
 	case procEventExit:
-		if u32(0) != u32(1) { // a thread, not the process
-			return
-		}
+		// The filters pass a process's exit only: the eBPF one that of its last task, which may be a
+		// thread other than the leader (events_bpf.go), the classic one its leader's.
 		ev.pid = u32(1)
 		if !e.onExit(ev.pid) {
 			return
@@ -337,15 +394,18 @@ func (e *Events) handle(b []byte) {
 	e.log = append(e.log, ev)
 }
 
-// onFork tracks child when parent is tracked, and says whether it is.
+// onFork tracks child when parent is tracked, and says whether it is. A child of an untracked parent
+// is untracked, also when its pid was tracked: the host reused the pid of a process whose exit went
+// unseen.
 func (e *Events) onFork(parent, child int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.tracked[parent] {
-		e.tracked[child] = true
-		return true
+	if !e.tracked[parent] {
+		delete(e.tracked, child)
+		return false
 	}
-	return false
+	e.tracked[child] = true
+	return true
 }
 
 // onExit forgets pid and says whether it was tracked.
@@ -447,6 +507,15 @@ func (e *Events) Stop(roots []int) ([]report.Exec, error) {
 		unix.Close(e.fd)
 		unix.Close(e.wake[0])
 		unix.Close(e.wake[1])
+		e.mu.Lock()
+		if e.tr != nil {
+			if e.tr.opened() {
+				e.filterErr = ErrFilterFull
+			}
+			e.tr.close()
+			e.tr = nil
+		}
+		e.mu.Unlock()
 	})
 	if e.readErr != nil {
 		return nil, e.readErr

@@ -13,15 +13,44 @@ import (
 	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
-// TestEventsFilter: the socket filter lets execs and whole processes' forks and exits through, and
-// drops threads' forks and exits in the kernel.
+// TestEventsFilter: both socket filters let execs and whole processes' forks and exits through, and drop
+// threads' forks and exits in the kernel. The eBPF filter, tracking the test, passes nothing but the
+// events of its child.
 func TestEventsFilter(t *testing.T) {
-	testutil.RequireRoot(t, "subscribes to the kernel's process events")
-	fd, err := procConnectorSocket()
-	if err != nil {
-		t.Fatal(err)
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	for _, tt := range []struct {
+		name     string
+		tracking bool
+		wantOnly bool // nothing but the child's events
+	}{
+		{name: "classic"},
+		{name: "eBPF", tracking: true, wantOnly: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			attach := attachClassic
+			var tr *tracker
+			if tt.tracking {
+				attach = func(fd int) (err error) {
+					tr, err = startTracker(fd, defaultTrackMax, []int{os.Getpid()})
+					return err
+				}
+			}
+			fd, err := procConnectorSocket(attach)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			if tr != nil {
+				defer tr.close()
+			}
+			checkFilter(t, fd, tt.wantOnly)
+		})
 	}
-	defer unix.Close(fd)
+}
+
+// checkFilter runs python3 with 20 threads and reads what fd passes until python3's exit.
+func checkFilter(t *testing.T, fd int, wantOnly bool) {
+	t.Helper()
 	cmd := exec.Command("/usr/bin/python3", "-c", "import threading\n"+
 		"ts = [threading.Thread(target=lambda: None) for _ in range(20)]\n"+
 		"[t.start() for t in ts]\n[t.join() for t in ts]")
@@ -29,7 +58,7 @@ func TestEventsFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := uint32(cmd.Process.Pid)
-	var forks, execs, exits, threads int
+	var forks, execs, exits, threads, others int
 	buf := make([]byte, 4096)
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) && exits == 0 {
@@ -48,21 +77,33 @@ func TestEventsFilter(t *testing.T) {
 		u32 := func(i int) uint32 { return binary.NativeEndian.Uint32(d[4*i:]) }
 		switch binary.NativeEndian.Uint32(buf[procEventOffset:]) {
 		case procEventFork:
-			if u32(2) != u32(3) {
+			switch {
+			case u32(2) != u32(3):
 				threads++
-			} else if u32(3) == pid {
+			case u32(3) == pid:
 				forks++
+			default:
+				others++
 			}
 		case procEventExec:
 			if u32(1) == pid {
 				execs++
+			} else {
+				others++
 			}
 		case procEventExit:
-			if u32(0) != u32(1) {
-				threads++
-			} else if u32(1) == pid {
+			// The eBPF filter passes the exit of the process's last task, which can be a thread
+			// still on its way out when the leader exits; the classic one passes the leader's.
+			switch {
+			case u32(1) == pid && (u32(0) == u32(1) || wantOnly):
 				exits++
+			case u32(0) != u32(1):
+				threads++
+			default:
+				others++
 			}
+		default:
+			others++
 		}
 	}
 	if forks != 1 || execs != 1 || exits != 1 {
@@ -70,6 +111,9 @@ func TestEventsFilter(t *testing.T) {
 	}
 	if threads != 0 {
 		t.Errorf("%d thread forks or exits got through the filter", threads)
+	}
+	if wantOnly && others != 0 {
+		t.Errorf("%d events of other processes got through the filter", others)
 	}
 }
 

@@ -106,7 +106,7 @@ func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
 		return nil, err
 	}
 	use := func() (*sandbox.Sandbox, error) { return sb, nil }
-	return runWith(ctx, o, use, r.before, p.finish)
+	return runWith(ctx, o, use, []int{sb.InitPid()}, r.before, p.finish)
 }
 
 // claim takes a sandbox built for o's plan and working directory, false when there is none. Either way

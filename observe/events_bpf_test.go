@@ -1,0 +1,394 @@
+package observe
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/report"
+)
+
+// treeScript waits for a line on stdin, then forks a child (/bin/true) and a child that forks a
+// grandchild (the first /bin/true of the inner sh). The exit keeps sh from exec'ing the inner sh in place.
+const treeScript = "read x; /bin/true; sh -c '/bin/true; /bin/true'; exit 0"
+
+// minForeignEvents is how many events of treeScript's run reach a listener that passes everything: the
+// forks, execs and exits of the child, the inner sh and its first /bin/true, and the script's exit.
+const minForeignEvents = 10
+
+// heldTree is a treeScript started and waiting for its go.
+type heldTree struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+}
+
+func holdTree(t *testing.T) *heldTree {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", treeScript)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return &heldTree{cmd: cmd, in: in}
+}
+
+func (h *heldTree) release(t *testing.T) {
+	t.Helper()
+	_, _ = io.WriteString(h.in, "go\n")
+	h.in.Close()
+}
+
+func (h *heldTree) wait(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v", treeScript, err)
+	}
+}
+
+// TestEventsKernelFilter: a stream tracking one process tree records its children's and grandchildren's
+// forks, execs and exits. With the eBPF filter, the reader reads nothing else: an unrelated tree started at
+// the same time never reaches the socket. When the filter's map is full, or the filter cannot be loaded,
+// everything reaches the reader again (the classic filter's behaviour) and the recording is as complete.
+func TestEventsKernelFilter(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	tests := []struct {
+		name string
+		load func(fd, maxPids int, pids []int) (*tracker, error)
+		// sequential runs the unrelated tree after the tracked one, so that all of its events come
+		// after a fallback the tracked tree caused.
+		sequential bool
+		// late tracks the tree with Track once the stream runs, as the runner does for a pooled
+		// sandbox's init; the stream starts tracking a pid that never exists.
+		late    bool
+		wantErr error // FilterDegraded: nil, ErrFilterFull, or errAny
+		foreign bool  // the unrelated tree's events reach the reader
+	}{
+		{name: "eBPF: own tree only", load: loadTracker},
+		{
+			// Room for the tracked process and one child: the grandchild's fork cannot be inserted.
+			name:       "eBPF map full: passes everything",
+			load:       func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 2, pids) },
+			sequential: true, wantErr: ErrFilterFull, foreign: true,
+		},
+		{name: "eBPF: tracked late", load: loadTracker, late: true},
+		{
+			// Room for the pid the stream starts with only: Track itself cannot insert.
+			name:       "eBPF map full at Track: passes everything",
+			load:       func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 1, pids) },
+			late:       true,
+			sequential: true, wantErr: ErrFilterFull, foreign: true,
+		},
+		{
+			// A map of no entries: the kernel refuses to create it.
+			name:    "eBPF refused: classic filter",
+			load:    func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 0, pids) },
+			wantErr: errAny, foreign: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func(l func(int, int, []int) (*tracker, error)) { loadTracker = l }(loadTracker)
+			loadTracker = tt.load
+			own, other := holdTree(t), holdTree(t)
+			track := []int{own.cmd.Process.Pid}
+			if tt.late {
+				track = []int{1 << 30}
+			}
+			ev, err := StartEvents(EventsOptions{Track: track})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.late {
+				ev.Track(own.cmd.Process.Pid)
+			}
+			own.release(t)
+			if tt.sequential {
+				own.wait(t)
+			}
+			other.release(t)
+			if !tt.sequential {
+				own.wait(t)
+			}
+			other.wait(t)
+			if tt.wantErr == nil {
+				// Every process of the tree exited, and its exit removed it from the map; what is left
+				// is the pid that never existed, in the late case.
+				if left := mapKeys(ev.tr.pids); tt.late && !slices.Equal(left, []uint32{1 << 30}) ||
+					!tt.late && len(left) != 0 {
+					t.Errorf("the filter still tracks %v after the tree exited", left)
+				}
+			}
+			execs, err := ev.Stop([]int{own.cmd.Process.Pid})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkTree(t, ev, own.cmd.Process.Pid, execs)
+			for _, x := range ev.log {
+				if x.pid == other.cmd.Process.Pid || x.parent == other.cmd.Process.Pid {
+					t.Errorf("the unrelated tree's event %+v was recorded", x)
+				}
+			}
+			degraded := ev.FilterDegraded()
+			switch {
+			case tt.wantErr == errAny && degraded == nil, tt.wantErr != errAny && !errors.Is(degraded, tt.wantErr):
+				t.Errorf("FilterDegraded() = %v, want %v", degraded, tt.wantErr)
+			case degraded != nil:
+				t.Logf("FilterDegraded: %v", degraded)
+			}
+			if ev.Lost() != 0 {
+				t.Fatalf("Lost = %d, want 0", ev.Lost())
+			}
+			// Every datagram the tracked tree caused is recorded; the rest woke the reader for nothing.
+			extra := ev.datagrams - len(ev.log)
+			if !tt.foreign && extra != 0 {
+				t.Errorf("the reader read %d datagrams of other processes, want 0", extra)
+			}
+			if tt.foreign && extra < minForeignEvents {
+				t.Errorf("the reader read %d datagrams of other processes, want at least the unrelated tree's %d",
+					extra, minForeignEvents)
+			}
+		})
+	}
+}
+
+// errAny stands for any error in a want.
+var errAny = errors.New("any error")
+
+// checkTree checks that the recording holds the tree of root: the fork, exec and exit of its child, of the
+// inner sh and of the inner sh's child, and root's own exit.
+func checkTree(t *testing.T, ev *Events, root int, execs []report.Exec) {
+	t.Helper()
+	children := map[int][]int{}
+	execd, exited := map[int]bool{}, map[int]bool{}
+	for _, x := range ev.log {
+		switch x.what {
+		case procEventFork:
+			children[x.parent] = append(children[x.parent], x.pid)
+		case procEventExec:
+			execd[x.pid] = true
+		case procEventExit:
+			exited[x.pid] = true
+		}
+	}
+	kids := children[root]
+	if len(kids) != 2 {
+		t.Fatalf("forks of the tracked process: %v, want 2 (log %+v)", kids, ev.log)
+	}
+	grandkids := children[kids[1]]
+	if len(grandkids) == 0 {
+		t.Fatalf("the inner sh %d forked nothing that was seen (log %+v)", kids[1], ev.log)
+	}
+	for _, p := range []int{kids[0], kids[1], grandkids[0]} {
+		if !execd[p] || !exited[p] {
+			t.Errorf("process %d: exec seen %v, exit seen %v, want both", p, execd[p], exited[p])
+		}
+	}
+	if !exited[root] {
+		t.Errorf("the tracked process's exit was not seen")
+	}
+	// Stop's list: the same execs, of the tree only.
+	var listed []int
+	for _, x := range execs {
+		listed = append(listed, x.HostPid)
+	}
+	for _, p := range []int{kids[0], kids[1], grandkids[0]} {
+		if !slices.Contains(listed, p) {
+			t.Errorf("Stop listed the execs of %v, want %d among them", listed, p)
+		}
+	}
+}
+
+func mapKeys(m *ebpf.Map) []uint32 {
+	var keys []uint32
+	var k, v uint32
+	for it := m.Iterate(); it.Next(&k, &v); {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// TestEventsFilterLeavesNothing: once Stop closed the socket and the maps, the kernel frees the filter's
+// maps, and with them the program that held them: nothing is pinned or kept per run.
+func TestEventsFilterLeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	var ids []ebpf.MapID
+	for range 3 {
+		ev, err := StartEvents(EventsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.tr == nil {
+			t.Fatalf("no eBPF filter: %v", ev.FilterDegraded())
+		}
+		for _, m := range []*ebpf.Map{ev.tr.pids, ev.tr.open} {
+			info, err := m.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, ok := info.ID()
+			if !ok {
+				t.Skip("the kernel does not report map ids")
+			}
+			ids = append(ids, id)
+		}
+		if _, err := ev.Stop(nil); err != nil {
+			t.Fatal(err)
+		}
+		if fds := bpfFDs(t); len(fds) != 0 {
+			t.Fatalf("eBPF fds left open after Stop: %v", fds)
+		}
+	}
+	// The socket's filter is released after an RCU grace period.
+	waitFor(t, func() bool {
+		for _, id := range ids {
+			if m, err := ebpf.NewMapFromID(id); err == nil {
+				m.Close()
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// bpfFDs lists the process's fds that refer to eBPF maps or programs.
+func bpfFDs(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err == nil && strings.HasPrefix(target, "anon_inode:bpf") {
+			out = append(out, e.Name()+" -> "+target)
+		}
+	}
+	return out
+}
+
+// TestEventsFilterSize: the filter's map makes room for what the caller asks, within its bounds.
+func TestEventsFilterSize(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	for _, tt := range []struct{ ask, want int }{
+		{0, defaultTrackMax}, {1024 + 64, defaultTrackMax}, {5000, 5000}, {1 << 20, maxTrackMax},
+	} {
+		ev, err := StartEvents(EventsOptions{MaxProcesses: tt.ask})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.tr == nil {
+			t.Fatalf("no eBPF filter: %v", ev.FilterDegraded())
+		}
+		if got := int(ev.tr.pids.MaxEntries()); got != tt.want {
+			t.Errorf("MaxProcesses %d: the map holds %d, want %d", tt.ask, got, tt.want)
+		}
+		if _, err := ev.Stop(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// leaderExitsScript ends its first thread alone (SYS_exit, as pthread_exit does), and its second thread
+// then forks a child (/bin/true) and execs /bin/echo, all under the pid of the process.
+const leaderExitsScript = `import ctypes, os, platform, threading, time
+SYS_exit = {"x86_64": 60, "aarch64": 93}[platform.machine()]
+def worker():
+    time.sleep(0.1)
+    pid = os.fork()
+    if pid == 0:
+        os.execv("/bin/true", ["/bin/true", "child"])
+    os.waitpid(pid, 0)
+    os.execv("/bin/echo", ["/bin/echo", "last"])
+threading.Thread(target=worker).start()
+ctypes.CDLL(None).syscall(SYS_exit, 0)
+`
+
+// TestEventsLeaderExitsFirst: a process whose leader thread exits first lives on in its other threads;
+// what they fork and exec is recorded. The old stream took the leader's exit for the process's and lost
+// everything after it.
+func TestEventsLeaderExitsFirst(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	ev, err := StartEvents(EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/usr/bin/python3", "-c", leaderExitsScript)
+	out, err := cmd.Output()
+	if err != nil || string(out) != "last\n" {
+		t.Fatalf("python3: %q, %v", out, err)
+	}
+	execs, err := ev.Stop([]int{cmd.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.FilterDegraded() != nil {
+		t.Fatalf("no eBPF filter: %v", ev.FilterDegraded())
+	}
+	// python3's exec, its child's (/bin/true) and its own second (/bin/echo). An exec too fast to read
+	// keeps only its pids.
+	pid := cmd.Process.Pid
+	want := []struct {
+		own  bool
+		comm string
+	}{{true, "python3"}, {false, "true"}, {true, "echo"}}
+	ok := len(execs) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		x := execs[i]
+		ok = (x.HostPid == pid) == want[i].own && (x.Comm == want[i].comm || x.Incomplete && x.Exe == "")
+	}
+	if !ok {
+		t.Errorf("execs %+v: want python3's, its child's /bin/true and its own /bin/echo", execs)
+	}
+}
+
+// TestEventsFilterPidReused: a tracked pid that the host hands to an unrelated process (here: one Track
+// was given after the process with that pid had gone) is dropped from the map at the new process's fork,
+// and nothing of the new process reaches the reader.
+func TestEventsFilterPidReused(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF, sets ns_last_pid")
+	for range 20 {
+		gone := exec.Command("/bin/true")
+		if err := gone.Run(); err != nil {
+			t.Fatal(err)
+		}
+		x := gone.Process.Pid
+		ev, err := StartEvents(EventsOptions{Track: []int{x}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The next pid the host hands out is x again, unless another process takes it first.
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(x-1)), 0); err != nil {
+			ev.Stop(nil)
+			t.Skipf("cannot choose the next pid: %v", err)
+		}
+		reuser := exec.Command("sh", "-c", "/bin/true; /bin/true")
+		if err := reuser.Run(); err != nil {
+			t.Fatal(err)
+		}
+		left := mapKeys(ev.tr.pids)
+		if _, err := ev.Stop(nil); err != nil {
+			t.Fatal(err)
+		}
+		if reuser.Process.Pid != x {
+			continue
+		}
+		if len(left) != 0 || ev.datagrams != 0 {
+			t.Errorf("pid %d reused by an untracked process: the map holds %v, the reader read %d datagrams, want none",
+				x, left, ev.datagrams)
+		}
+		return
+	}
+	t.Skip("the host took the pid first 20 times")
+}
