@@ -80,10 +80,13 @@ func Spec(in SpecInput) *specs.Spec {
 			// (the contract's) belongs to the host's: bind the host's /sys read-only instead, as runc's
 			// rootless spec does.
 			s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "none", Source: "/sys",
-				Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+				Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro", "rprivate"}}
 			// The bind brings the host's mounts below /sys along, which a sysfs of the sandbox's own
 			// has not: the host's cgroup hierarchies (every run's and service's cgroup, with their
-			// limits and pids), tracefs, bpffs. Each is masked with an empty directory.
+			// limits and pids), tracefs, bpffs. Each is masked with an empty directory. rprivate: a
+			// copy of a shared /sys (a systemd host's) would otherwise be its slave, and whatever the
+			// host mounts below /sys later (a bpffs, configfs, a new hierarchy, while the command
+			// runs or a warm sandbox waits) would show unmasked.
 			s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, submounts("/sys")...)
 		}
 	}
