@@ -387,6 +387,12 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if s.net != nil {
 		in.NetNS, in.ResolvConf = s.net.NetNSPath(), s.net.ResolvConf()
 	}
+	if in.NetNS != "" && !Rootless() {
+		if err := mountNetSysfs(in.NetNS, in.Rootfs); err != nil {
+			return nil, err
+		}
+		in.OwnSys = true
+	}
 	in.Notify = s.notify != nil
 	if in.Hosts, err = hostsFile(s.run.dir); err != nil {
 		return nil, err

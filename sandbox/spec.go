@@ -43,6 +43,9 @@ type SpecInput struct {
 	Cwd        string
 	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
 	Notify     bool   // the syscalls the plan records notify sbx's listener (seccompnotify.go)
+	// OwnSys: the sandbox's /sys is mounted in Rootfs already (a sysfs of NetNS's own, sysfs.go); the
+	// spec mounts none there.
+	OwnSys bool
 	// IDs maps the sandbox's user namespace: which host uid and gid its root (sbx's supervisor) and the
 	// command's user are. Zero: no user namespace (an exported bundle, whose runtime decides).
 	IDs IDMap
@@ -67,7 +70,7 @@ func Spec(in SpecInput) *specs.Spec {
 	}
 	// Example mounts the cgroup hierarchies; the command has no use for them, and on a v1 host that is
 	// a dozen mounts per run.
-	s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Type == "cgroup" })
+	s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool { return m.Type == "cgroup" || (m.Type == "sysfs" && in.OwnSys) })
 	for i, m := range s.Mounts {
 		// Group tty (5) is not mapped in the sandbox's user namespace: its terminals belong to the
 		// command's group, as in runc's rootless spec.
@@ -78,12 +81,16 @@ func Spec(in SpecInput) *specs.Spec {
 		if m.Type == "sysfs" && in.NetNS != "" && in.IDs != (IDMap{}) {
 			// sysfs mounts only in a network namespace of the sandbox's user namespace; a joined one
 			// (the contract's) belongs to the host's: bind the host's /sys read-only instead, as runc's
-			// rootless spec does.
+			// rootless spec does. sbx's own runs mount a sysfs of the joined namespace instead (OwnSys):
+			// the bind shows the host's network devices, not the sandbox's.
 			s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "none", Source: "/sys",
-				Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+				Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro", "rprivate"}}
 			// The bind brings the host's mounts below /sys along, which a sysfs of the sandbox's own
 			// has not: the host's cgroup hierarchies (every run's and service's cgroup, with their
-			// limits and pids), tracefs, bpffs. Each is masked with an empty directory.
+			// limits and pids), tracefs, bpffs. Each is masked with an empty directory. rprivate: a
+			// copy of a shared /sys (a systemd host's) would otherwise be its slave, and whatever the
+			// host mounts below /sys later (a bpffs, configfs, a new hierarchy, while the command
+			// runs or a warm sandbox waits) would show unmasked.
 			s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, submounts("/sys")...)
 		}
 	}

@@ -165,7 +165,6 @@ func reachable(dir string) error {
 // newPrefix marks a run dir being created.
 const newPrefix = ".new-"
 
-// release removes the run's state directory and drops the lock.
 // abandon lets go of the run dir without removing it: a run whose teardown could not remove everything
 // is then a dead run that gc cleans up.
 func (r *runDir) abandon() {
@@ -175,6 +174,7 @@ func (r *runDir) abandon() {
 	}
 }
 
+// release removes the run's state directory and drops the lock.
 func (r *runDir) release() error {
 	if r == nil {
 		return nil
