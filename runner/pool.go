@@ -56,6 +56,16 @@ type Pool struct {
 type ready struct {
 	sb     *sandbox.Sandbox
 	before []*observe.FileChanges // nil: the run takes it
+	// cc are the run's collectors, started once the sandbox is built: a warm run does not wait for
+	// the exec stream's kernel filter to load (0.3 ms). The stream follows the sandbox's init, which
+	// forks nothing until its command, so it stays idle until the run.
+	cc *collectors
+}
+
+// drop destroys a ready sandbox that served no run, in the background.
+func (p *Pool) drop(r ready) {
+	r.cc.stop()
+	p.background(r.sb)
 }
 
 // maxTeardowns bounds the teardowns that run at once in the background; maxDead bounds the used
@@ -95,6 +105,7 @@ func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
 	}
 	sb := r.sb
 	if err := sb.Use(sandbox.Command{Args: o.Args, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}, o.Plan); err != nil {
+		r.cc.stop()
 		// Never used: ended like a used one. A stale one (the host changed below a hidden path since
 		// it was built) gives way to a cold run, which hides what is there now.
 		if ferr := p.finish(sb); ferr != nil {
@@ -106,7 +117,7 @@ func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
 		return nil, err
 	}
 	use := func() (*sandbox.Sandbox, error) { return sb, nil }
-	return runWith(ctx, o, use, []int{sb.InitPid()}, r.before, p.finish)
+	return runWith(ctx, o, use, r.cc, r.before, p.finish)
 }
 
 // claim takes a sandbox built for o's plan and working directory, false when there is none. Either way
@@ -139,7 +150,7 @@ func (p *Pool) retarget(key string, plan *policy.Plan, cwd string) {
 		return
 	}
 	for _, r := range p.idle {
-		p.background(r.sb)
+		p.drop(r)
 	}
 	p.key, p.plan, p.cwd, p.idle, p.failed = key, plan, cwd, nil, false
 	p.fill()
@@ -165,8 +176,11 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true,
 		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true}}) // a cwd a link leads to fails here; its run starts cold
 	var before []*observe.FileChanges
+	var cc *collectors
 	if err == nil {
 		before, _ = layersBefore(sb) // on an error the run takes the snapshot, and reports why it failed
+		c := startCollectors(plan.Limits.Pids, []int{sb.InitPid()})
+		cc = &c
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -176,9 +190,9 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 		p.failed = true // a run starts cold, says why in its own error, and asks again
 		p.onError(fmt.Errorf("warm pool: building a sandbox: %w", err))
 	case p.closed || key != p.key:
-		p.background(sb)
+		p.drop(ready{sb: sb, cc: cc})
 	default:
-		p.idle = append(p.idle, ready{sb, before})
+		p.idle = append(p.idle, ready{sb, before, cc})
 		p.fill()
 	}
 }
@@ -254,6 +268,7 @@ func (p *Pool) Close() error {
 	p.idle = nil
 	p.mu.Unlock()
 	for _, r := range idle {
+		r.cc.stop()
 		if err := r.sb.Destroy(); err != nil {
 			errs = append(errs, err)
 		}

@@ -82,10 +82,12 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 }
 
 // runWith is Run with the sandbox from create (built now, or taken from a warm pool) and handed to
-// finish at the end (Destroy, or a pool's teardown). The exec stream follows the descendants of track
-// from its start: nil for sbx itself, the ancestor of a sandbox built now; a pooled sandbox's init, so
-// that the kernel passes the run its own sandbox's events and not those of the server's other runs.
-func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, error), track []int,
+// finish at the end (Destroy, or a pool's teardown). pre, when set, are the collectors a pooled sandbox
+// started once it was built (see Pool.build), whose exec stream follows the descendants of that
+// sandbox's init: the kernel passes the run its own sandbox's events and not those of the server's other
+// runs. Else they start now, beside create, and the stream follows sbx itself, the ancestor of a sandbox
+// built now.
+func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, error), pre *collectors,
 	before []*observe.FileChanges, finish func(*sandbox.Sandbox) error) (*report.Report, error) {
 	t0 := time.Now()
 	rep := report.New(o.Plan.Profile, o.Args)
@@ -100,7 +102,11 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 	// The exec-event stream and the collector of kernel-reported denials (observe/denials.go) start
 	// while the sandbox is built: both run before the command starts, which is all they need.
 	cc := make(chan collectors, 1)
-	go func() { cc <- startCollectors(o.Plan.Limits.Pids, track) }()
+	if pre != nil {
+		cc <- *pre
+	} else {
+		go func() { cc <- startCollectors(o.Plan.Limits.Pids, nil) }()
+	}
 	sb, err := create()
 	c := <-cc
 	events := c.events
@@ -172,14 +178,25 @@ type collectors struct {
 	denials   *observe.DenialsCollector
 }
 
-// startCollectors starts both at once: a pooled run waits for them. The exec stream's kernel-side filter
-// makes room for the sandbox's pids limit and sbx's own processes beside it.
+// startCollectors starts both at once. The exec stream's kernel-side filter makes room for the sandbox's
+// pids limit and sbx's own processes beside it; it follows the descendants of track (nil: sbx itself).
 func startCollectors(pids int64, track []int) collectors {
 	denials := make(chan *observe.DenialsCollector, 1)
 	go func() { denials <- observe.StartDenials() }()
 	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe, InitFirst: true,
 		Track: track, MaxProcesses: int(min(pids, 1<<20)) + 64})
 	return collectors{events: events, eventsErr: err, denials: <-denials}
+}
+
+// stop ends collectors that served no run (a pooled sandbox destroyed unused).
+func (c *collectors) stop() {
+	if c == nil {
+		return
+	}
+	c.denials.Stop(observe.DenialsScope{})
+	if c.events != nil {
+		c.events.Stop(nil)
+	}
 }
 
 // enforced says how each limit of the run is held: the sandbox's limits, and the timeout by sbx.
