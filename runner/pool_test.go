@@ -200,3 +200,43 @@ print("self", filtered("/proc/self/status"), "thread", r["t"], "spawned", spawne
 		}
 	}
 }
+
+// TestPoolCollectorsStopped: the collectors a pooled sandbox starts when it is built (the exec stream's
+// socket and kernel filter, the denials collector) go with it when it is destroyed unused, whether the
+// pool moves to another plan or closes: no descriptor is left behind.
+func TestPoolCollectorsStopped(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	// The collectors' descriptors: sockets (netlink), eBPF maps and programs. Go's runtime opens files
+	// of its own meanwhile (the cgroup's CPU quota), which are not counted.
+	collectorFDs := func() []string {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range ents {
+			l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			if strings.HasPrefix(l, "socket:") || strings.HasPrefix(l, "anon_inode:bpf") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	before := collectorFDs()
+	pl := plan(t)
+	cwd, other, state := t.TempDir(), t.TempDir(), testutil.StateRoot(t)
+	p := NewPool(2, state, func(err error) { t.Error(err) })
+	p.Warm(pl, cwd)
+	waitIdle(t, p, 2)
+	if n := len(collectorFDs()); n < len(before)+2 {
+		t.Fatalf("%d collector descriptors with two sandboxes pooled, %d before: the pool starts none", n, len(before))
+	}
+	p.Warm(pl, other) // the two built for cwd are destroyed unused
+	waitIdle(t, p, 2)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := collectorFDs(); len(after) != len(before) {
+		t.Errorf("collector descriptors after the pool closed: %v, before: %v", after, before)
+	}
+}
