@@ -56,16 +56,39 @@ type Pool struct {
 type ready struct {
 	sb     *sandbox.Sandbox
 	before []*observe.FileChanges // nil: the run takes it
-	// cc are the run's collectors, started once the sandbox is built: a warm run does not wait for
-	// the exec stream's kernel filter to load (0.3 ms). The stream follows the sandbox's init, which
-	// forks nothing until its command, so it stays idle until the run.
-	cc *collectors
+	// events is the run's exec stream, started once the sandbox is built when the kernel filters it
+	// (see preStartEvents); nil: the run starts it.
+	events *observe.Events
 }
 
 // drop destroys a ready sandbox that served no run, in the background.
 func (p *Pool) drop(r ready) {
-	r.cc.stop()
+	stopEvents(r.events)
 	p.background(r.sb)
+}
+
+// preStartEvents starts a pooled sandbox's exec stream as soon as it is built, so that a warm run does
+// not wait for the kernel filter to load (0.3 ms). The stream follows the sandbox's init, which forks
+// nothing until its command: with the filter in the kernel, an idle sandbox's reader is never woken.
+// Without it (no eBPF here, as without root), the stream would wake for every process event on the host
+// while the sandbox waits, so the run starts it instead. nil when it does not run.
+func preStartEvents(pids int64, init int) *observe.Events {
+	ev, err := startEvents(pids, []int{init})
+	if err != nil {
+		return nil
+	}
+	if ev.FilterDegraded() != nil {
+		ev.Stop(nil)
+		return nil
+	}
+	return ev
+}
+
+// stopEvents ends the exec stream of a sandbox that served no run.
+func stopEvents(ev *observe.Events) {
+	if ev != nil {
+		ev.Stop(nil)
+	}
 }
 
 // maxTeardowns bounds the teardowns that run at once in the background; maxDead bounds the used
@@ -105,7 +128,7 @@ func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
 	}
 	sb := r.sb
 	if err := sb.Use(sandbox.Command{Args: o.Args, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}, o.Plan); err != nil {
-		r.cc.stop()
+		stopEvents(r.events)
 		// Never used: ended like a used one. A stale one (the host changed below a hidden path since
 		// it was built) gives way to a cold run, which hides what is there now.
 		if ferr := p.finish(sb); ferr != nil {
@@ -117,7 +140,7 @@ func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
 		return nil, err
 	}
 	use := func() (*sandbox.Sandbox, error) { return sb, nil }
-	return runWith(ctx, o, use, r.cc, r.before, p.finish)
+	return runWith(ctx, o, use, []int{sb.InitPid()}, r.events, r.before, p.finish)
 }
 
 // claim takes a sandbox built for o's plan and working directory, false when there is none. Either way
@@ -176,11 +199,10 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true,
 		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true}}) // a cwd a link leads to fails here; its run starts cold
 	var before []*observe.FileChanges
-	var cc *collectors
+	var events *observe.Events
 	if err == nil {
 		before, _ = layersBefore(sb) // on an error the run takes the snapshot, and reports why it failed
-		c := startCollectors(plan.Limits.Pids, []int{sb.InitPid()})
-		cc = &c
+		events = preStartEvents(plan.Limits.Pids, sb.InitPid())
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -190,9 +212,9 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
 		p.failed = true // a run starts cold, says why in its own error, and asks again
 		p.onError(fmt.Errorf("warm pool: building a sandbox: %w", err))
 	case p.closed || key != p.key:
-		p.drop(ready{sb: sb, cc: cc})
+		p.drop(ready{sb: sb, events: events})
 	default:
-		p.idle = append(p.idle, ready{sb, before, cc})
+		p.idle = append(p.idle, ready{sb, before, events})
 		p.fill()
 	}
 }
@@ -268,7 +290,7 @@ func (p *Pool) Close() error {
 	p.idle = nil
 	p.mu.Unlock()
 	for _, r := range idle {
-		r.cc.stop()
+		stopEvents(r.events)
 		if err := r.sb.Destroy(); err != nil {
 			errs = append(errs, err)
 		}

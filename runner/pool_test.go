@@ -201,12 +201,12 @@ print("self", filtered("/proc/self/status"), "thread", r["t"], "spawned", spawne
 	}
 }
 
-// TestPoolCollectorsStopped: the collectors a pooled sandbox starts when it is built (the exec stream's
-// socket and kernel filter, the denials collector) go with it when it is destroyed unused, whether the
-// pool moves to another plan or closes: no descriptor is left behind.
-func TestPoolCollectorsStopped(t *testing.T) {
+// TestPoolEventsStopped: the exec stream a pooled sandbox starts when it is built (its socket and kernel
+// filter) goes with it when it is destroyed unused, whether the pool moves to another plan or closes: no
+// descriptor is left behind.
+func TestPoolEventsStopped(t *testing.T) {
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
-	// The collectors' descriptors: sockets (netlink), eBPF maps and programs. Go's runtime opens files
+	// The stream's descriptors: sockets (netlink), eBPF maps and programs. Go's runtime opens files
 	// of its own meanwhile (the cgroup's CPU quota), which are not counted.
 	collectorFDs := func() []string {
 		ents, err := os.ReadDir("/proc/self/fd")
@@ -229,7 +229,7 @@ func TestPoolCollectorsStopped(t *testing.T) {
 	p.Warm(pl, cwd)
 	waitIdle(t, p, 2)
 	if n := len(collectorFDs()); n < len(before)+2 {
-		t.Fatalf("%d collector descriptors with two sandboxes pooled, %d before: the pool starts none", n, len(before))
+		t.Fatalf("%d stream descriptors with two sandboxes pooled, %d before: the pool starts none", n, len(before))
 	}
 	p.Warm(pl, other) // the two built for cwd are destroyed unused
 	waitIdle(t, p, 2)
@@ -237,6 +237,6 @@ func TestPoolCollectorsStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	if after := collectorFDs(); len(after) != len(before) {
-		t.Errorf("collector descriptors after the pool closed: %v, before: %v", after, before)
+		t.Errorf("stream descriptors after the pool closed: %v, before: %v", after, before)
 	}
 }

@@ -78,17 +78,16 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 			CwdNoLinks: o.CwdNoLinks,
 		}})
 	}
-	return runWith(ctx, o, create, nil, nil, (*sandbox.Sandbox).Destroy)
+	return runWith(ctx, o, create, nil, nil, nil, (*sandbox.Sandbox).Destroy)
 }
 
 // runWith is Run with the sandbox from create (built now, or taken from a warm pool) and handed to
-// finish at the end (Destroy, or a pool's teardown). pre, when set, are the collectors a pooled sandbox
-// started once it was built (see Pool.build), whose exec stream follows the descendants of that
-// sandbox's init: the kernel passes the run its own sandbox's events and not those of the server's other
-// runs. Else they start now, beside create, and the stream follows sbx itself, the ancestor of a sandbox
-// built now.
-func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, error), pre *collectors,
-	before []*observe.FileChanges, finish func(*sandbox.Sandbox) error) (*report.Report, error) {
+// finish at the end (Destroy, or a pool's teardown). The exec stream follows the descendants of track
+// from its start: nil for sbx itself, the ancestor of a sandbox built now; a pooled sandbox's init, so
+// that the kernel passes the run its own sandbox's events and not those of the server's other runs.
+// events, when set, is that stream started already (see Pool.build); else it starts now, beside create.
+func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, error), track []int,
+	events *observe.Events, before []*observe.FileChanges, finish func(*sandbox.Sandbox) error) (*report.Report, error) {
 	t0 := time.Now()
 	rep := report.New(o.Plan.Profile, o.Args)
 	changesDir, err := openChangesDir(o.Changes, o.StateRoot, o.Plan.Filesystem.Shares)
@@ -102,14 +101,10 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 	// The exec-event stream and the collector of kernel-reported denials (observe/denials.go) start
 	// while the sandbox is built: both run before the command starts, which is all they need.
 	cc := make(chan collectors, 1)
-	if pre != nil {
-		cc <- *pre
-	} else {
-		go func() { cc <- startCollectors(o.Plan.Limits.Pids, nil) }()
-	}
+	go func() { cc <- startCollectors(o.Plan.Limits.Pids, track, events) }()
 	sb, err := create()
 	c := <-cc
-	events := c.events
+	events = c.events
 	switch err := c.eventsErr; {
 	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || err != nil && sandbox.Rootless():
 		// Not root: the kernel gives the exec stream to root only, as it is for this kind of run.
@@ -178,25 +173,22 @@ type collectors struct {
 	denials   *observe.DenialsCollector
 }
 
-// startCollectors starts both at once. The exec stream's kernel-side filter makes room for the sandbox's
-// pids limit and sbx's own processes beside it; it follows the descendants of track (nil: sbx itself).
-func startCollectors(pids int64, track []int) collectors {
+// startCollectors starts both at once; events, when set, is the exec stream started already. The exec
+// stream's kernel-side filter makes room for the sandbox's pids limit and sbx's own processes beside it.
+func startCollectors(pids int64, track []int, events *observe.Events) collectors {
 	denials := make(chan *observe.DenialsCollector, 1)
 	go func() { denials <- observe.StartDenials() }()
-	events, err := observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe, InitFirst: true,
-		Track: track, MaxProcesses: int(min(pids, 1<<20)) + 64})
+	var err error
+	if events == nil {
+		events, err = startEvents(pids, track)
+	}
 	return collectors{events: events, eventsErr: err, denials: <-denials}
 }
 
-// stop ends collectors that served no run (a pooled sandbox destroyed unused).
-func (c *collectors) stop() {
-	if c == nil {
-		return
-	}
-	c.denials.Stop(observe.DenialsScope{})
-	if c.events != nil {
-		c.events.Stop(nil)
-	}
+// startEvents starts the exec stream of the descendants of track (nil: sbx itself).
+func startEvents(pids int64, track []int) (*observe.Events, error) {
+	return observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe, InitFirst: true,
+		Track: track, MaxProcesses: int(min(pids, 1<<20)) + 64})
 }
 
 // enforced says how each limit of the run is held: the sandbox's limits, and the timeout by sbx.
