@@ -275,11 +275,14 @@ var pidfdOpen = unix.PidfdOpen
 // runtime ends a thread whose goroutine exits while locked to it (sbx's network code does), and the
 // thread that happened to run an ordinary goroutine's fork could be that thread later.
 var starters struct {
-	once sync.Once
+	mu   sync.Mutex
+	n    int // threads made
+	idle int // threads waiting for a request
 	req  chan startRequest
 }
 
-// numStarters bounds how many supervisors start at once.
+// numStarters bounds how many supervisors start at once. The threads are made as starts need them:
+// sbx exec starts one supervisor and makes one thread.
 const numStarters = 4
 
 type startRequest struct {
@@ -293,20 +296,33 @@ var startSupervisor = start
 
 // start starts cmd on a starter thread, in network namespace netns ("" for the thread's own).
 func start(cmd *exec.Cmd, netns string) error {
-	starters.once.Do(func() {
+	starters.mu.Lock()
+	if starters.req == nil {
 		starters.req = make(chan startRequest)
-		for range numStarters {
-			go func() {
-				runtime.LockOSThread() // never unlocked: see starters
-				for r := range starters.req {
-					r.done <- startIn(r.cmd, r.netns)
-				}
-			}()
-		}
-	})
+	}
+	if starters.idle == 0 && starters.n < numStarters {
+		starters.n++
+		starters.idle++
+		go starter(starters.req)
+	}
+	starters.mu.Unlock()
 	done := make(chan error, 1)
 	starters.req <- startRequest{cmd, netns, done}
 	return <-done
+}
+
+// starter serves start requests on a thread of its own, for good.
+func starter(reqs <-chan startRequest) {
+	runtime.LockOSThread() // never unlocked: see starters
+	for r := range reqs {
+		starters.mu.Lock()
+		starters.idle--
+		starters.mu.Unlock()
+		r.done <- startIn(r.cmd, r.netns)
+		starters.mu.Lock()
+		starters.idle++
+		starters.mu.Unlock()
+	}
 }
 
 // startIn starts cmd in network namespace netns ("" for the thread's own): the child is forked from
