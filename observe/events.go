@@ -91,6 +91,9 @@ type event struct {
 	ts          uint64
 	pid, parent int // exec/exit: pid; fork: child and parent tgids
 	info        *report.Exec
+	// leader marks the exit of a leader that may leave threads behind (the classic filter's, the opened
+	// eBPF filter's): unlike a whole process's end, it does not end the pid's tracking.
+	leader bool
 }
 
 // StartEvents subscribes to the kernel's process events and starts recording. Call it before the command
@@ -369,7 +372,11 @@ func (e *Events) handle(b []byte) {
 			return
 		}
 		ev.parent, ev.pid = u32(1), u32(3)
-		if !e.onFork(ev.parent, ev.pid) {
+		tracked, reused := e.onFork(ev.parent, ev.pid)
+		if reused {
+			// Recorded as the end of the process that had the pid, for Stop's walk.
+			ev = event{what: procEventExit, ts: ev.ts, pid: ev.pid}
+		} else if !tracked {
 			return
 		}
 	case procEventExec:
@@ -379,9 +386,10 @@ func (e *Events) handle(b []byte) {
 		}
 	case procEventExit:
 		// The filters pass a process's exit only: the eBPF one that of its last task, which may be a
-		// thread other than the leader (events_bpf.go), the classic one its leader's.
-		ev.pid = u32(1)
-		if !e.onExit(ev.pid) {
+		// thread other than the leader, cut to endedLen (events_bpf.go); the classic one, and the eBPF
+		// one once opened, its leader's, whole.
+		ev.pid, ev.leader = u32(1), len(b) != endedLen
+		if !e.onExit(ev.pid, ev.leader) {
 			return
 		}
 	default:
@@ -395,26 +403,36 @@ func (e *Events) handle(b []byte) {
 }
 
 // onFork tracks child when parent is tracked, and says whether it is. A child of an untracked parent
-// is untracked, also when its pid was tracked: the host reused the pid of a process whose exit went
-// unseen.
-func (e *Events) onFork(parent, child int) bool {
+// is untracked, also when its pid was tracked (reused): the host reused the pid of a process whose end
+// went unseen, or was seen as its leader's exit only.
+func (e *Events) onFork(parent, child int) (tracked, reused bool) {
+	delete(e.nspidOf, child) // the reader's own: a new process, maybe in another namespace
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.tracked[parent] {
+		reused = e.tracked[child]
 		delete(e.tracked, child)
-		return false
+		return false, reused
 	}
 	e.tracked[child] = true
-	return true
+	return true, false
 }
 
-// onExit forgets pid and says whether it was tracked.
-func (e *Events) onExit(pid int) bool {
+// onExit says whether pid is tracked, and forgets it when its whole process ended. The exit of a leader
+// (leader: all that the classic filter passes) does not end the tracking: the process's other threads
+// may fork and exec on under its pid. The pid then stays tracked until the host hands it to a child of
+// an untracked parent (onFork), which both filters pass in that state; tracked grows meanwhile, by one
+// entry per process forked in the tree.
+func (e *Events) onExit(pid int, leader bool) bool {
 	e.mu.Lock()
 	tracked := e.tracked[pid]
-	delete(e.tracked, pid)
+	if !leader {
+		delete(e.tracked, pid)
+	}
 	e.mu.Unlock()
-	delete(e.nspidOf, pid)
+	if !leader {
+		delete(e.nspidOf, pid)
+	}
 	return tracked
 }
 
@@ -550,9 +568,13 @@ func (e *Events) filter(roots []int) []report.Exec {
 			if in[ev.parent] || born[ev.pid] == i && slices.Contains(roots, ev.pid) {
 				in[ev.pid] = true
 				parent[ev.pid] = ev.parent
+			} else {
+				delete(in, ev.pid) // a pid reused outside the roots' trees
 			}
 		case procEventExit:
-			delete(in, ev.pid)
+			if !ev.leader {
+				delete(in, ev.pid)
+			}
 		case procEventExec:
 			if in[ev.pid] && (e.opts.IgnoreExe == "" || ev.info.Exe != e.opts.IgnoreExe) && !(e.opts.InitFirst && len(roots) > 0 && ev.pid == roots[0]) {
 				x := *ev.info
