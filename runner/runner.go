@@ -427,8 +427,8 @@ func (r *run) observeAfterward(cmdPid int) {
 		}
 		err = r.events.FilterDegraded()
 		if err != nil && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
-			// Slower with runs in parallel, and a process ends at its leader's exit again: say so where
-			// it is not the usual lack of privilege (rootless runs, unprivileged eBPF off), as a note.
+			// As complete, but slower with runs in parallel: say so where it is not the usual lack of
+			// privilege (rootless runs, unprivileged eBPF off), as a note.
 			r.rep.Notes = append(r.rep.Notes, "exec events filtered by sbx, not in the kernel ("+err.Error()+
 				"): every process on the host woke the reader")
 		}
