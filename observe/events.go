@@ -415,14 +415,33 @@ func (e *Events) onFork(parent, child int) (tracked, reused bool) {
 		return false, reused
 	}
 	e.tracked[child] = true
+	if len(e.tracked) > maxTracked {
+		e.sweep()
+	}
 	return true, false
+}
+
+// maxTracked bounds tracked where a leader's exit does not end a pid's tracking (see onExit); the
+// host's pid space (kernel.pid_max, up to 4M) bounds it too. A variable for the tests.
+var maxTracked = 1 << 20
+
+// sweep drops the tracked pids that are gone from /proc, past maxTracked: a fork or exec by a thread of
+// such a process may still be queued behind its leader's exit, so the sweep counts as a loss (Lost).
+// Called with mu held.
+func (e *Events) sweep() {
+	for p := range e.tracked {
+		if err := unix.Access("/proc/"+strconv.Itoa(p), unix.F_OK); errors.Is(err, unix.ENOENT) {
+			delete(e.tracked, p)
+		}
+	}
+	e.lost.Add(1)
 }
 
 // onExit says whether pid is tracked, and forgets it when its whole process ended. The exit of a leader
 // (leader: all that the classic filter passes) does not end the tracking: the process's other threads
 // may fork and exec on under its pid. The pid then stays tracked until the host hands it to a child of
 // an untracked parent (onFork), which both filters pass in that state; tracked grows meanwhile, by one
-// entry per process forked in the tree.
+// entry per process forked in the tree, up to maxTracked.
 func (e *Events) onExit(pid int, leader bool) bool {
 	e.mu.Lock()
 	tracked := e.tracked[pid]

@@ -493,3 +493,26 @@ func runAsPid(t *testing.T, ev *Events, x int, args ...string) *exec.Cmd {
 	}
 	return cmd
 }
+
+// TestEventsTrackedBounded: where a leader's exit does not end a pid's tracking (the classic filter),
+// the tracked pids are bounded: past maxTracked, those gone from /proc are dropped, and the recording
+// says it may have lost an event.
+func TestEventsTrackedBounded(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events")
+	defer func(l func(int, int, []int) (*tracker, error), m int) { loadTracker, maxTracked = l, m }(loadTracker, maxTracked)
+	loadTracker = func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 0, pids) }
+	maxTracked = 8
+	ev, err := StartEvents(EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do /bin/true; done").Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ev.Stop(nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ev.tracked); n > maxTracked+1 || ev.Lost() == 0 {
+		t.Errorf("%d pids tracked, %d losses: want at most %d, and the sweep counted", n, ev.Lost(), maxTracked+1)
+	}
+}
