@@ -42,8 +42,6 @@ var ErrHostNetNS = errors.New("process events need a socket in the host network 
 
 // EventsOptions tunes the event stream.
 type EventsOptions struct {
-	// IgnoreExe drops execs of this executable (sbx's supervisor, pid 1 of the sandbox).
-	IgnoreExe string
 	// InitFirst says that the first root given to Stop is the sandbox's init: its own execs (its start,
 	// whatever path it was started through) are dropped.
 	InitFirst bool
@@ -532,11 +530,12 @@ func (e *Events) sandboxParent(ppid, depth int) int {
 	return nspid[depth-1]
 }
 
-// Stop ends the stream and returns the first MaxExecs execs (Dropped counts the rest) of the given roots and their descendants (by the fork tree,
-// in event order), so that no process outside the sandbox appears. Pass the sandbox init's and the
-// command's host pids. A root's pid counts from its own fork on, if that was seen: an earlier process
-// with the same pid is not it. Execs of IgnoreExe are dropped. Calling Stop again filters the same
-// recording for other roots.
+// Stop ends the stream and returns the first MaxExecs execs (Dropped counts the rest) of the given roots
+// and their descendants (by the fork tree, in event order), so that no process outside the sandbox
+// appears. Pass the sandbox init's and the command's host pids. A root's pid counts from its own fork on,
+// if that was seen: an earlier process with the same pid is not it. With InitFirst, the first root's own
+// execs are dropped, and only those: what the command runs is listed whatever the executable, sbx's
+// supervisor binary included. Calling Stop again filters the same recording for other roots.
 func (e *Events) Stop(roots []int) ([]report.Exec, error) {
 	e.stopOnce.Do(func() {
 		_, _ = unix.Write(e.wake[1], []byte{0})
@@ -595,7 +594,7 @@ func (e *Events) filter(roots []int) []report.Exec {
 				delete(in, ev.pid)
 			}
 		case procEventExec:
-			if in[ev.pid] && (e.opts.IgnoreExe == "" || ev.info.Exe != e.opts.IgnoreExe) && !(e.opts.InitFirst && len(roots) > 0 && ev.pid == roots[0]) {
+			if in[ev.pid] && !(e.opts.InitFirst && len(roots) > 0 && ev.pid == roots[0]) {
 				x := *ev.info
 				x.Time = e.wall0.Add(time.Duration(int64(ev.ts - e.mono0)))
 				if x.Incomplete {

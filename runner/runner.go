@@ -187,7 +187,7 @@ func startCollectors(pids int64, track []int, events *observe.Events) collectors
 
 // startEvents starts the exec stream of the descendants of track (nil: sbx itself).
 func startEvents(pids int64, track []int) (*observe.Events, error) {
-	return observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe, InitFirst: true,
+	return observe.StartEvents(observe.EventsOptions{InitFirst: true,
 		Track: track, MaxProcesses: int(min(pids, 1<<20)) + 64})
 }
 
