@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sbx-dev/sbx/policy"
 )
@@ -79,5 +80,28 @@ func TestBuiltinProfileOnce(t *testing.T) {
 	}
 	if !reflect.DeepEqual(first, fresh) {
 		t.Errorf("the shared built-in profile changed:\n%+v\nwant\n%+v", first, fresh)
+	}
+}
+
+// TestPlanHugeTimeout: a timeout_sec longer than a time.Duration holds is the longest one, capped by the
+// server; the conversion made it negative, and the call was refused with "--timeout -2562047h47m16s is
+// negative", a flag and a value the caller never gave.
+func TestPlanHugeTimeout(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(Config{Profiles: []string{"default"}, Workspaces: []string{dir}, Env: []string{"PATH=/usr/bin:/bin"},
+		MaxTimeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, sec := range []float64{9.3e9, 1e300} {
+		p, err := s.plan(RunInput{TimeoutSec: sec}, dir)
+		if err != nil {
+			t.Errorf("timeout_sec %v: %v", sec, err)
+			continue
+		}
+		if p.Timeout != 10*time.Minute {
+			t.Errorf("timeout_sec %v: timeout %v, want the server's cap 10m", sec, p.Timeout)
+		}
 	}
 }

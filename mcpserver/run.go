@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -161,6 +162,15 @@ func (s *Server) handleRun(ctx context.Context, req *mcp.CallToolRequest, in Run
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: json.RawMessage(raw)}, out, nil
 }
 
+// seconds is timeout_sec as a duration: one longer than a time.Duration holds (292 years), which the
+// conversion would turn negative, is the longest (then capped by the server's MaxTimeout).
+func seconds(s float64) time.Duration {
+	if s >= float64(math.MaxInt64)/float64(time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
 func (in RunInput) args() ([]string, error) {
 	switch {
 	case in.Command != "" && len(in.Argv) > 0:
@@ -189,7 +199,7 @@ func (s *Server) plan(in RunInput, cwd string) (*policy.Plan, error) {
 	if in.TimeoutSec < 0 {
 		return nil, fmt.Errorf("timeout_sec %v is negative", in.TimeoutSec)
 	}
-	ov.Timeout = time.Duration(in.TimeoutSec * float64(time.Second))
+	ov.Timeout = seconds(in.TimeoutSec)
 	key, err := planKey(p, cwd, ov)
 	if err != nil {
 		return nil, err

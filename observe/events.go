@@ -42,8 +42,6 @@ var ErrHostNetNS = errors.New("process events need a socket in the host network 
 
 // EventsOptions tunes the event stream.
 type EventsOptions struct {
-	// IgnoreExe drops execs of this executable (sbx's supervisor, pid 1 of the sandbox).
-	IgnoreExe string
 	// InitFirst says that the first root given to Stop is the sandbox's init: its own execs (its start,
 	// whatever path it was started through) are dropped.
 	InitFirst bool
@@ -91,6 +89,9 @@ type event struct {
 	ts          uint64
 	pid, parent int // exec/exit: pid; fork: child and parent tgids
 	info        *report.Exec
+	// leader marks the exit of a leader that may leave threads behind (the classic filter's, the opened
+	// eBPF filter's): unlike a whole process's end, it does not end the pid's tracking.
+	leader bool
 }
 
 // StartEvents subscribes to the kernel's process events and starts recording. Call it before the command
@@ -369,7 +370,11 @@ func (e *Events) handle(b []byte) {
 			return
 		}
 		ev.parent, ev.pid = u32(1), u32(3)
-		if !e.onFork(ev.parent, ev.pid) {
+		tracked, reused := e.onFork(ev.parent, ev.pid)
+		if reused {
+			// Recorded as the end of the process that had the pid, for Stop's walk.
+			ev = event{what: procEventExit, ts: ev.ts, pid: ev.pid}
+		} else if !tracked {
 			return
 		}
 	case procEventExec:
@@ -379,9 +384,10 @@ func (e *Events) handle(b []byte) {
 		}
 	case procEventExit:
 		// The filters pass a process's exit only: the eBPF one that of its last task, which may be a
-		// thread other than the leader (events_bpf.go), the classic one its leader's.
-		ev.pid = u32(1)
-		if !e.onExit(ev.pid) {
+		// thread other than the leader, cut to endedLen (events_bpf.go); the classic one, and the eBPF
+		// one once opened, its leader's, whole.
+		ev.pid, ev.leader = u32(1), len(b) != endedLen
+		if !e.onExit(ev.pid, ev.leader) {
 			return
 		}
 	default:
@@ -395,26 +401,55 @@ func (e *Events) handle(b []byte) {
 }
 
 // onFork tracks child when parent is tracked, and says whether it is. A child of an untracked parent
-// is untracked, also when its pid was tracked: the host reused the pid of a process whose exit went
-// unseen.
-func (e *Events) onFork(parent, child int) bool {
+// is untracked, also when its pid was tracked (reused): the host reused the pid of a process whose end
+// went unseen, or was seen as its leader's exit only.
+func (e *Events) onFork(parent, child int) (tracked, reused bool) {
+	delete(e.nspidOf, child) // the reader's own: a new process, maybe in another namespace
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.tracked[parent] {
+		reused = e.tracked[child]
 		delete(e.tracked, child)
-		return false
+		return false, reused
 	}
 	e.tracked[child] = true
-	return true
+	if len(e.tracked) > maxTracked {
+		e.sweep()
+	}
+	return true, false
 }
 
-// onExit forgets pid and says whether it was tracked.
-func (e *Events) onExit(pid int) bool {
+// maxTracked bounds tracked where a leader's exit does not end a pid's tracking (see onExit); the
+// host's pid space (kernel.pid_max, up to 4M) bounds it too. A variable for the tests.
+var maxTracked = 1 << 20
+
+// sweep drops the tracked pids that are gone from /proc, past maxTracked: a fork or exec by a thread of
+// such a process may still be queued behind its leader's exit, so the sweep counts as a loss (Lost).
+// Called with mu held.
+func (e *Events) sweep() {
+	for p := range e.tracked {
+		if err := unix.Access("/proc/"+strconv.Itoa(p), unix.F_OK); errors.Is(err, unix.ENOENT) {
+			delete(e.tracked, p)
+		}
+	}
+	e.lost.Add(1)
+}
+
+// onExit says whether pid is tracked, and forgets it when its whole process ended. The exit of a leader
+// (leader: all that the classic filter passes) does not end the tracking: the process's other threads
+// may fork and exec on under its pid. The pid then stays tracked until the host hands it to a child of
+// an untracked parent (onFork), which both filters pass in that state; tracked grows meanwhile, by one
+// entry per process forked in the tree, up to maxTracked.
+func (e *Events) onExit(pid int, leader bool) bool {
 	e.mu.Lock()
 	tracked := e.tracked[pid]
-	delete(e.tracked, pid)
+	if !leader {
+		delete(e.tracked, pid)
+	}
 	e.mu.Unlock()
-	delete(e.nspidOf, pid)
+	if !leader {
+		delete(e.nspidOf, pid)
+	}
 	return tracked
 }
 
@@ -495,11 +530,12 @@ func (e *Events) sandboxParent(ppid, depth int) int {
 	return nspid[depth-1]
 }
 
-// Stop ends the stream and returns the first MaxExecs execs (Dropped counts the rest) of the given roots and their descendants (by the fork tree,
-// in event order), so that no process outside the sandbox appears. Pass the sandbox init's and the
-// command's host pids. A root's pid counts from its own fork on, if that was seen: an earlier process
-// with the same pid is not it. Execs of IgnoreExe are dropped. Calling Stop again filters the same
-// recording for other roots.
+// Stop ends the stream and returns the first MaxExecs execs (Dropped counts the rest) of the given roots
+// and their descendants (by the fork tree, in event order), so that no process outside the sandbox
+// appears. Pass the sandbox init's and the command's host pids. A root's pid counts from its own fork on,
+// if that was seen: an earlier process with the same pid is not it. With InitFirst, the first root's own
+// execs are dropped, and only those: what the command runs is listed whatever the executable, sbx's
+// supervisor binary included. Calling Stop again filters the same recording for other roots.
 func (e *Events) Stop(roots []int) ([]report.Exec, error) {
 	e.stopOnce.Do(func() {
 		_, _ = unix.Write(e.wake[1], []byte{0})
@@ -550,11 +586,15 @@ func (e *Events) filter(roots []int) []report.Exec {
 			if in[ev.parent] || born[ev.pid] == i && slices.Contains(roots, ev.pid) {
 				in[ev.pid] = true
 				parent[ev.pid] = ev.parent
+			} else {
+				delete(in, ev.pid) // a pid reused outside the roots' trees
 			}
 		case procEventExit:
-			delete(in, ev.pid)
+			if !ev.leader {
+				delete(in, ev.pid)
+			}
 		case procEventExec:
-			if in[ev.pid] && (e.opts.IgnoreExe == "" || ev.info.Exe != e.opts.IgnoreExe) && !(e.opts.InitFirst && len(roots) > 0 && ev.pid == roots[0]) {
+			if in[ev.pid] && !(e.opts.InitFirst && len(roots) > 0 && ev.pid == roots[0]) {
 				x := *ev.info
 				x.Time = e.wall0.Add(time.Duration(int64(ev.ts - e.mono0)))
 				if x.Incomplete {

@@ -144,6 +144,10 @@ const (
 	stKey    = -36
 	stValue  = -40
 	evLoaded = 32 // bytes of the proc_event copied to the stack
+	// endedLen is what the filter keeps of the exit it passes as a whole process's end: up to
+	// process_pid and process_tgid. Exits passed whole (the classic filter's, the opened one's) are a
+	// leader's, whose process may live on in its other threads.
+	endedLen = procEventDataOff + 8
 )
 
 // trackerProgram is the filter. It copies the event to the stack with bpf_skb_load_bytes, which keeps
@@ -206,8 +210,9 @@ func threadFilter(pidsFD int) asm.Instructions {
 }
 
 // exitFilter counts down the tasks of a tracked process (process_tgid) and passes the exit of its last
-// one, after which the pid leaves the map; a seeded process ends at its leader's exit. Opened, it passes
-// the leaders' exits, as the classic filter does.
+// one, after which the pid leaves the map; a seeded process ends at its leader's exit. Such an exit is
+// cut to endedLen bytes: it says the process is gone. Opened, the filter passes the leaders' exits
+// whole, as the classic filter does, and they say only that the leader is gone (see Events.onExit).
 func exitFilter(pidsFD int) asm.Instructions {
 	p := asm.Instructions{
 		asm.LoadMem(asm.R1, asm.RFP, stData0, asm.Word).WithSymbol("exit"),
@@ -227,7 +232,7 @@ func exitFilter(pidsFD int) asm.Instructions {
 		asm.JEq.Imm(asm.R8, 0, "drop").WithSymbol("seeded"),
 		asm.LoadMapPtr(asm.R1, pidsFD).WithSymbol("forget"))
 	p = append(p, stackPtr(asm.R2, stData1)...)
-	return append(p, asm.FnMapDeleteElem.Call(), asm.Ja.Label("pass"))
+	return append(p, asm.FnMapDeleteElem.Call(), asm.Mov.Imm(asm.R0, endedLen), asm.Return())
 }
 
 // fetchAdd is `src = atomic_fetch_add((u32 *)dst, src)` (BPF_ATOMIC with BPF_ADD|BPF_FETCH, Linux 5.12),

@@ -316,10 +316,42 @@ ctypes.CDLL(None).syscall(SYS_exit, 0)
 `
 
 // TestEventsLeaderExitsFirst: a process whose leader thread exits first lives on in its other threads;
-// what they fork and exec is recorded. The old stream took the leader's exit for the process's and lost
-// everything after it.
+// what they fork and exec is recorded, whichever filter serves. The old stream took the leader's exit for
+// the process's and lost everything after it: with the eBPF filter that was fixed by counting threads in
+// the kernel, but the classic filter (no eBPF, as without root) and the eBPF one once its map is full
+// (which a command without a pids limit can fill) still passed the leader's exit, and the reader ended
+// the process there.
 func TestEventsLeaderExitsFirst(t *testing.T) {
 	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF")
+	tests := []struct {
+		name    string
+		load    func(fd, maxPids int, pids []int) (*tracker, error)
+		wantErr error // FilterDegraded
+	}{
+		{name: "eBPF", load: loadTracker},
+		{
+			// Room for sbx only: python3's fork opens the filter.
+			name:    "eBPF map full",
+			load:    func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 1, pids) },
+			wantErr: ErrFilterFull,
+		},
+		{
+			name:    "classic filter",
+			load:    func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 0, pids) },
+			wantErr: errAny,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func(l func(int, int, []int) (*tracker, error)) { loadTracker = l }(loadTracker)
+			loadTracker = tt.load
+			checkLeaderExitsFirst(t, tt.wantErr)
+		})
+	}
+}
+
+func checkLeaderExitsFirst(t *testing.T, wantErr error) {
+	t.Helper()
 	ev, err := StartEvents(EventsOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -333,8 +365,9 @@ func TestEventsLeaderExitsFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev.FilterDegraded() != nil {
-		t.Fatalf("no eBPF filter: %v", ev.FilterDegraded())
+	if degraded := ev.FilterDegraded(); wantErr == nil && degraded != nil || wantErr == errAny && degraded == nil ||
+		wantErr != nil && wantErr != errAny && !errors.Is(degraded, wantErr) {
+		t.Fatalf("FilterDegraded() = %v, want %v", degraded, wantErr)
 	}
 	// python3's exec, its child's (/bin/true) and its own second (/bin/echo). An exec too fast to read
 	// keeps only its pids.
@@ -368,15 +401,7 @@ func TestEventsFilterPidReused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The next pid the host hands out is x again, unless another process takes it first.
-		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(x-1)), 0); err != nil {
-			ev.Stop(nil)
-			t.Skipf("cannot choose the next pid: %v", err)
-		}
-		reuser := exec.Command("sh", "-c", "/bin/true; /bin/true")
-		if err := reuser.Run(); err != nil {
-			t.Fatal(err)
-		}
+		reuser := runAsPid(t, ev, x, "sh", "-c", "/bin/true; /bin/true")
 		left := mapKeys(ev.tr.pids)
 		if _, err := ev.Stop(nil); err != nil {
 			t.Fatal(err)
@@ -391,4 +416,103 @@ func TestEventsFilterPidReused(t *testing.T) {
 		return
 	}
 	t.Skip("the host took the pid first 20 times")
+}
+
+// TestEventsPidReusedInTree: a pid of a root's tree that the host hands to a process outside that tree
+// (here another child of the tracked test, as another run of a server would be) takes none of the tree's
+// membership with it, whichever filter serves: with the classic filter a leader's exit no longer ends a
+// pid's tracking (TestEventsLeaderExitsFirst), the new process's fork does.
+func TestEventsPidReusedInTree(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events, loads eBPF, sets ns_last_pid")
+	for _, tt := range []struct {
+		name string
+		load func(fd, maxPids int, pids []int) (*tracker, error)
+	}{
+		{"eBPF", loadTracker},
+		{"eBPF map full", func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 1, pids) }},
+		{"classic filter", func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 0, pids) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func(l func(int, int, []int) (*tracker, error)) { loadTracker = l }(loadTracker)
+			loadTracker = tt.load
+			checkPidReusedInTree(t)
+		})
+	}
+}
+
+func checkPidReusedInTree(t *testing.T) {
+	t.Helper()
+	for range 20 {
+		ev, err := StartEvents(EventsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The root's child (sh) prints its pid and exits; the root waits for it, then exits.
+		root := exec.Command("sh", "-c", "sh -c 'echo $$'; exit 0")
+		out, err := root.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := strconv.Atoi(strings.TrimSpace(string(out)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reuser := runAsPid(t, ev, x, "/usr/bin/env", "true") // execs env, then true
+		execs, err := ev.Stop([]int{root.Process.Pid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reuser.Process.Pid != x {
+			continue
+		}
+		for _, e := range execs {
+			if e.HostPid != root.Process.Pid && e.HostPid != x || e.HostPid == x && e.Comm != "sh" && e.Comm != "" {
+				t.Errorf("exec %+v listed for the root's tree, want only the root's and its child's", e)
+			}
+		}
+		if len(execs) > 2 {
+			t.Errorf("%d execs listed for the root's tree, want 2 at most (its own and its child's)", len(execs))
+		}
+		return
+	}
+	t.Skip("the host took the pid first 20 times")
+}
+
+// runAsPid runs a command as pid x, if no other process takes x first (the caller checks), while ev
+// records.
+func runAsPid(t *testing.T, ev *Events, x int, args ...string) *exec.Cmd {
+	t.Helper()
+	// The next pid the host hands out is x again, unless another process takes it first.
+	if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(x-1)), 0); err != nil {
+		ev.Stop(nil)
+		t.Skipf("cannot choose the next pid: %v", err)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// TestEventsTrackedBounded: where a leader's exit does not end a pid's tracking (the classic filter),
+// the tracked pids are bounded: past maxTracked, those gone from /proc are dropped, and the recording
+// says it may have lost an event.
+func TestEventsTrackedBounded(t *testing.T) {
+	testutil.RequireRoot(t, "subscribes to the kernel's process events")
+	defer func(l func(int, int, []int) (*tracker, error), m int) { loadTracker, maxTracked = l, m }(loadTracker, maxTracked)
+	loadTracker = func(fd, _ int, pids []int) (*tracker, error) { return startTracker(fd, 0, pids) }
+	maxTracked = 8
+	ev, err := StartEvents(EventsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do /bin/true; done").Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ev.Stop(nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ev.tracked); n > maxTracked+1 || ev.Lost() == 0 {
+		t.Errorf("%d pids tracked, %d losses: want at most %d, and the sweep counted", n, ev.Lost(), maxTracked+1)
+	}
 }

@@ -222,6 +222,13 @@ func mergeValue(dst, src reflect.Value) {
 		if src.IsNil() {
 			return
 		}
+		if src.Elem().Kind() != reflect.Struct {
+			// A value the profile sets, its zero too (false, 0 = none): what the pointer is for.
+			v := reflect.New(src.Type().Elem())
+			v.Elem().Set(src.Elem())
+			dst.Set(v)
+			return
+		}
 		if dst.IsNil() {
 			dst.Set(reflect.New(src.Type().Elem()))
 		}

@@ -143,3 +143,33 @@ func TestOverridesAndEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestExtendsMergeZero: a field the extending profile sets to its zero value (false, 0, none) replaces
+// the parent's: a profile extending default could not lift its pids or memory limit (0 = none), make the
+// working directory read-only (write_cwd: false) or turn recording off; the parent's value stayed.
+func TestExtendsMergeZero(t *testing.T) {
+	dir := t.TempDir()
+	child := writeFile(t, dir, "child.yaml", `version: 1
+extends: default
+filesystem:
+  write_cwd: false
+  record_writes: false
+syscalls:
+  record: false
+limits:
+  memory: 0
+  pids: 0
+  cpu: 0
+  timeout: none
+`)
+	p, err := Load(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []any{*p.Filesystem.WriteCwd, *p.Filesystem.RecordWrites, *p.Syscalls.Record, *p.Limits.Memory,
+		*p.Limits.Pids, *p.Limits.CPU, *p.Limits.Timeout}
+	want := []any{false, false, false, Size(0), int64(0), float64(0), Duration(0)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("merged profile's zero fields (-want +got):\n%s", diff)
+	}
+}

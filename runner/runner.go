@@ -187,7 +187,7 @@ func startCollectors(pids int64, track []int, events *observe.Events) collectors
 
 // startEvents starts the exec stream of the descendants of track (nil: sbx itself).
 func startEvents(pids int64, track []int) (*observe.Events, error) {
-	return observe.StartEvents(observe.EventsOptions{IgnoreExe: sandbox.InitExe, InitFirst: true,
+	return observe.StartEvents(observe.EventsOptions{InitFirst: true,
 		Track: track, MaxProcesses: int(min(pids, 1<<20)) + 64})
 }
 
@@ -427,8 +427,8 @@ func (r *run) observeAfterward(cmdPid int) {
 		}
 		err = r.events.FilterDegraded()
 		if err != nil && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) {
-			// Slower with runs in parallel, and a process ends at its leader's exit again: say so where
-			// it is not the usual lack of privilege (rootless runs, unprivileged eBPF off), as a note.
+			// As complete, but slower with runs in parallel: say so where it is not the usual lack of
+			// privilege (rootless runs, unprivileged eBPF off), as a note.
 			r.rep.Notes = append(r.rep.Notes, "exec events filtered by sbx, not in the kernel ("+err.Error()+
 				"): every process on the host woke the reader")
 		}

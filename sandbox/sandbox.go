@@ -652,9 +652,6 @@ func (s *Sandbox) Layers() []Layer {
 	return ls
 }
 
-// InitExe is the supervisor's executable as seen inside the sandbox.
-const InitExe = initPath
-
 // InitName is the file name of the small static supervisor binary that sbx uses when it lies next to
 // sbx's own binary (make build puts it there). It starts in a fraction of the time of the whole sbx.
 const InitName = "sbx-init"
