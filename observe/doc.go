@@ -38,8 +38,8 @@
 //   - A process that exits within microseconds of its exec may be gone before its exe and argv are read.
 //     Its exec is then kept, marked Incomplete, with what was left (comm while it is a zombie, else only
 //     its pids and time). Measured here: about 0.3% of /bin/true runs.
-//   - Process events reach only sockets in the host's network namespace and need root; StartEvents returns
-//     [ErrHostNetNS] when called from elsewhere. If sbx itself runs inside a container with its own network
+//   - Process events reach only sockets in the host's network namespace (and, before Linux 6.6, only
+//     root's); StartEvents returns [ErrHostNetNS] when called from elsewhere. If sbx itself runs inside a container with its own network
 //     namespace, no event arrives at all.
 //   - The TCP socket dump walks the kernel's established-socket hash, which all network namespaces share
 //     unless net.ipv4.tcp_child_ehash_entries gave the sandbox's its own: about 0.2 ms whatever the
