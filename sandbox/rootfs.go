@@ -571,26 +571,26 @@ func (r *rootfs) openDir(p string) (*os.File, error) {
 	return safefs.OpenDir(rf, rel)
 }
 
-// mountPointLike creates path below the merged tree root as a mount point for the host's path of the
-// same name: a directory (and its parents) like the host's, or an empty file. A path the host lacks is
-// left to libcontainer. Every step goes through a handle of root that no link can leave.
-func mountPointLike(root, path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil
-	}
-	if st.IsDir() {
-		return mkdirAllLike(root, path)
-	}
+// mountPointLike creates path below the merged tree root as the mount point of a share whose source is
+// a directory (dir) or a file: missing levels like the host's of the same name (owner, mode, times), or,
+// where the host has none (a share onto a path of its own, filesystem.share's path), root's with mode
+// 0755; the point itself a directory or an empty file. Every step goes through a handle of root that no
+// link can leave.
+func mountPointLike(root, path string, dir bool) error {
 	rf, err := safefs.OpenRoot(root)
 	if err != nil {
 		return err
 	}
 	defer rf.Close()
-	dir, name := safefs.Split(path)
-	parent, err := safefs.MkdirAll(rf, dir, 0o700, func(made *os.File, rel string) error {
-		return copyAttrs(made, "/"+rel)
-	})
+	if dir {
+		d, err := safefs.MkdirAll(rf, path, 0o755, likeHost)
+		if err != nil {
+			return err
+		}
+		return d.Close()
+	}
+	parentDir, name := safefs.Split(path)
+	parent, err := safefs.MkdirAll(rf, parentDir, 0o755, likeHost)
 	if err != nil {
 		return err
 	}
@@ -603,6 +603,16 @@ func mountPointLike(root, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// likeHost gives a directory made at rel the host's attributes of /rel, and leaves it as made (root's,
+// 0755) where the host has no /rel.
+func likeHost(made *os.File, rel string) error {
+	err := copyAttrs(made, "/"+rel)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return unix.Fchmod(int(made.Fd()), 0o755)
+	}
+	return err
 }
 
 // mkdirAllLike creates dir below the merged tree root, each missing level with the owner, mode and

@@ -261,7 +261,11 @@ func (s *Sandbox) buildFiles() error {
 func (s *Sandbox) openWays(plan *policy.Plan, cwd string) error {
 	for _, sh := range plan.Filesystem.Shares {
 		if s.rootfs.cwd == nil || !within(sh.Sandbox, s.rootfs.cwd.At) {
-			if err := mountPointLike(s.rootfs.root.merged, sh.Sandbox); err != nil {
+			st, err := os.Stat(sh.Host)
+			if err != nil {
+				return fmt.Errorf("%w: %s: %w", ErrShareTarget, sh.Host, err)
+			}
+			if err := mountPointLike(s.rootfs.root.merged, sh.Sandbox, st.IsDir()); err != nil {
 				return fmt.Errorf("%w: preparing the mount point of %s: %w", ErrShareTarget, sh.Sandbox, err)
 			}
 		}
