@@ -439,3 +439,24 @@ func continueAll(fd int) {
 		}
 	}
 }
+
+// TestSetupFailedHint: a build that failed on a read-only mount point says so in its hint (a share onto
+// a path the host lacks, below a read-only part of a rootless sandbox); any other failure points at the
+// shares' paths.
+func TestSetupFailedHint(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		hint string
+	}{
+		{fmt.Errorf("mounting /mnt/a: opening the mount point: %w", unix.EROFS), roHint},
+		{fmt.Errorf("mounting /mnt/a: %w", unix.ENOTDIR), buildHint},
+	} {
+		sbx, sup := pair(t)
+		go sup.SendSetupFailed(tc.err)
+		_, err := sbx.ReadReady()
+		var be *BuildError
+		if !errors.As(err, &be) || be.Hint != tc.hint || !strings.Contains(be.Reason, tc.err.Error()) {
+			t.Errorf("%v: got %v (%+v), want a BuildError with hint %q", tc.err, err, be, tc.hint)
+		}
+	}
+}

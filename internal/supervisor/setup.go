@@ -92,6 +92,11 @@ type Rlimit struct {
 // cause; a version mismatch of sbx and sbx-init would fail on the protocol, not here.
 const buildHint = "a path shared into the sandbox (filesystem.share, --ro, --rw) must exist on the host and be of the same kind, file or directory, as what the sandbox has at that path; otherwise run 'sbx gc' and try again"
 
+// roHint goes with a mount point that had to be made in a read-only part of the sandbox: without root, a
+// top-level directory with mounts below it on the host is a read-only bind of it (a user namespace locks
+// those mounts, and overlay refuses such a lower layer), where no missing mount point can be made.
+const roHint = "a share onto a path the host lacks needs a writable place for its mount point; without root, a top-level directory with mounts below it on the host (see findmnt) is read-only in the sandbox: share onto a path elsewhere, or onto one the host has"
+
 // SetupEnv is the environment variable that makes the supervisor read a [Setup] first; its value is
 // the descriptor of the supervisor's binary and the last descriptor sbx passed ("7 10"). It is not an
 // argument: the command sees pid 1's command line (/proc/1/cmdline), and that stays the one
