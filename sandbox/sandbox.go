@@ -71,28 +71,31 @@ var ErrCwdMoved = errors.New("the working directory resolves elsewhere than the 
 // Sandbox is a running sandbox: namespaces, cgroup, overlay root, network contract and the supervisor
 // init, which holds the command until Start.
 type Sandbox struct {
-	ID        string
-	Notes     []string // what the sandbox could only partly do, for the report
-	cfg       Config
-	run       *runDir
-	rootfs    *rootfs
-	net       *netcontract.Net
-	container runtimeContainer // libcontainer's, or a direct start's (direct.go)
-	prepared  chan error       // the supervisor's preparation was sent (nil) or could not be
-	init      pidOne
-	initPid   int
-	ctl       *supervisor.Conn // sbx's end of the supervisor's control socket
-	console   *os.File
-	pidfd     int                 // the command's, once started; 0 = none
-	tasks     [2]string           // cgroup dir and file name of the task list, once found (freeze.go)
-	seccomp   *supervisor.Seccomp // the command's filter, compiled (seccompbpf.go); nil for none
-	notify    *notifyListener     // seccomp notifications (seccompnotify.go); nil when nothing is recorded
-	notifyOff string              // why the plan's recording could not be set up, for the report
-	ids       IDMap
-	cgroups   *cgroupPrep // the run's cgroups, made ahead; libcontainer's once it has the container
-	relays    relays
-	diagFD    int  // the supervisor's sock_diag socket, in its process; -1 = none
-	answered  bool // the supervisor answered go: it holds no stdio of the command from then on
+	ID     string
+	Notes  []string // what the sandbox could only partly do, for the report
+	cfg    Config
+	run    *runDir
+	rootfs *rootfs
+	// shareLinks are the paths of shares that led through a link, moved to where it leads
+	// (resolveShares); hiding keeps the way down to them.
+	shareLinks []string
+	net        *netcontract.Net
+	container  runtimeContainer // libcontainer's, or a direct start's (direct.go)
+	prepared   chan error       // the supervisor's preparation was sent (nil) or could not be
+	init       pidOne
+	initPid    int
+	ctl        *supervisor.Conn // sbx's end of the supervisor's control socket
+	console    *os.File
+	pidfd      int                 // the command's, once started; 0 = none
+	tasks      [2]string           // cgroup dir and file name of the task list, once found (freeze.go)
+	seccomp    *supervisor.Seccomp // the command's filter, compiled (seccompbpf.go); nil for none
+	notify     *notifyListener     // seccomp notifications (seccompnotify.go); nil when nothing is recorded
+	notifyOff  string              // why the plan's recording could not be set up, for the report
+	ids        IDMap
+	cgroups    *cgroupPrep // the run's cgroups, made ahead; libcontainer's once it has the container
+	relays     relays
+	diagFD     int  // the supervisor's sock_diag socket, in its process; -1 = none
+	answered   bool // the supervisor answered go: it holds no stdio of the command from then on
 }
 
 // Create builds a sandbox and starts its supervisor init, which waits for Start before it runs the
@@ -216,9 +219,44 @@ func shareTargets(shares []policy.Share) []string {
 	return out
 }
 
+// resolveShares moves a share to the same path whose path leads through a link (--rw ~/project where
+// ~/project is a link) to where the link leads, on the host as in the sandbox: the sandbox shows the
+// host's links as they are, so the command reaches the share through the link, as on the host (hiding
+// keeps the way down to the link too: shareLinks). sbx never
+// makes a mount point through a link. The path is resolved as the working directory is (resolveCwd:
+// inside the host's /), once; every later step uses the result. A share onto a path of its own
+// (filesystem.share's path) is left as given. The plan is copied, not changed: a pool shares it.
+// Without root the share stays at its path, as before: a link in a hidden directory (~ by default) is
+// not in the sandbox, and the share's mount point is made at the link's path itself, which the command
+// uses as on the host; moving it would leave that path empty.
+func (s *Sandbox) resolveShares() {
+	if Rootless() {
+		return
+	}
+	shares := slices.Clone(s.cfg.Plan.Filesystem.Shares)
+	moved := false
+	for i, sh := range shares {
+		if sh.Sandbox != sh.Host {
+			continue
+		}
+		if real := resolveCwd(sh.Host); real != filepath.Clean(sh.Host) {
+			shares[i].Host, shares[i].Sandbox = real, real
+			s.shareLinks = append(s.shareLinks, filepath.Clean(sh.Host))
+			s.Notes = append(s.Notes, fmt.Sprintf("share %s: shared at %s, where its link leads", sh.Host, real))
+			moved = true
+		}
+	}
+	if moved {
+		p := *s.cfg.Plan
+		p.Filesystem.Shares = shares
+		s.cfg.Plan = &p
+	}
+}
+
 // buildFiles resolves the working directory (once: every later step, the supervisor's included, uses
 // the result), mounts the overlays and lets the command's user write to the working directory.
 func (s *Sandbox) buildFiles() error {
+	s.resolveShares()
 	if !sharedElsewhere(s.cfg.Plan.Filesystem.Shares, s.cfg.Command.Cwd) {
 		real := resolveCwd(s.cfg.Command.Cwd)
 		if s.cfg.Command.CwdNoLinks && real != filepath.Clean(s.cfg.Command.Cwd) {
@@ -239,7 +277,7 @@ func (s *Sandbox) buildFiles() error {
 	// entry beside the way down (see hide).
 	ownFS := (!sameFS("/", cwd) || belowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
 	overlayCwd := ownFS || idmap != nil && !shared(plan.Filesystem.Shares, cwd)
-	shares := shareTargets(plan.Filesystem.Shares)
+	shares := append(shareTargets(plan.Filesystem.Shares), s.shareLinks...)
 	err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shares, idmap)
 	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
 		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
@@ -301,7 +339,7 @@ func (s *Sandbox) cwdIDMap(give bool) *idmapping {
 // giveCwd is the fallback without idmapped mounts: the working directory is handed to the command's user
 // by changing owners in the overlay, up to maxChown entries.
 func (s *Sandbox) giveCwd(plan *policy.Plan, cwd string, overlayCwd bool) error {
-	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shareTargets(plan.Filesystem.Shares), nil); err != nil {
+	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, append(shareTargets(plan.Filesystem.Shares), s.shareLinks...), nil); err != nil {
 		return err
 	}
 	s.Notes = append(s.Notes, s.rootfs.notes...)
