@@ -219,13 +219,14 @@ func shareTargets(shares []policy.Share) []string {
 	return out
 }
 
-// resolveShares moves a share to the same path whose path leads through a link (--rw ~/project where
-// ~/project is a link) to where the link leads, on the host as in the sandbox: the sandbox shows the
-// host's links as they are, so the command reaches the share through the link, as on the host (hiding
-// keeps the way down to the link too: shareLinks). sbx never
-// makes a mount point through a link. The path is resolved as the working directory is (resolveCwd:
-// inside the host's /), once; every later step uses the result. A share onto a path of its own
-// (filesystem.share's path) is left as given. The plan is copied, not changed: a pool shares it.
+// resolveShares moves a share to the same path whose path leads through links that only the host's root
+// can have made (a system's /home -> /var/home, say) to where they lead, on the host as in the sandbox:
+// the sandbox shows the host's links as they are, so the command reaches the share through them, as on
+// the host (hiding keeps the way down to the link too: shareLinks). sbx never makes a mount point through
+// a link. A link anyone else owns is not followed: a command in an earlier sandbox could have planted it
+// in a directory shared with it (--rw ~/proj, then ~/proj/data -> ~/.ssh), and it runs as no host root;
+// such a share fails with its own error and a hint to share the link's target. A share onto a path of its
+// own (filesystem.share's path) is left as given. The plan is copied, not changed: a pool shares it.
 // Without root the share stays at its path, as before: a link in a hidden directory (~ by default) is
 // not in the sandbox, and the share's mount point is made at the link's path itself, which the command
 // uses as on the host; moving it would leave that path empty.
@@ -239,7 +240,7 @@ func (s *Sandbox) resolveShares() {
 		if sh.Sandbox != sh.Host {
 			continue
 		}
-		if real := resolveCwd(sh.Host); real != filepath.Clean(sh.Host) {
+		if real, ok := resolveRootLinks(sh.Host); ok && real != filepath.Clean(sh.Host) {
 			shares[i].Host, shares[i].Sandbox = real, real
 			s.shareLinks = append(s.shareLinks, filepath.Clean(sh.Host))
 			s.Notes = append(s.Notes, fmt.Sprintf("share %s: shared at %s, where its link leads", sh.Host, real))
@@ -251,6 +252,51 @@ func (s *Sandbox) resolveShares() {
 		p.Filesystem.Shares = shares
 		s.cfg.Plan = &p
 	}
+}
+
+// maxLinks bounds the links resolveRootLinks follows, as the kernel's 40.
+const maxLinks = 40
+
+// resolveRootLinks resolves the links of the absolute path, one component at a time, and says whether
+// every link on the way is root's; false too when a component cannot be read or there are too many.
+func resolveRootLinks(path string) (string, bool) {
+	rest := strings.Split(strings.TrimPrefix(filepath.Clean(path), "/"), "/")
+	done := "/"
+	for hops := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		if name == "" || name == "." {
+			continue
+		}
+		if name == ".." {
+			done = filepath.Dir(done)
+			continue
+		}
+		next := filepath.Join(done, name)
+		var st unix.Stat_t
+		if err := unix.Lstat(next, &st); err != nil {
+			return "", false
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			done = next
+			continue
+		}
+		if st.Uid != 0 {
+			return "", false
+		}
+		if hops++; hops > maxLinks {
+			return "", false
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", false
+		}
+		if filepath.IsAbs(target) {
+			done = "/"
+		}
+		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
+	}
+	return done, true
 }
 
 // buildFiles resolves the working directory (once: every later step, the supervisor's included, uses

@@ -258,3 +258,39 @@ func TestSubmounts(t *testing.T) {
 		t.Errorf("submounts(%s) = %v, want %v", dir, got, want)
 	}
 }
+
+// TestResolveRootLinks: links of root's are followed, relative and absolute, chained and with ".."; a
+// link anyone else owns, a missing component and a loop are not.
+func TestResolveRootLinks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("makes links of root's and of another user")
+	}
+	dir := t.TempDir()
+	for _, d := range []string{"real/sub", "other"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := map[string]string{
+		"rel": "real", "abs": dir + "/real", "chain": "rel", "up": "real/sub/../sub", "loop": "loop",
+		"theirs": "real", "via": "theirs",
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Lchown(filepath.Join(dir, "theirs"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		dir + "/real/sub": dir + "/real/sub", dir + "/rel/sub": dir + "/real/sub", dir + "/abs": dir + "/real",
+		dir + "/chain/sub": dir + "/real/sub", dir + "/up": dir + "/real/sub",
+		dir + "/theirs": "", dir + "/via/sub": "", dir + "/loop": "", dir + "/missing/x": "",
+	} {
+		got, ok := resolveRootLinks(path)
+		if ok != (want != "") || got != want {
+			t.Errorf("resolveRootLinks(%s) = %q, %v; want %q", path, got, ok, want)
+		}
+	}
+}
