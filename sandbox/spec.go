@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -44,7 +43,9 @@ type SpecInput struct {
 	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
 	Notify     bool   // the syscalls the plan records notify sbx's listener (seccompnotify.go)
 	// OwnSys: the sandbox's /sys is mounted in Rootfs already (a sysfs of NetNS's own, sysfs.go); the
-	// spec mounts none there.
+	// spec mounts none there. Without it, a joined NetNS (the host user namespace's) gets the spec's
+	// sysfs, which the sandbox's root may not mount there: the build fails rather than bind the host's
+	// /sys, which would show the host's network devices.
 	OwnSys bool
 	// IDs maps the sandbox's user namespace: which host uid and gid its root (sbx's supervisor) and the
 	// command's user are. Zero: no user namespace (an exported bundle, whose runtime decides).
@@ -77,21 +78,6 @@ func Spec(in SpecInput) *specs.Spec {
 		s.Mounts[i].Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "gid=5" })
 		if m.Destination == "/dev/shm" {
 			s.Mounts[i].Options = shmOptions(s.Mounts[i].Options, in.Plan.Limits.MemoryBytes)
-		}
-		if m.Type == "sysfs" && in.NetNS != "" && in.IDs != (IDMap{}) {
-			// sysfs mounts only in a network namespace of the sandbox's user namespace; a joined one
-			// (the contract's) belongs to the host's: bind the host's /sys read-only instead, as runc's
-			// rootless spec does. sbx's own runs mount a sysfs of the joined namespace instead (OwnSys):
-			// the bind shows the host's network devices, not the sandbox's.
-			s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "none", Source: "/sys",
-				Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro", "rprivate"}}
-			// The bind brings the host's mounts below /sys along, which a sysfs of the sandbox's own
-			// has not: the host's cgroup hierarchies (every run's and service's cgroup, with their
-			// limits and pids), tracefs, bpffs. Each is masked with an empty directory. rprivate: a
-			// copy of a shared /sys (a systemd host's) would otherwise be its slave, and whatever the
-			// host mounts below /sys later (a bpffs, configfs, a new hierarchy, while the command
-			// runs or a warm sandbox waits) would show unmasked.
-			s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, submounts("/sys")...)
 		}
 	}
 	for _, b := range []struct{ src, dst string }{{in.Init, initPath}, {in.Binary, selfPath}} {
@@ -420,44 +406,3 @@ func resources(l policy.Limits, supervised bool) *specs.LinuxResources {
 }
 
 func specError(err error) error { return fmt.Errorf("building the container config: %w", err) }
-
-// submounts lists the outermost mounts strictly below dir in sbx's mount namespace (the host's, or a
-// copy of it).
-func submounts(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 || !strings.HasPrefix(f[4], dir+"/") {
-			continue
-		}
-		at := unescapeMountinfo(f[4])
-		if !slices.ContainsFunc(out, func(o string) bool { return strings.HasPrefix(at, o+"/") || at == o }) {
-			out = slices.DeleteFunc(out, func(o string) bool { return strings.HasPrefix(o, at+"/") })
-			out = append(out, at)
-		}
-	}
-	return out
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space, \011, \012, \134).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}

@@ -220,45 +220,6 @@ func TestPlainFile(t *testing.T) {
 	}
 }
 
-func TestUnescapeMountinfo(t *testing.T) {
-	for in, want := range map[string]string{
-		`/sys/fs/cgroup`: "/sys/fs/cgroup", `/a\040b`: "/a b", `/a\134b`: `/a\b`, `/a\011\012`: "/a\t\n",
-		`/a\04`: `/a\04`, `/a\x`: `/a\x`,
-	} {
-		if got := unescapeMountinfo(in); got != want {
-			t.Errorf("unescapeMountinfo(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-// TestSubmounts: the outermost mounts below a directory, each once, none of the directory itself.
-func TestSubmounts(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounts a tmpfs")
-	}
-	dir := t.TempDir()
-	for _, d := range []string{"a", "a/b", "c"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, ""); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Unmount(dir, unix.MNT_DETACH)
-	for _, d := range []string{"a", "a/b", "c"} {
-		os.MkdirAll(filepath.Join(dir, d), 0o755)
-		if err := unix.Mount("tmpfs", filepath.Join(dir, d), "tmpfs", 0, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := submounts(dir)
-	slices.Sort(got)
-	if want := []string{dir + "/a", dir + "/c"}; !slices.Equal(got, want) {
-		t.Errorf("submounts(%s) = %v, want %v", dir, got, want)
-	}
-}
-
 // TestResolveRootLinks: links of root's are followed, relative and absolute, chained and with ".."; a
 // link anyone else owns, a missing component and a loop are not.
 func TestResolveRootLinks(t *testing.T) {
