@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/opencontainers/cgroups"
-	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -134,7 +133,7 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	if Rootless() {
 		return nil, s.startDirectRootless(bin, setup, netns, files)
 	}
-	m, err := manager.New(config.Cgroups)
+	m, err := newCgroupManager(config.Cgroups)
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox's cgroups: %w", err)
 	}
