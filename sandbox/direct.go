@@ -77,7 +77,8 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 			return nil, fmt.Errorf("mount %s: not built by the supervisor", m.Destination)
 		}
 		dm := supervisor.Mount{Source: m.Source, Destination: m.Destination, Type: m.Device, Flags: m.Flags,
-			Data: m.Data, Propagation: m.PropagationFlags, Own: within(m.Source, s.run.dir)}
+			Data: m.Data, Propagation: m.PropagationFlags, Own: within(m.Source, s.run.dir),
+			NoLinks: m.Device == "bind" && isShare(s.cfg.Plan.Filesystem.Shares, m.Source, m.Destination)}
 		if m.RecAttr != nil {
 			dm.RecSet, dm.RecClr = m.RecAttr.Attr_set, m.RecAttr.Attr_clr
 		}

@@ -25,6 +25,11 @@ var ErrShare = errors.New("cannot share host path")
 // directory must be).
 var ErrShareTarget = errors.New("cannot mount a share there")
 
+// ErrShareLink is matched by errors about a share whose host path leads through a link that is not
+// root's: a command of an earlier run could have planted it in a directory shared with it, so sbx does
+// not follow it.
+var ErrShareLink = errors.New("a shared path leads through a link sbx does not follow")
+
 // ErrLimit is matched by errors about a limit of the profile that this host or user cannot set.
 var ErrLimit = errors.New("a limit of the profile cannot be set here")
 

@@ -219,47 +219,59 @@ func shareTargets(shares []policy.Share) []string {
 	return out
 }
 
-// resolveShares moves a share to the same path whose path leads through links that only the host's root
-// can have made (a system's /home -> /var/home, say) to where they lead, on the host as in the sandbox:
-// the sandbox shows the host's links as they are, so the command reaches the share through them, as on
-// the host (hiding keeps the way down to the link too: shareLinks). sbx never makes a mount point through
-// a link. A link anyone else owns is not followed: a command in an earlier sandbox could have planted it
-// in a directory shared with it (--rw ~/proj, then ~/proj/data -> ~/.ssh), and it runs as no host root;
-// such a share fails with its own error and a hint to share the link's target. A share onto a path of its
-// own (filesystem.share's path) is left as given. The plan is copied, not changed: a pool shares it.
-// Without root the share stays at its path, as before: a link in a hidden directory (~ by default) is
-// not in the sandbox, and the share's mount point is made at the link's path itself, which the command
-// uses as on the host; moving it would leave that path empty.
-func (s *Sandbox) resolveShares() {
-	if Rootless() {
-		return
-	}
+// resolveShares gives every share a host path that leads through no link, before anything is built: the
+// path its links lead to when every link on the way is root's (a system's /home -> /var/home, say). A
+// link anyone else owns fails the share (ErrShareLink): a command in an earlier sandbox could have
+// planted it in a directory shared with it (--rw ~/proj, then ~/proj/data -> ~/.ssh), and it runs as no
+// host root (without root, as the caller: the caller's own links cannot be told from planted ones).
+// Each start path then opens the share's source without following any link (supervisor.Mount.NoLinks,
+// checkShares), so that a link planted after this check fails the run instead of being followed.
+//
+// As root, a share onto its own path is moved, on the host as in the sandbox: the sandbox shows the
+// host's links as they are, so the command reaches the share through them, as on the host (hiding keeps
+// the way down to the link too: shareLinks); sbx never makes a mount point through a link. A share onto
+// a path of its own (filesystem.share's path) keeps it. Without root every share keeps its sandbox
+// path: a link in a hidden directory (~ by default) is not in the sandbox, and the share's mount point is
+// made at the link's path itself, which the command uses as on the host; moving it would leave that path
+// empty. The plan is copied, not changed: a pool shares it.
+func (s *Sandbox) resolveShares() error {
 	shares := slices.Clone(s.cfg.Plan.Filesystem.Shares)
 	moved := false
 	for i, sh := range shares {
-		if sh.Sandbox != sh.Host {
+		real, err := resolveRootLinks(sh.Host)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrShareLink, sh.Host, err)
+		}
+		if real == filepath.Clean(sh.Host) {
 			continue
 		}
-		if real, ok := resolveRootLinks(sh.Host); ok && real != filepath.Clean(sh.Host) {
-			shares[i].Host, shares[i].Sandbox = real, real
-			s.shareLinks = append(s.shareLinks, filepath.Clean(sh.Host))
-			s.Notes = append(s.Notes, fmt.Sprintf("share %s: shared at %s, where its link leads", sh.Host, real))
-			moved = true
+		moved = true
+		shares[i].Host = real
+		if Rootless() || sh.Sandbox != sh.Host {
+			continue
 		}
+		shares[i].Sandbox = real
+		s.shareLinks = append(s.shareLinks, filepath.Clean(sh.Host))
+		s.Notes = append(s.Notes, fmt.Sprintf("share %s: shared at %s, where its link leads", sh.Host, real))
 	}
 	if moved {
 		p := *s.cfg.Plan
 		p.Filesystem.Shares = shares
 		s.cfg.Plan = &p
 	}
+	return nil
 }
 
 // maxLinks bounds the links resolveRootLinks follows, as the kernel's 40.
 const maxLinks = 40
 
-// resolveRootLinks resolves the links of the absolute path, one component at a time, and says whether
-// every link on the way is root's; false too when a component cannot be read or there are too many.
-func resolveRootLinks(path string) (string, bool) {
+// errNotRootLink is resolveRootLinks's error for a link on the way that is not root's.
+var errNotRootLink = errors.New("a link on the way is not root's")
+
+// resolveRootLinks resolves the links of the absolute path, one component at a time, into a path with
+// no link on it; it fails (errNotRootLink) when a link on the way is not root's, when a component cannot
+// be read, or when there are too many links.
+func resolveRootLinks(path string) (string, error) {
 	rest := strings.Split(strings.TrimPrefix(filepath.Clean(path), "/"), "/")
 	done := "/"
 	for hops := 0; len(rest) > 0; {
@@ -275,34 +287,36 @@ func resolveRootLinks(path string) (string, bool) {
 		next := filepath.Join(done, name)
 		var st unix.Stat_t
 		if err := unix.Lstat(next, &st); err != nil {
-			return "", false
+			return "", &os.PathError{Op: "lstat", Path: next, Err: err}
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
 			done = next
 			continue
 		}
 		if st.Uid != 0 {
-			return "", false
+			return "", fmt.Errorf("%w: %s (uid %d)", errNotRootLink, next, st.Uid)
 		}
 		if hops++; hops > maxLinks {
-			return "", false
+			return "", &os.PathError{Op: "resolve", Path: path, Err: unix.ELOOP}
 		}
 		target, err := os.Readlink(next)
 		if err != nil {
-			return "", false
+			return "", err
 		}
 		if filepath.IsAbs(target) {
 			done = "/"
 		}
 		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
 	}
-	return done, true
+	return done, nil
 }
 
 // buildFiles resolves the working directory (once: every later step, the supervisor's included, uses
 // the result), mounts the overlays and lets the command's user write to the working directory.
 func (s *Sandbox) buildFiles() error {
-	s.resolveShares()
+	if err := s.resolveShares(); err != nil {
+		return err
+	}
 	if !sharedElsewhere(s.cfg.Plan.Filesystem.Shares, s.cfg.Command.Cwd) {
 		real := resolveCwd(s.cfg.Command.Cwd)
 		if s.cfg.Command.CwdNoLinks && real != filepath.Clean(s.cfg.Command.Cwd) {
@@ -572,6 +586,10 @@ func (s *Sandbox) startInit(spec *specs.Spec, config *configs.Config, ctl, conso
 		tr.mark("direct")
 		return nil
 	}
+	sources, err := s.shareSources()
+	if err != nil {
+		return err
+	}
 	c, err := libcontainer.Create(filepath.Join(s.cfg.StateRoot, "lc"), s.ID, config)
 	if err != nil {
 		return fmt.Errorf("creating the container: %w", err)
@@ -594,7 +612,9 @@ func (s *Sandbox) startInit(spec *specs.Spec, config *configs.Config, ctl, conso
 	if s.initPid, err = p.Pid(); err != nil {
 		return err
 	}
-	return nil
+	// libcontainer's init bound the shares by their paths: before the command runs, the sandbox must
+	// have what sbx identified (sharecheck.go).
+	return s.checkShares(s.initPid, sources)
 }
 
 // initProcess is the supervisor as libcontainer's init process, with the command's stdio and the
@@ -1115,4 +1135,10 @@ func shared(shares []policy.Share, path string) bool {
 		}
 	}
 	return false
+}
+
+// isShare says whether the bind of src at dst is one of shares (resolveShares made their host paths
+// free of links).
+func isShare(shares []policy.Share, src, dst string) bool {
+	return slices.ContainsFunc(shares, func(sh policy.Share) bool { return sh.Host == src && sh.Sandbox == dst })
 }

@@ -249,9 +249,44 @@ func TestResolveRootLinks(t *testing.T) {
 		dir + "/chain/sub": dir + "/real/sub", dir + "/up": dir + "/real/sub",
 		dir + "/theirs": "", dir + "/via/sub": "", dir + "/loop": "", dir + "/missing/x": "",
 	} {
-		got, ok := resolveRootLinks(path)
-		if ok != (want != "") || got != want {
-			t.Errorf("resolveRootLinks(%s) = %q, %v; want %q", path, got, ok, want)
+		got, err := resolveRootLinks(path)
+		if (err == nil) != (want != "") || got != want {
+			t.Errorf("resolveRootLinks(%s) = %q, %v; want %q", path, got, err, want)
 		}
+	}
+}
+
+// TestCheckShares: what the fallback start's sandbox has at a share's place must be the source sbx
+// identified before the start, opened without following a link; a source swapped for a link meanwhile
+// (as libcontainer's init would then bind where it leads) fails with ErrShareLink. The test's own root
+// stands in for the sandbox's.
+func TestCheckShares(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"share", "secret"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	share := filepath.Join(dir, "share")
+	s := &Sandbox{cfg: Config{Plan: &policy.Plan{}}}
+	s.cfg.Plan.Filesystem.Shares = []policy.Share{{Host: share, Sandbox: share}}
+	want, err := s.shareSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.checkShares(os.Getpid(), want); err != nil {
+		t.Fatalf("checkShares before the swap: %v", err)
+	}
+	if err := os.Rename(share, share+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "secret"), share); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.checkShares(os.Getpid(), want); !errors.Is(err, ErrShareLink) {
+		t.Errorf("checkShares after the swap = %v, want ErrShareLink", err)
+	}
+	if _, err := s.shareSources(); !errors.Is(err, ErrShareLink) {
+		t.Errorf("shareSources of a link = %v, want ErrShareLink", err)
 	}
 }

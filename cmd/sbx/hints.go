@@ -41,6 +41,7 @@ var errorHints = []struct {
 }{
 	{sandbox.ErrStateShare, anyCaller, "share a directory that neither contains nor lies in sbx's state root, or move the state root (" + stateRootEnv + ")"},
 	{sandbox.ErrShare, anyCaller, "a path shared with --ro, --rw or filesystem.share must exist on the host"},
+	{sandbox.ErrShareLink, anyCaller, "share the path a link leads to if you trust it (readlink -f PATH): sbx follows only root's links in a shared path, since a command of an earlier run may have planted any other"},
 	{sandbox.ErrShareTarget, anyCaller, "share the path a link leads to, not the link (readlink -f PATH), or give filesystem.share a path inside the sandbox that leads through no link"},
 	{sandbox.ErrLimit, anyCaller, "lower limits.nofile in the profile to at most sbx's hard limit (ulimit -Hn), or start sbx with a higher one (ulimit -Hn N as root; LimitNOFILE= for a service)"},
 	{runner.ErrChangesDir, anyCaller, "give --changes a directory outside every --rw share and sbx's state root, e.g. a fresh one under /tmp"},

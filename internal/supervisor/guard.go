@@ -116,11 +116,15 @@ func parentOf(fd int, id FileID) (int, error) {
 }
 
 // OpenSource is a detached copy of bind m's source (its whole tree with MS_REC), looked up by its path
-// (links followed, as mount(2) follows them); a writable bind's source is first checked against g on
-// the descriptor the copy is then made from, so that what is checked is what is mounted (not sbx's own
-// sources: Mount.Own).
+// (links followed, as mount(2) follows them, unless m.NoLinks); a writable bind's source is first
+// checked against g on the descriptor the copy is then made from, so that what is checked is what is
+// mounted (not sbx's own sources: Mount.Own).
 func OpenSource(m Mount, g *Guard) (int, error) {
-	fd, err := unix.Open(m.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC}
+	if m.NoLinks {
+		how.Resolve = unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+	}
+	fd, err := openat2(unix.AT_FDCWD, m.Source, &how)
 	if err != nil {
 		return -1, err
 	}

@@ -76,3 +76,36 @@ func guardOf(t *testing.T, dir string) *Guard {
 		}
 	}
 }
+
+// TestOpenSourceNoLinks: a share's source (Mount.NoLinks) is not opened through a link, whichever part
+// of its path the link is; other binds follow links as mount(2) does.
+func TestOpenSourceNoLinks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("open_tree(OPEN_TREE_CLONE) needs root")
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "real", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path    string
+		noLinks bool
+		wantErr error
+	}{
+		{"real/sub", true, nil},
+		{"link", true, unix.ELOOP},
+		{"link/sub", true, unix.ELOOP},
+		{"link/sub", false, nil},
+	} {
+		fd, err := OpenSource(Mount{Source: filepath.Join(dir, tc.path), Flags: unix.MS_RDONLY, NoLinks: tc.noLinks}, nil)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if !errors.Is(err, tc.wantErr) && (err != nil || tc.wantErr != nil) {
+			t.Errorf("OpenSource(%s, NoLinks %v) = %v, want %v", tc.path, tc.noLinks, err, tc.wantErr)
+		}
+	}
+}

@@ -77,7 +77,11 @@ type Mount struct {
 	Optional bool `json:"optional,omitempty"`
 	// Own: the source is sbx's own, in the run's directory (the stand-in working directory), not a
 	// share: it is not checked against Setup.Guard, the state root it lies in.
-	Own  bool `json:"own,omitempty"`
+	Own bool `json:"own,omitempty"`
+	// NoLinks: the source is opened without following any link (a share, whose path sbx resolved into
+	// one without links): a link planted on the way after that resolution fails the bind (ELOOP) rather
+	// than mounting where it leads.
+	NoLinks bool `json:"no_links,omitempty"`
 	gone bool // an optional bind whose source openSources did not find
 }
 
