@@ -82,7 +82,7 @@ type Mount struct {
 	// one without links): a link planted on the way after that resolution fails the bind (ELOOP) rather
 	// than mounting where it leads.
 	NoLinks bool `json:"no_links,omitempty"`
-	gone bool // an optional bind whose source openSources did not find
+	gone    bool // an optional bind whose source openSources did not find
 }
 
 // Rlimit is one resource limit of the sandbox's processes.
