@@ -105,8 +105,9 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	if u := spec.Process.User.Umask; u != nil {
 		setup.Umask = int(*u)
 	}
-	if s.ids.UID != 0 {
-		// As with libcontainer's init: root with only what it takes to hand the command its user.
+	if s.ids.UID != 0 || s.ids.SupUID != 0 {
+		// As with libcontainer's init: root with only what it takes to hand the command its user, from
+		// ids of its own (Prepare.Creds) when it has them.
 		setup.Caps = []int{unix.CAP_SETUID, unix.CAP_SETGID}
 	}
 	return setup, nil

@@ -641,11 +641,17 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Pro
 		}
 		p.ExtraFiles = append(p.ExtraFiles, stdio...)
 	}
-	if s.ids.UID != 0 {
+	if s.ids.UID != 0 || s.ids.SupUID != 0 {
 		// The supervisor stays root with only the capabilities to hand the command its user: the command
-		// then cannot signal it, read its memory or its /proc files. The command starts with none.
+		// then cannot signal it, read its memory or its /proc files. The command starts with none. With
+		// ids of its own to take (Prepare.Creds), it empties the bounding set of the thread it starts the
+		// command from (CAP_SETPCAP), so that even a command running as root gains nothing at its exec,
+		// and then takes them (supervisor.fallbackThread).
 		p.UID, p.GID = 0, 0
 		caps := []string{"CAP_SETUID", "CAP_SETGID"}
+		if s.ids.SupUID != 0 {
+			caps = append(caps, "CAP_SETPCAP")
+		}
 		p.Capabilities = &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps}
 	}
 	return p, nil
@@ -696,8 +702,12 @@ func crossMountEnv(env []string) []string {
 // working directory).
 func (s *Sandbox) supervisorPrepare() supervisor.Prepare {
 	fs := s.cfg.Plan.Filesystem
-	return supervisor.Prepare{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade, Seccomp: s.seccomp,
+	p := supervisor.Prepare{Read: fs.Read, Write: s.writePaths(), Degrade: fs.LandlockDegrade, Seccomp: s.seccomp,
 		TimerSlack: cgprime.CallerTimerSlack()}
+	if s.ids.SupUID != 0 {
+		p.Creds = &supervisor.Creds{UID: s.ids.SupUID, GID: s.ids.SupGID}
+	}
+	return p
 }
 
 // writePaths are the Landlock write paths of the command: the profile's and the working directory.

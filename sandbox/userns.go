@@ -24,9 +24,13 @@ const fallbackSupervisorID = 0x7ffe0000
 
 // IDMap is a sandbox's user namespace.
 type IDMap struct {
-	RootUID, RootGID int // host ids of the namespace's root: sbx's supervisor
+	RootUID, RootGID int // host ids of the namespace's root: sbx's supervisor while it builds the sandbox
 	UID, GID         int // the command's ids inside
 	HostUID, HostGID int // the command's ids on the host
+	// SupUID and SupGID are the supervisor's own ids once the sandbox is built, the same inside as on
+	// the host; 0 for none (without root, where the namespace can map only the caller's ids: the
+	// supervisor stays its root). See supervisorID.
+	SupUID, SupGID int
 }
 
 // newIDMap maps a sandbox whose command runs as uid:gid inside, for an sbx running as root: the root
@@ -41,18 +45,40 @@ func newIDMap(uid, gid int) IDMap {
 	if gid == 0 {
 		m.HostGID = m.RootGID
 	}
+	m.SupUID, m.SupGID = supervisorID(m.RootUID, m.UID), supervisorID(m.RootGID, m.GID)
 	return m
+}
+
+// supervisorID is the id the supervisor takes once it has built the sandbox, next to root's (the
+// namespace's root's host id): the next one of root's subordinate range that is not the command's
+// (inside, and so on the host, a command's id other than 0 being its host id too).
+//
+// The command may run as the namespace's root (a profile's uid: 0). Had the supervisor kept that uid,
+// the kernel would let the command treat pid 1 as its own process: lower its rlimits or give it an
+// RLIMIT_CPU that kills it (prlimit), lower its priority (setpriority, sched_setscheduler, ioprio_set),
+// pin it to a CPU (sched_setaffinity), and, pid 1 being undumpable and so its /proc files the
+// namespace root's, write its /proc/1/oom_score_adj (which the command's Landlock rule for /proc
+// allows) so that the OOM killer ends it first. An id the command cannot have (it holds no capability
+// to change its own) makes every one of those EPERM, as for any other user's process.
+func supervisorID(root, command int) int {
+	if root+1 != command {
+		return root + 1
+	}
+	return root + 2
 }
 
 // mappings are the namespace's uid and gid maps in OCI form.
 func (m IDMap) mappings() (uids, gids []specs.LinuxIDMapping) {
-	return idMapping(m.RootUID, m.UID, m.HostUID), idMapping(m.RootGID, m.GID, m.HostGID)
+	return idMapping(m.RootUID, m.UID, m.HostUID, m.SupUID), idMapping(m.RootGID, m.GID, m.HostGID, m.SupGID)
 }
 
-func idMapping(root, inside, host int) []specs.LinuxIDMapping {
+func idMapping(root, inside, host, sup int) []specs.LinuxIDMapping {
 	out := []specs.LinuxIDMapping{{ContainerID: 0, HostID: uint32(root), Size: 1}}
 	if inside != 0 {
 		out = append(out, specs.LinuxIDMapping{ContainerID: uint32(inside), HostID: uint32(host), Size: 1})
+	}
+	if sup != 0 {
+		out = append(out, specs.LinuxIDMapping{ContainerID: uint32(sup), HostID: uint32(sup), Size: 1})
 	}
 	return out
 }

@@ -127,7 +127,8 @@ type starter struct {
 	readyErr error  // ready could not be sent to sbx
 	notifyFD int    // the seccomp filter's notification fd, -1 for none
 	req      chan startRequest
-	pre      func() error // run first on the thread, nil for nothing (commandThread)
+	pre      func(*Creds) error // run first on the thread, with the supervisor's ids to take (commandThread, fallbackThread)
+	creds    *Creds             // Prepare.Creds
 }
 
 type startRequest struct {
@@ -145,7 +146,7 @@ type startResult struct {
 // prepare builds the ruleset of raw (a Prepare) and the restricted thread, which also loads the
 // seccomp filter, and sends rd to sbx (with the filter's notification fd). Failures are kept for go,
 // which reports them on the command's stderr.
-func prepare(raw []byte, rd *Ready, pre func() error) *starter {
+func prepare(raw []byte, rd *Ready, pre func(*Creds) error) *starter {
 	s := &starter{req: make(chan startRequest, 1), hint: landlockHint, notifyFD: -1, pre: pre}
 	var p Prepare
 	if err := json.Unmarshal(raw, &p); err != nil {
@@ -153,6 +154,7 @@ func prepare(raw []byte, rd *Ready, pre func() error) *starter {
 		s.readyErr = rd.Send(-1)
 		return s
 	}
+	s.creds = p.Creds
 	rs, err := landlockRuleset(p)
 	if err != nil {
 		if !p.Degrade {
@@ -202,14 +204,35 @@ func (s *starter) thread(rs *ruleset, sc *Seccomp, slack uint64, rd *Ready, read
 	}
 	r := <-s.req
 	p, err := os.StartProcess(r.path, r.args, r.attr)
+	if s.creds != nil {
+		err = errors.Join(err, redump())
+	}
 	r.done <- startResult{p, err}
+}
+
+// redump makes the supervisor dumpable again once it has started the command. Every change of ids
+// makes a process undumpable, and the command's process, until its exec, shares the supervisor's
+// memory (Go starts it with CLONE_VFORK|CLONE_VM), so that its change to the command's ids made the
+// supervisor undumpable too. An undumpable process's /proc files belong to the root of its user
+// namespace: a command running as that root could write /proc/1/oom_score_adj (its Landlock rule for
+// /proc allows it) and have the OOM killer end pid 1 first. Dumpable, they are the supervisor's own
+// ids' (Prepare.Creds), which no process of the sandbox has; without CAP_SYS_PTRACE none may trace
+// it, read its memory or /proc/1/environ or copy its descriptors (pidfd_getfd): the kernel asks for the
+// same ids as for a process of another user. (No core file is written either way: the Go runtime
+// exits on a crash, it does not dump.) The command's first instructions race this call: see the
+// README's note on it.
+func redump() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	return nil
 }
 
 // restrict enforces rs and then loads sc on the calling thread; it returns the filter's notification
 // fd, -1 for none.
 func (s *starter) restrict(rs *ruleset, sc *Seccomp) (int, error) {
 	if s.pre != nil {
-		if err := s.pre(); err != nil {
+		if err := s.pre(s.creds); err != nil {
 			s.hint = ""
 			return -1, err
 		}

@@ -244,8 +244,8 @@ func bindRoot(s *Setup) error {
 // built (see [starter]), while it still has every capability: it enters a cgroup namespace of its own
 // (rooted where sbx has moved the supervisor by then, so that the command sees its cgroup as /) and a
 // session keyring of its own, empties its bounding and ambient sets, and then leaves every thread of
-// the supervisor with caps alone.
-func commandThread(s *Setup) error {
+// the supervisor with caps alone, under creds when not nil.
+func commandThread(s *Setup, creds *Creds) error {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fmt.Errorf("unshare(CLONE_NEWCGROUP): %w", err)
 	}
@@ -255,7 +255,26 @@ func commandThread(s *Setup) error {
 	if err := dropBounding(); err != nil {
 		return err
 	}
-	return dropCaps(s.Caps)
+	return dropCaps(s.Caps, creds)
+}
+
+// handoverCaps are the capabilities the supervisor keeps to start the command under the command's ids.
+var handoverCaps = []int{unix.CAP_SETUID, unix.CAP_SETGID}
+
+// fallbackThread is what the thread the command starts from does first in a sandbox libcontainer's
+// init built, when the supervisor is to take creds: sbx then had libcontainer leave it root with
+// CAP_SETUID, CAP_SETGID and CAP_SETPCAP (sandbox.initProcess). The thread empties its bounding set
+// (the command, even as root, gains no capability at its exec), and every thread of the supervisor
+// takes creds with CAP_SETUID and CAP_SETGID alone. Without creds nothing changes: libcontainer gave
+// the supervisor what it keeps.
+func fallbackThread(creds *Creds) error {
+	if creds == nil {
+		return nil
+	}
+	if err := dropBounding(); err != nil {
+		return err
+	}
+	return dropCaps(handoverCaps, creds)
 }
 
 // joinSessionKeyring puts the calling thread (and so the command) in a new session keyring called
@@ -882,12 +901,18 @@ func setupConsole() error {
 }
 
 // dropCaps leaves every thread of the supervisor with caps alone (permitted and effective; nothing
-// inheritable), and no_new_privs. Credentials are per thread: psx changes them on all at once (the
-// runtime's AllThreadsSyscall in sbx-init, which has no cgo; its own signal handshake in sbx).
-func dropCaps(caps []int) error {
+// inheritable), and no_new_privs, under creds first when not nil (see takeCreds). Credentials are per
+// thread: psx changes them on all at once (the runtime's AllThreadsSyscall in sbx-init, which has no
+// cgo; its own signal handshake in sbx).
+func dropCaps(caps []int, creds *Creds) error {
 	var set uint32
 	for _, c := range caps {
 		set |= 1 << uint(c)
+	}
+	if creds != nil {
+		if err := takeCreds(creds); err != nil {
+			return err
+		}
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{{Effective: set, Permitted: set}}
@@ -896,6 +921,28 @@ func dropCaps(caps []int) error {
 	}
 	if _, _, errno := psx.Syscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); errno != 0 {
 		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", errno)
+	}
+	return nil
+}
+
+// takeCreds gives every thread of the supervisor the ids creds (no supplementary group), keeping its
+// permitted capabilities across the change (PR_SET_KEEPCAPS, reset after it); the effective ones come
+// back with dropCaps's capset.
+func takeCreds(c *Creds) error {
+	for _, call := range []struct {
+		name       string
+		nr         uintptr
+		a1, a2, a3 uintptr
+	}{
+		{"prctl(PR_SET_KEEPCAPS, 1)", unix.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 1, 0},
+		{"setgroups", unix.SYS_SETGROUPS, 0, 0, 0},
+		{"setresgid", unix.SYS_SETRESGID, uintptr(c.GID), uintptr(c.GID), uintptr(c.GID)},
+		{"setresuid", unix.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)},
+		{"prctl(PR_SET_KEEPCAPS, 0)", unix.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 0, 0},
+	} {
+		if _, _, errno := psx.Syscall3(call.nr, call.a1, call.a2, call.a3); errno != 0 {
+			return fmt.Errorf("taking the supervisor's own ids: %s: %w", call.name, errno)
+		}
 	}
 	return nil
 }

@@ -44,8 +44,9 @@ const stdioFD = 4
 var stdio = []*os.File{os.Stdin, os.Stdout, os.Stderr}
 
 // droppedSignals are the signals that would end pid 1, and the sandbox with it, when a process inside
-// sends them: a command of the supervisor's own uid may (one running as root inside: always without
-// root). The kernel keeps SIGKILL and SIGSTOP from inside away from pid 1, and the Go runtime ignores
+// sends them: a command of the supervisor's own uid may (without root, where the supervisor stays the
+// namespace's root, one running as root inside; as root the supervisor takes an id of its own,
+// Prepare.Creds, and the kernel refuses the command's signals). The kernel keeps SIGKILL and SIGSTOP from inside away from pid 1, and the Go runtime ignores
 // the rest it does not relay but for these: the termination signals, SIGABRT, and the fault signals
 // (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGSTKFLT), which it takes for a crash even when
 // kill sent them. Relayed, they are dropped; a real fault of the supervisor's own still crashes it
@@ -67,6 +68,15 @@ type Prepare struct {
 	// TimerSlack (ns) is the command's timer slack, its caller's: sbx and so the supervisor run with a
 	// coarser one (see internal/cgprime). 0 leaves the supervisor's.
 	TimerSlack uint64 `json:"timer_slack,omitempty"`
+	// Creds are the supervisor's own ids from the command's preparation on, ids the command cannot
+	// have; nil keeps the namespace's root (without root, where the namespace maps no other id).
+	Creds *Creds `json:"creds,omitempty"`
+}
+
+// Creds are a process's user and group id (real, effective, saved and file system alike).
+type Creds struct {
+	UID int `json:"uid"`
+	GID int `json:"gid"`
 }
 
 // Config is the command the supervisor starts; sbx sends it with go ([Conn.SendGo]).
@@ -106,7 +116,9 @@ func Main() int {
 			self.Release()
 		}
 	}()
-	var pre func() error
+	// Started by libcontainer's init: it built the sandbox and left the supervisor root with the
+	// capabilities to hand the command its user (sandbox.initProcess).
+	pre := fallbackThread
 	if fds, ok := os.LookupEnv(SetupEnv); ok {
 		// Started directly by sbx, through a descriptor of its binary: build the sandbox first, and
 		// say so when that fails.
@@ -122,7 +134,12 @@ func Main() int {
 			ctl.SendSetupFailed(err)
 			return ExitSetup
 		}
-		pre = func() error { return commandThread(setup) }
+		pre = func(c *Creds) error { return commandThread(setup, c) }
+	} else {
+		// pid 1's bounding set as the command sees it (/proc/1/status, the main thread's: init locks
+		// main to it) is what the supervisor keeps, as after a direct start: not the CAP_SETPCAP that
+		// fallbackThread needs only on the command's thread (no such capability: EPERM, nothing to do).
+		unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_SETPCAP, 0, 0, 0)
 	}
 	prep, err := ctl.ReadPrepare()
 	if err != nil {
@@ -132,11 +149,13 @@ func Main() int {
 	if err != nil {
 		return ExitSetup
 	}
+	// Before prepare, which may give the supervisor ids of its own (Prepare.Creds): the file is then the
+	// namespace root's until the command starts (redump), and the supervisor may no longer open it.
+	openOOMScoreAdj()
 	st := prepare(prep, rd, pre)
 	if st.readyErr != nil {
 		return ExitSetup
 	}
-	openOOMScoreAdj()
 	cfg, err := ctl.ReadGo()
 	if err != nil {
 		return ExitSetup
