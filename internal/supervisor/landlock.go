@@ -204,9 +204,6 @@ func (s *starter) thread(rs *ruleset, sc *Seccomp, slack uint64, rd *Ready, read
 	}
 	r := <-s.req
 	p, err := os.StartProcess(r.path, r.args, r.attr)
-	if s.creds != nil {
-		err = errors.Join(err, redump())
-	}
 	r.done <- startResult{p, err}
 }
 
@@ -220,12 +217,11 @@ func (s *starter) thread(rs *ruleset, sc *Seccomp, slack uint64, rd *Ready, read
 // it, read its memory or /proc/1/environ or copy its descriptors (pidfd_getfd): the kernel asks for the
 // same ids as for a process of another user. (No core file is written either way: the Go runtime
 // exits on a crash, it does not dump.) The command's first instructions race this call: see the
-// README's note on it.
-func redump() error {
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
-	}
-	return nil
+// README's note on it. It runs on an unfiltered thread (the flag is the process's): the command's
+// filter may deny prctl. Should it fail, the supervisor stays undumpable, as it was before it had ids
+// of its own.
+func redump() {
+	unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
 }
 
 // restrict enforces rs and then loads sc on the calling thread; it returns the filter's notification

@@ -256,6 +256,9 @@ func startCommand(raw []byte, st *starter) Started {
 		attr.Sys.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}}
 	}
 	p, err := st.start(path, args, attr)
+	if st.creds != nil {
+		redump()
+	}
 	if err != nil {
 		code, msg := ExitNotExecutable, fmt.Sprintf("cannot execute %s: %v", args[0], errors.Unwrap(err))
 		if errors.Is(err, unix.ENOENT) {
