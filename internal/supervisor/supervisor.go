@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -97,6 +98,9 @@ type Config struct {
 // spares a whole libcontainer process start per run. sbx signals the command itself, from outside,
 // through a pidfd.
 func Main() int {
+	// The parent-death signal (sbx's: the sandbox dies with sbx), to set again once the supervisor has
+	// taken ids of its own, which clears it; main's, on which init locks main.
+	pdeath, pdeathErr := pdeathsig()
 	ctl := NewConn(os.NewFile(ctlFD, "ctl"))
 	unix.CloseOnExec(ctlFD)
 	// Handled signals are reset to their default in the command, ignored ones would not be: catch and
@@ -153,6 +157,9 @@ func Main() int {
 	// namespace root's until the command starts (redump), and the supervisor may no longer open it.
 	openOOMScoreAdj()
 	st := prepare(prep, rd, pre)
+	if st.creds != nil && pdeathErr == nil {
+		restorePdeathsig(pdeath)
+	}
 	if st.readyErr != nil {
 		return ExitSetup
 	}
@@ -177,6 +184,23 @@ func Main() int {
 		}
 	})
 	return 0
+}
+
+// pdeathsig is the calling thread's parent-death signal.
+func pdeathsig() (int, error) {
+	var sig int32
+	err := unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0)
+	return int(sig), err
+}
+
+// restorePdeathsig sets the parent-death signal sig again, on the main thread, which lives as long as
+// the supervisor (the kernel sends the signal for whichever thread has it set). A change of the
+// effective ids clears it on every thread that changes them: takeCreds's on all. Between the two, a
+// few microseconds, a killed sbx would leave the sandbox running until 'sbx gc' or the next run.
+func restorePdeathsig(sig int) {
+	if sig != 0 {
+		unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(sig), 0, 0, 0)
+	}
 }
 
 // closeInherited closes, in a directly started supervisor, the descriptor of its binary (args[0]) and
