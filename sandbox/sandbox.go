@@ -825,7 +825,7 @@ func (s *Sandbox) Start() (*Running, error) {
 		return nil, fmt.Errorf("starting the command: %w", err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("starting the command: the sandbox init is gone: %w", err)
+		return nil, fmt.Errorf("starting the command: %w", s.initGone(err))
 	}
 	s.diagFD, s.answered = st.DiagFD, true
 	if st.Pid == 0 && st.Code == ExitSetup {
@@ -940,7 +940,7 @@ func (r *Running) Wait() (int, error) {
 		return -1, fmt.Errorf("waiting for the command: %w", err)
 	}
 	if err != nil {
-		return -1, fmt.Errorf("waiting for the command: the sandbox init is gone: %w", err)
+		return -1, fmt.Errorf("waiting for the command: %w", r.sb.initGone(err))
 	}
 	if ws.Signaled() {
 		return 128 + int(ws.Signal()), nil
