@@ -171,6 +171,10 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 			continue
 		}
 		tree, err := openTree(m, setup.Guard)
+		if m.NoLinks && errors.Is(err, unix.ELOOP) {
+			// A link planted on the share's way since resolveShares looked.
+			err = fmt.Errorf("%w: %w", ErrShareLink, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("opening %s for %s: %w", m.Source, m.Destination, err)
 		}
