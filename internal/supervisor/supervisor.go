@@ -46,11 +46,11 @@ var stdio = []*os.File{os.Stdin, os.Stdout, os.Stderr}
 
 // droppedSignals are the signals that would end pid 1, and the sandbox with it, when a process inside
 // sends them: a command of the supervisor's own uid may (without root, where the supervisor stays the
-// namespace's root, one running as root inside; as root the supervisor takes an id of its own,
-// Prepare.Creds, and the kernel refuses the command's signals). The kernel keeps SIGKILL and SIGSTOP from inside away from pid 1, and the Go runtime ignores
-// the rest it does not relay but for these: the termination signals, SIGABRT, and the fault signals
-// (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGSTKFLT), which it takes for a crash even when
-// kill sent them. Relayed, they are dropped; a real fault of the supervisor's own still crashes it
+// namespace's root, one running as root inside; as root the supervisor takes ids of its own,
+// Prepare.Creds, and the kernel refuses the command's signals). The kernel keeps SIGKILL and SIGSTOP
+// from inside away from pid 1, and the Go runtime ignores the rest it does not relay but for these:
+// the termination signals, SIGABRT, and the fault signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
+// SIGSYS, SIGSTKFLT), which it takes for a crash even when kill sent them. Relayed, they are dropped; a real fault of the supervisor's own still crashes it
 // (the runtime relays only those a process sent). bad_signal_supervisor in the battery sends them all.
 var droppedSignals = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1,
 	unix.SIGUSR2, unix.SIGPIPE, unix.SIGTTIN, unix.SIGTTOU, unix.SIGTSTP, unix.SIGALRM, unix.SIGABRT,
