@@ -240,7 +240,7 @@ func (s *Sandbox) resolveShares() error {
 	for i, sh := range shares {
 		real, err := resolveRootLinks(sh.Host)
 		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrShareLink, sh.Host, err)
+			return shareError(sh.Host, err)
 		}
 		if real == filepath.Clean(sh.Host) {
 			continue
@@ -260,6 +260,16 @@ func (s *Sandbox) resolveShares() error {
 		s.cfg.Plan = &p
 	}
 	return nil
+}
+
+// shareError is the error about share host whose path could not be resolved or opened without a link:
+// ErrShareLink for a link sbx does not follow (or too many), ErrShare for the rest (a path gone).
+func shareError(host string, err error) error {
+	kind := ErrShare
+	if errors.Is(err, errNotRootLink) || errors.Is(err, unix.ELOOP) {
+		kind = ErrShareLink
+	}
+	return fmt.Errorf("%w: %s: %w", kind, host, err)
 }
 
 // maxLinks bounds the links resolveRootLinks follows, as the kernel's 40.

@@ -25,7 +25,7 @@ func (s *Sandbox) shareSources() ([]supervisor.FileID, error) {
 		fd, err := unix.Openat2(unix.AT_FDCWD, sh.Host, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrShareLink, sh.Host, err)
+			return nil, shareError(sh.Host, err)
 		}
 		var st unix.Stat_t
 		err = unix.Fstat(fd, &st)
