@@ -17,7 +17,7 @@ import (
 )
 
 // TestUserNamespace: on the host, the sandbox's pid 1 runs as the namespace root's unprivileged uid,
-// never root, and the command as its own uid; the command writes its root-owned working tree through
+// never root, then as its own, and the command as its own uid; the command writes its root-owned working tree through
 // the idmapped lower layer while no file of the host or of the layer is chowned.
 func TestUserNamespace(t *testing.T) {
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
@@ -47,6 +47,11 @@ func TestUserNamespace(t *testing.T) {
 		t.Errorf("the command's host pid is unknown (%d)", r.Pid)
 	} else if uid := hostUID(t, r.Pid); uid != 4242 {
 		t.Errorf("the command runs as host uid %d, want 4242", uid)
+	}
+	// Once the sandbox is built, the supervisor has ids of its own, neither the namespace root's nor the
+	// command's (supervisorID).
+	if uid := hostUID(t, sb.InitPid()); uid != sb.ids.SupUID || uid == sb.ids.RootUID || uid == 4242 {
+		t.Errorf("with the command running, the supervisor runs as host uid %d, want its own %d", uid, sb.ids.SupUID)
 	}
 	if code, err := r.Wait(); code != 0 || err != nil {
 		t.Fatalf("status %d (%v); stderr %q", code, err, errb.String())
@@ -124,5 +129,33 @@ func TestPidfdPid(t *testing.T) {
 	cmd.Wait()
 	if got := pidfdPid(pidfd); got != -1 {
 		t.Errorf("pidfdPid of a reaped child = %d, want -1", got)
+	}
+}
+
+// TestSupervisorIDs: the supervisor's own ids are mapped beside the namespace root's and the command's,
+// and are never the command's, inside or on the host, whatever uid the profile gives it (root's
+// subordinate range starting at 100000 here).
+func TestSupervisorIDs(t *testing.T) {
+	const root = 100000
+	for _, uid := range []int{0, 65534, 1000, root + 1, root + 2} {
+		m := IDMap{RootUID: root, RootGID: root, UID: uid, GID: uid, HostUID: uid, HostGID: uid}
+		if uid == 0 {
+			m.HostUID, m.HostGID = root, root
+		}
+		m.SupUID, m.SupGID = supervisorID(m.RootUID, m.UID), supervisorID(m.RootGID, m.GID)
+		if m.SupUID == 0 || m.SupUID == m.UID || m.SupUID == m.HostUID || m.SupUID == m.RootUID {
+			t.Errorf("uid %d: the supervisor's uid %d is one the command has", uid, m.SupUID)
+		}
+		uids, _ := m.mappings()
+		inside, host := map[uint32]bool{}, map[uint32]bool{}
+		for _, e := range uids {
+			if inside[e.ContainerID] || host[e.HostID] {
+				t.Errorf("uid %d: overlapping uid map %v", uid, uids)
+			}
+			inside[e.ContainerID], host[e.HostID] = true, true
+		}
+		if !inside[uint32(m.SupUID)] || !host[uint32(m.SupUID)] {
+			t.Errorf("uid %d: uid map %v does not map the supervisor's %d", uid, uids, m.SupUID)
+		}
 	}
 }
