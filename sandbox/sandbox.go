@@ -312,6 +312,9 @@ func (s *Sandbox) buildFiles() error {
 		s.cfg.Command.Cwd = real
 	}
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
+	if note := hiddenRepoNote(plan.Filesystem, cwd); note != "" {
+		s.Notes = append(s.Notes, note)
+	}
 	if Rootless() {
 		s.Notes = append(s.Notes, s.rootlessNotes()...)
 		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd))
