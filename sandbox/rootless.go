@@ -538,7 +538,7 @@ func (s *Sandbox) rootlessNotes() []string {
 		// What root's sandbox gives and this one cannot (README.md, "Differences from running on the
 		// host"): said on every run, since the command's failure alone does not say it is sbx's.
 		"rootless: only the caller's id is mapped: chown to another owner fails with EINVAL, so tar x, cpio -i and cp -a of others' files fail (tar --no-same-owner, cpio --no-preserve-owner, cp -a --no-preserve=ownership)",
-		"rootless: a directory that existed before the run cannot be renamed (EXDEV: overlayfs in a user namespace keeps no redirects); mv copies it, git mv and a bare rename(2) fail"}
+		"rootless: what existed before the run is overlayfs's lower layer, which in a user namespace keeps no redirects nor origins: such a directory cannot be renamed (EXDEV: mv copies it, git mv and a bare rename(2) fail), and a hard link to such a file shows another inode number than the file (git clone of a local repository fails, \"hardlink different from source\": git clone --no-hardlinks)"}
 	held := []string{"disk as the size of each file (RLIMIT_FSIZE; df shows the host's filesystem)"}
 	if l.Pids > 0 {
 		held = append(held, "pids by RLIMIT_NPROC of the caller's uid")
