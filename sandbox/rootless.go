@@ -534,8 +534,12 @@ func (cfg Config) checkRootless() error {
 func (s *Sandbox) rootlessNotes() []string {
 	l := s.cfg.Plan.Limits
 	notes := []string{fmt.Sprintf("rootless: the command runs as root inside its user namespace, uid %d on the host, without capabilities", s.ids.HostUID),
-		"rootless: no cgroup here; the sandbox's processes are those of its pid namespace, stopped with SIGSTOP for the observation (no freezer: a left-running process shows state T)"}
-	held := []string{"disk as the size of each file (RLIMIT_FSIZE)"}
+		"rootless: no cgroup here; the sandbox's processes are those of its pid namespace, stopped with SIGSTOP for the observation (no freezer: a left-running process shows state T)",
+		// What root's sandbox gives and this one cannot (README.md, "Differences from running on the
+		// host"): said on every run, since the command's failure alone does not say it is sbx's.
+		"rootless: only the caller's id is mapped: chown to another owner fails with EINVAL, so tar x, cpio -i and cp -a of others' files fail (tar --no-same-owner, cpio --no-preserve-owner, cp -a --no-preserve=ownership)",
+		"rootless: what existed before the run is overlayfs's lower layer, which in a user namespace keeps no redirects nor origins: such a directory cannot be renamed (EXDEV: mv copies it, git mv and a bare rename(2) fail), and a hard link to such a file shows another inode number than the file (git clone of a local repository fails, \"hardlink different from source\": git clone --no-hardlinks)"}
+	held := []string{"disk as the size of each file (RLIMIT_FSIZE; df shows the host's filesystem)"}
 	if l.Pids > 0 {
 		held = append(held, "pids by RLIMIT_NPROC of the caller's uid")
 	}

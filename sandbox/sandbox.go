@@ -9,6 +9,7 @@ import (
 	"github.com/sbx-dev/sbx/internal/cgprime"
 	"io"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -335,6 +336,9 @@ func (s *Sandbox) buildFiles() error {
 		s.cfg.Command.Cwd = real
 	}
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
+	if note := hiddenRepoNote(plan.Filesystem, cwd); note != "" {
+		s.Notes = append(s.Notes, note)
+	}
 	if Rootless() {
 		s.Notes = append(s.Notes, s.rootlessNotes()...)
 		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd))
@@ -685,12 +689,35 @@ func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
 // supervisorConfig is what the supervisor needs to start the command, sent over the control socket (no
 // size limit, unlike an environment variable or an argument).
 func (s *Sandbox) supervisorConfig() supervisor.Config {
-	env := s.cfg.Plan.Env
+	env := sessionEnv(s.cfg.Plan.Env, s.cfg.Command.Cwd, s.ids.UID)
 	if s.rootfs != nil && s.rootfs.cwd != nil {
 		env = crossMountEnv(env)
 	}
 	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal,
 		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(env), UID: s.ids.UID, GID: s.ids.GID}
+}
+
+// sessionEnv adds to env what a shell and a login give a command on the host, and the scrub of the
+// caller's environment took away: PWD, the working directory (make's $(PWD), as in the M=$(PWD) of
+// out-of-tree builds, was empty), and USER and LOGNAME, the name the sandbox's /etc/passwd (the host's)
+// gives the command's uid, as sudo -u sets them (Bazel refuses to start without USER). A value the
+// profile or the caller gives is kept; a uid without a name gets none.
+func sessionEnv(env []string, cwd string, uid int) []string {
+	has := func(name string) bool {
+		return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+	}
+	out := slices.Clip(env)
+	if cwd != "" && !has("PWD") {
+		out = append(out, "PWD="+cwd)
+	}
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		for _, name := range []string{"USER", "LOGNAME"} {
+			if !has(name) {
+				out = append(out, name+"="+u.Username)
+			}
+		}
+	}
+	return out
 }
 
 // gitAcrossMounts lets git look for a repository above the working directory across a mount point.

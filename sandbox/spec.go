@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/cgprime"
 	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
@@ -236,8 +237,9 @@ func sysctls() map[string]string {
 	return map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"}
 }
 
-// defaultSoftNoFile is the soft open-files limit when the host's is higher: what most distributions
-// start a login with, and what select()-based programs need. `ulimit -n` raises it to the hard limit.
+// defaultSoftNoFile is the soft open-files limit when sbx could not read its caller's (built without
+// cgo: see cgprime.CallerNoFile): what most distributions start a login with, and what select()-based
+// programs need. `ulimit -n` raises it to the hard limit.
 const defaultSoftNoFile = 1024
 
 // ownFileMount says whether sbx mounts its own file at dst (/etc/hosts, /etc/resolv.conf) over what the
@@ -361,7 +363,8 @@ func rootSearches(dir os.FileInfo, ids IDMap) bool {
 }
 
 // rlimits gives RLIMIT_NOFILE a hard limit of what the profile says, or of sbx's own hard limit (the
-// host's) when it says nothing, and a soft limit of at most defaultSoftNoFile, as on the host: a build
+// host's) when it says nothing, and the soft limit sbx's caller has (within the hard one), as the
+// command would have it on the host: not sbx's own, which Go's runtime raised to the hard limit. A build
 // that needs more raises its soft limit (ulimit -n 4096) as it would outside.
 func rlimits(l policy.Limits) []specs.POSIXRlimit {
 	hard := l.NoFile
@@ -372,7 +375,11 @@ func rlimits(l policy.Limits) []specs.POSIXRlimit {
 			hard = host.Max
 		}
 	}
-	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: hard, Soft: min(hard, defaultSoftNoFile)}}
+	soft := uint64(defaultSoftNoFile)
+	if caller, ok := cgprime.CallerNoFile(); ok {
+		soft = caller
+	}
+	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: hard, Soft: min(hard, soft)}}
 }
 
 // supervisorTasks is what the pids cgroup allows on top of the profile's limits.pids: sbx's supervisor,

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -49,7 +50,32 @@ func (s *Sandbox) stdio() ([]*os.File, error) {
 			return nil, err
 		}
 	}
+	if note := passedTerminalNote(out, errw); note != "" {
+		s.Notes = append(s.Notes, note)
+	}
 	return []*os.File{in, out, errw}, nil
+}
+
+// passedTerminalNote says, for the report, when the command's stdout or stderr is the caller's terminal
+// itself: sbx gives the command a terminal of its own only when stdin and stdout both are one, and
+// otherwise passes a terminal as it is so that isatty holds (reopenable). Reopening it by name then
+// fails (echo x > /dev/stderr: "Permission denied"), where on the host it works, and the command's own
+// error does not say why.
+func passedTerminalNote(out, errw *os.File) string {
+	var names []string
+	for _, f := range []struct {
+		name string
+		f    *os.File
+	}{{"stdout", out}, {"stderr", errw}} {
+		if _, err := unix.IoctlGetTermios(int(f.f.Fd()), unix.TCGETS); err == nil {
+			names = append(names, f.name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: the caller's terminal, passed as it is (stdin is not a terminal too, so the command got none of its own): writing to it works, reopening it by name (/dev/%s, /proc/self/fd/N) fails with EACCES, since the host's terminal lies outside the sandbox's paths; redirect it to a file or a pipe, or give stdin a terminal as well",
+		strings.Join(names, " and "), names[0])
 }
 
 // eof is an input that ends at once.

@@ -95,6 +95,7 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err := checkBuild(plan); err != nil {
 		return err
 	}
+	warnCallerFDs(io.err, args)
 	if f.probe {
 		if err := probeFirst(ctx, io, f); err != nil {
 			return err

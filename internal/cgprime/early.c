@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -163,6 +164,13 @@ static void *kick(void *unused)
 // raised it; 0 when it did not.
 unsigned long sbx_timer_slack;
 
+// sbx_nofile_soft is the soft limit of open files sbx's caller started it with, before Go's runtime
+// raised it to the hard limit (the os package does, since Go 1.19, and gives it back only to the
+// processes os/exec starts); sbx_nofile_known says it was read. The command gets it (sandbox's rlimits),
+// as it would on the host.
+unsigned long long sbx_nofile_soft;
+int sbx_nofile_known;
+
 // SBX_SLACK_NS is the timer slack of every thread of sbx exec and sbx probe. Go's runtime has a
 // monitor thread (sysmon) that sleeps 20 us at a time, for a millisecond or more, whenever the process
 // enters a syscall after being idle, which an sbx run does all the time. On a busy machine each of
@@ -185,6 +193,11 @@ __attribute__((constructor)) static void sbx_cgprime(int argc, char **argv)
 	if (argc < 2 || !argv || !argv[1] || !builds(argv[1]))
 		return;
 	int server = strcmp(argv[1], "mcp") == 0;
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+		sbx_nofile_soft = nofile.rlim_cur;
+		sbx_nofile_known = 1;
+	}
 	int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	if (!server && slack > 0 && prctl(PR_SET_TIMERSLACK, SBX_SLACK_NS, 0, 0, 0) == 0)
 		sbx_timer_slack = slack;

@@ -5,6 +5,8 @@ package cgprime
 // extern int sbx_cgprime_started;
 // extern int sbx_private_mounts;
 // extern unsigned long sbx_timer_slack;
+// extern unsigned long long sbx_nofile_soft;
+// extern int sbx_nofile_known;
 // #include <stdlib.h>
 // extern char sbx_cgprime_path[4352];
 // extern int sbx_cgprime_climbs(const char *rel);
@@ -31,3 +33,9 @@ func climbsC(path string) bool {
 // CallerTimerSlack is the timer slack (ns) of the thread that started sbx, which the constructor
 // replaced with a coarser one for every thread of sbx (see early.c); 0 when it did not.
 func CallerTimerSlack() uint64 { return uint64(C.sbx_timer_slack) }
+
+// CallerNoFile is the soft limit of open files sbx's caller started sbx exec, probe or mcp with, which
+// Go's runtime raised for sbx's own process; ok is false when the constructor did not read it.
+func CallerNoFile() (soft uint64, ok bool) {
+	return uint64(C.sbx_nofile_soft), C.sbx_nofile_known != 0
+}
