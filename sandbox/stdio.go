@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -58,23 +59,23 @@ func (s *Sandbox) stdio() ([]*os.File, error) {
 
 // passedTerminalNote says, for the report, when the command's stdout or stderr is the caller's terminal
 // itself: sbx gives the command a terminal of its own only when stdin and stdout both are one, and
-// otherwise passes a terminal as it is so that isatty holds (reopenable). Reopening it by name then
-// fails (echo x > /dev/stderr: "Permission denied"), where on the host it works, and the command's own
-// error does not say why.
+// otherwise passes the caller's, for writing only (writeOnly), so that isatty holds. Reopening it by
+// name then fails (echo x > /dev/stderr: "Permission denied"), where on the host it works, and the
+// command's own error does not say why.
 func passedTerminalNote(out, errw *os.File) string {
 	var names []string
 	for _, f := range []struct {
 		name string
 		f    *os.File
 	}{{"stdout", out}, {"stderr", errw}} {
-		if _, err := unix.IoctlGetTermios(int(f.f.Fd()), unix.TCGETS); err == nil {
+		if isTerminal(f.f) {
 			names = append(names, f.name)
 		}
 	}
 	if len(names) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%s: the caller's terminal, passed as it is (stdin is not a terminal too, so the command got none of its own): writing to it works, reopening it by name (/dev/%s, /proc/self/fd/N) fails with EACCES, since the host's terminal lies outside the sandbox's paths; redirect it to a file or a pipe, or give stdin a terminal as well",
+	return fmt.Sprintf("%s: the caller's terminal, passed for writing only (stdin is not a terminal too, so the command got none of its own): writing to it works, reopening it by name (/dev/%s, /proc/self/fd/N) fails with EACCES, since the host's terminal lies outside the sandbox's paths; redirect it to a file or a pipe, or give stdin a terminal as well",
 		strings.Join(names, " and "), names[0])
 }
 
@@ -110,7 +111,15 @@ func (r *relays) output(dst io.Writer, ids IDMap) (*os.File, error) {
 		dst = io.Discard
 	}
 	if f, ok := dst.(*os.File); ok && reopenable(f, ids, 0o2) {
-		return f, nil
+		if !isTerminal(f) {
+			return f, nil
+		}
+		w, err := writeOnly(f)
+		if err != nil {
+			return nil, fmt.Errorf("making the command's stdio: %w", err)
+		}
+		r.child = append(r.child, w)
+		return w, nil
 	}
 	pr, pw, err := r.pipe(ids)
 	if err != nil {
@@ -124,6 +133,36 @@ func (r *relays) output(dst io.Writer, ids IDMap) (*os.File, error) {
 		relay(dst, pr)
 	}()
 	return pw, nil
+}
+
+// isTerminal tells whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// writeOnly opens the terminal behind f again for writing only. The caller's terminal passes to the
+// command as its stdout or stderr when its stdin is no terminal (it then gets none of its own), and the
+// caller's descriptor is usually open for reading too (a shell opens its terminal once, read-write, for
+// all three): through it the command could read what the user types while it runs, keystrokes meant for
+// the shell or the next program. A new open file description for writing alone lets it write, and
+// isatty and the window size still hold. Opened without blocking (a terminal's open can wait for its
+// carrier), then made blocking as the caller's is.
+func writeOnly(f *os.File) (*os.File, error) {
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.O_WRONLY|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reopening the terminal for writing only: %w", err)
+	}
+	w := os.NewFile(uintptr(fd), f.Name())
+	if !isTerminal(w) {
+		w.Close()
+		return nil, errors.New("reopening the terminal for writing only: it is no terminal any more")
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("reopening the terminal for writing only: %w", err)
+	}
+	return w, nil
 }
 
 // pipe makes a pipe that belongs to the command's user.
@@ -218,7 +257,8 @@ func waitWritable(fd int) bool {
 // reopenable tells whether the command may open the file behind f again (perm 0o4 read, 0o2 write).
 // Landlock decides by path, and a host file's path is outside every rule of the sandbox: only anonymous
 // pipes of the command's user (pipefs has no path) qualify, and sockets and terminals pass as they are
-// (a socket cannot be reopened at all; relaying a terminal would hide it from isatty).
+// (a socket cannot be reopened at all; relaying a terminal would hide it from isatty). An output's
+// terminal passes reopened for writing only (writeOnly).
 func reopenable(f *os.File, ids IDMap, perm uint32) bool {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
