@@ -44,7 +44,8 @@ import (
 )
 
 // maxNotifyKeys and maxNotifyBytes bound the distinct records kept and the bytes of their strings
-// (paths may be PATH_MAX long), whatever the command floods the listener with.
+// (paths may be PATH_MAX long), whatever the command floods the listener with; twice that for refused
+// writes that could plant persistence (room).
 const (
 	maxNotifyKeys  = 4096
 	maxNotifyBytes = 1 << 20
@@ -560,7 +561,7 @@ func (l *notifyListener) keep(k notifyKey) {
 	}
 	if _, ok := m[k]; !ok {
 		size := len(k.exe) + len(k.detail) + len(k.flags)
-		if len(l.order) >= maxNotifyKeys || l.bytes+size > maxNotifyBytes {
+		if !l.room(size, k.write && policy.MaybePersistence(k.detail)) {
 			l.lost++
 			return
 		}
@@ -568,6 +569,17 @@ func (l *notifyListener) keep(k notifyKey) {
 		l.order = append(l.order, k)
 	}
 	m[k]++
+}
+
+// room says whether a new record of size bytes fits the bounds. A refused write whose path could be a
+// persistence mechanism has as much room again past them, as file changes have (the report's files
+// lists): a flood of other refused writes cannot push the one that plants persistence out of the report.
+func (l *notifyListener) room(size int, persistence bool) bool {
+	keys, bytes := maxNotifyKeys, maxNotifyBytes
+	if persistence {
+		keys, bytes = 2*keys, 2*bytes
+	}
+	return len(l.order) < keys && l.bytes+size <= bytes
 }
 
 // taskIDs reads a task's thread group id and its pid in the sandbox's pid namespace.

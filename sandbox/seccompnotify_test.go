@@ -138,7 +138,8 @@ func TestWritable(t *testing.T) {
 }
 
 // TestNotifyBounds: a command flooding distinct refusals costs sbx a bounded amount of memory, and the
-// report says records were dropped.
+// report says records were dropped; a refused write that could plant persistence is kept past the
+// bounds, other records are not.
 func TestNotifyBounds(t *testing.T) {
 	l := &notifyListener{fd: 3, seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
 	long := strings.Repeat("x", 4000)
@@ -152,6 +153,17 @@ func TestNotifyBounds(t *testing.T) {
 	}
 	if d.Writes[0].Count != 2 || !strings.Contains(d.Sources[0].Reason, "dropped") {
 		t.Errorf("first count %d, sources %+v", d.Writes[0].Count, d.Sources)
+	}
+	// The same with the bound of records reached, by short paths.
+	l = &notifyListener{fd: 3, seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
+	for i := range maxNotifyKeys + 10 {
+		l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/x" + strconv.Itoa(i), write: true})
+	}
+	l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/cron.d/evil", write: true})
+	l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/not-persistence", write: true})
+	d = l.records(policy.Record{Writes: true})
+	if len(d.Writes) != maxNotifyKeys+1 || d.Writes[maxNotifyKeys].Path != "/etc/cron.d/evil" {
+		t.Errorf("after the flood: %d writes kept (want %d), last %+v", len(d.Writes), maxNotifyKeys+1, d.Writes[len(d.Writes)-1])
 	}
 }
 
