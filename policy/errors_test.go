@@ -82,7 +82,7 @@ func TestErrorKinds(t *testing.T) {
 		{"self cycle", filepath.Join(dir, "self.yaml"), ErrCycle, "extends cycle"},
 		{"syntax", "testdata/errors/yaml-syntax.yaml", ErrSyntax, "did not find expected"},
 		{"binary", "testdata/errors/binary.yaml", ErrSyntax, "not a text file"},
-		{"directory", dir + "/", nil, "cannot read"},
+		{"directory", dir + "/", ErrInvalid, "not a regular file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/sbx-dev/sbx/profiles"
 )
@@ -72,7 +73,9 @@ func readSource(nameOrPath string) (file string, data []byte, err error) {
 		}
 		return file, data, nil
 	}
-	f, err := os.Open(nameOrPath)
+	// Without blocking: a FIFO or a terminal in place of a profile (a file in a directory a command
+	// could write) would hold sbx in open(2) for good, deaf to SIGTERM. Only a regular file is read.
+	f, err := os.OpenFile(nameOrPath, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nameOrPath, nil, &Error{File: nameOrPath, Msg: "no such file", Hint: "check the path; built-in profiles are named without .yaml (sbx profile list)", Err: ErrNotFound}
 	}
@@ -80,6 +83,9 @@ func readSource(nameOrPath string) (file string, data []byte, err error) {
 		return nameOrPath, nil, &Error{File: nameOrPath, Msg: "cannot open: " + unwrapPathError(err), Err: err}
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nameOrPath, nil, &Error{File: nameOrPath, Msg: "not a regular file", Hint: "a profile is a YAML file", Err: ErrInvalid}
+	}
 	data, err = io.ReadAll(io.LimitReader(f, MaxProfileSize+1))
 	if err != nil {
 		return nameOrPath, nil, &Error{File: nameOrPath, Msg: "cannot read: " + unwrapPathError(err), Err: err}

@@ -1,10 +1,12 @@
 package policy
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,5 +173,29 @@ limits:
 	want := []any{false, false, false, Size(0), int64(0), float64(0), Duration(0)}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("merged profile's zero fields (-want +got):\n%s", diff)
+	}
+}
+
+// TestLoadNotRegular: a profile path, or an extends, that names a FIFO or a device is refused at once
+// (ErrInvalid), never opened in a way that blocks: a FIFO planted in place of a project's profile would
+// otherwise hold sbx in open(2) for good.
+func TestLoadNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	extends := writeFile(t, dir, "extends.yaml", "version: 1\nextends: ./fifo.yaml\n")
+	for _, path := range []string{fifo, extends, "/dev/zero"} {
+		done := make(chan error, 1)
+		go func() { _, err := Load(path); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not a regular file") {
+				t.Errorf("Load(%s) = %v, want ErrInvalid: not a regular file", path, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Load(%s) blocks", path) // the goroutine stays in open(2); the test binary ends
+		}
 	}
 }
