@@ -14,9 +14,10 @@ import (
 // procReader reads /proc files with raw syscalls and one reusable buffer: the snapshot's cost target
 // (1 ms for 20 processes) leaves no room for os.ReadFile's fstat and per-call allocations.
 type procReader struct {
-	buf  []byte
-	link []byte
-	boot time.Time // wall-clock time of boot, to turn start ticks into a time
+	buf        []byte
+	link       []byte
+	boot       time.Time // wall-clock time of boot, to turn start ticks into a time
+	extraReads int       // fd targets read past MaxFDs, bounded by maxExtraFDReads
 }
 
 func newProcReader() *procReader {

@@ -3,6 +3,8 @@ package observe
 import (
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseStat(t *testing.T) {
@@ -94,5 +96,49 @@ func TestNewFD(t *testing.T) {
 	}
 	if got := socketInode("socket:[4026531993]"); got != 4026531993 {
 		t.Errorf("socketInode = %d", got)
+	}
+}
+
+// TestReadFDsBounded: a process with more fds than are listed has every one counted, but the targets
+// read past MaxFDs stop at the reader's budget (maxExtraFDReads, all its processes together): a command
+// leaving many processes with huge fd tables cannot hold the observation for a readlink each.
+func TestReadFDsBounded(t *testing.T) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	const extra = 3000
+	if rl.Max < MaxFDs+extra+64 {
+		t.Skipf("needs an open-files hard limit above %d, have %d", MaxFDs+extra+64, rl.Max)
+	}
+	saved := rl
+	rl.Cur = rl.Max
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &saved)
+	null, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(null)
+	for range MaxFDs + extra {
+		fd, err := unix.FcntlInt(uintptr(null), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+	}
+	r := newProcReader()
+	r.extraReads = maxExtraFDReads - 100 // what earlier processes of the same reader spent
+	var p rawProc
+	if err := r.readFDs("/proc/self/fd", &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.FDsTotal < MaxFDs+extra || len(p.FDs) != MaxFDs || !p.FDsTruncated {
+		t.Errorf("fds total %d, listed %d, truncated %v; want at least %d, %d, true", p.FDsTotal, len(p.FDs), p.FDsTruncated, MaxFDs+extra, MaxFDs)
+	}
+	if r.extraReads != maxExtraFDReads {
+		t.Errorf("read %d targets past the listed ones in all, want the budget %d", r.extraReads, maxExtraFDReads)
 	}
 }

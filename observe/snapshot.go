@@ -366,7 +366,13 @@ func (r *procReader) readFDs(dir string, p *rawProc) error {
 	names = nil
 	slices.Sort(nums)
 	p.FDs = make([]report.FD, 0, min(len(nums), MaxFDs))
-	for _, n := range nums {
+	for i, n := range nums {
+		if len(p.FDs) >= MaxFDs && (len(p.extraSockets) >= maxExtraSockets || r.extraReads >= maxExtraFDReads) {
+			// Past what is listed and what can still name a socket's owner: counted, not read.
+			p.FDsTotal += len(nums) - i
+			p.FDsTruncated = true
+			break
+		}
 		target, err := r.readlink(dir + "/" + strconv.Itoa(n))
 		if err != nil {
 			// The fd was closed between readdir and readlink: it no longer exists.
@@ -377,8 +383,9 @@ func (r *procReader) readFDs(dir string, p *rawProc) error {
 			p.FDs = append(p.FDs, newFD(n, target))
 			continue
 		}
+		r.extraReads++
 		p.FDsTruncated = true
-		if ino := socketInode(target); ino != 0 && len(p.extraSockets) < maxExtraSockets {
+		if ino := socketInode(target); ino != 0 {
 			p.extraSockets = append(p.extraSockets, ino)
 		}
 	}
