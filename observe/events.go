@@ -78,9 +78,17 @@ type Events struct {
 	// tr is the kernel-side filter (events_bpf.go); nil when filterErr says why the classic one is used.
 	tr        *tracker
 	filterErr error
-	datagrams int // datagrams read: each one a wake-up the filter let through
-	detailed  int // execs read from /proc so far
-	dropped   int // execs the last Stop left out past MaxExecs
+	datagrams int              // datagrams read: each one a wake-up the filter let through
+	detailed  int              // execs read from /proc so far
+	reads     map[int]execRead // host pid -> its last exec read from /proc (settle)
+	dropped   int              // execs the last Stop left out past MaxExecs
+}
+
+// execRead is what onExec read of a process from /proc, the time of its exec event and the time the
+// reads ended (CLOCK_MONOTONIC, the events' clock).
+type execRead struct {
+	info    *report.Exec
+	ts, end uint64
 }
 
 // event is one recorded kernel event. For execs, info holds what /proc told at event time.
@@ -100,7 +108,7 @@ type event struct {
 func StartEvents(opts EventsOptions) (*Events, error) {
 	e := &Events{
 		opts: opts, done: make(chan struct{}), tracked: make(map[int]bool),
-		nspidOf: make(map[int][]int), r: newProcReader(),
+		nspidOf: make(map[int][]int), r: newProcReader(), reads: make(map[int]execRead),
 	}
 	track := opts.Track
 	if len(track) == 0 {
@@ -370,6 +378,7 @@ func (e *Events) handle(b []byte) {
 			return
 		}
 		ev.parent, ev.pid = u32(1), u32(3)
+		e.settle(ev.pid, ev.ts)
 		tracked, reused := e.onFork(ev.parent, ev.pid)
 		if reused {
 			// Recorded as the end of the process that had the pid, for Stop's walk.
@@ -379,7 +388,7 @@ func (e *Events) handle(b []byte) {
 		}
 	case procEventExec:
 		ev.pid = u32(1)
-		if ev.info = e.onExec(ev.pid); ev.info == nil {
+		if ev.info = e.onExec(ev.pid, ev.ts); ev.info == nil {
 			return
 		}
 	case procEventExit:
@@ -387,6 +396,7 @@ func (e *Events) handle(b []byte) {
 		// thread other than the leader, cut to endedLen (events_bpf.go); the classic one, and the eBPF
 		// one once opened, its leader's, whole.
 		ev.pid, ev.leader = u32(1), len(b) != endedLen
+		e.settle(ev.pid, ev.ts)
 		if !e.onExit(ev.pid, ev.leader) {
 			return
 		}
@@ -457,7 +467,7 @@ func (e *Events) onExit(pid int, leader bool) bool {
 // executed; nil for an untracked one. The event itself carries only the pid and the time: that is all a
 // process that exited before it could be read keeps (marked Incomplete), and so do the execs past
 // maxDetailedExecs. The command line is kept up to MaxArgvBytes and MaxArgs.
-func (e *Events) onExec(pid int) *report.Exec {
+func (e *Events) onExec(pid int, ts uint64) *report.Exec {
 	e.mu.Lock()
 	tracked := e.tracked[pid]
 	e.mu.Unlock()
@@ -465,10 +475,11 @@ func (e *Events) onExec(pid int) *report.Exec {
 		return nil
 	}
 	x := &report.Exec{HostPid: pid, Incomplete: true}
-	if e.detailed >= maxDetailedExecs {
+	if e.settle(pid, ts) || e.detailed >= maxDetailedExecs {
 		return x
 	}
 	e.detailed++
+	defer func() { e.reads[pid] = execRead{info: x, ts: ts, end: monotonic()} }()
 	// exe and cmdline vanish when the process exits, stat and status only when it is reaped: read the
 	// former first.
 	dir := "/proc/" + strconv.Itoa(pid)
@@ -500,6 +511,36 @@ func (e *Events) onExec(pid int) *report.Exec {
 	}
 	x.Incomplete = x.Exe == "" || x.Argv == nil || x.Pid == 0
 	return x
+}
+
+// settle checks what was read of pid at its last exec against an event of pid (a fork that hands the
+// pid to a new process, an exec, an exit) at time ts. /proc shows a process as it is when read, not as it
+// was at the event: a program that executes another at once (or exits, its pid taken by another
+// process) before the reader gets to its exec would otherwise be listed as that other program, and a
+// run of an executable outside expect.execs would pass as an allowed one (a flood of execs delays the
+// reader at will). What was read before the later event happened stands; what was read after is
+// dropped, the exec kept as the event carries it (Incomplete, no exe: never an allowed one). It says
+// whether an event of pid later than ts was read already: then /proc can only show what came after.
+func (e *Events) settle(pid int, ts uint64) (stale bool) {
+	r, ok := e.reads[pid]
+	if !ok {
+		return false
+	}
+	if ts < r.ts {
+		return true // delivered out of order: the later exec's read stands for the later exec only
+	}
+	if ts <= r.end {
+		*r.info = report.Exec{HostPid: r.info.HostPid, Incomplete: true}
+	}
+	delete(e.reads, pid)
+	return false
+}
+
+// monotonic is CLOCK_MONOTONIC in nanoseconds, the clock of the events' timestamps.
+func monotonic() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
 }
 
 // nspid reads the pids of a process in each pid namespace; a process seen at an earlier exec (usually

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
 )
@@ -126,5 +127,51 @@ func TestEventsSandboxPids(t *testing.T) {
 	}
 	if sleeps != 2 {
 		t.Errorf("got %d sleeper execs, want 2: %+v", sleeps, execs)
+	}
+}
+
+// TestEventsExecReadLate: an exec the reader gets to only after the process executed something else is
+// not listed as that something else (a program outside expect.execs that executes an allowed one at once
+// would pass as two runs of the allowed one; a flood of execs delays the reader at will). The reader is
+// held up here, by its lock, until sh has executed sleep: sh's exec then keeps only what its event
+// carries, and sleep's is read as sleep.
+func TestEventsExecReadLate(t *testing.T) {
+	testutil.RequireRoot(t, "reads the process events connector")
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("needs sh")
+	}
+	ev, err := StartEvents(EventsOptions{})
+	if err != nil {
+		t.Fatalf("StartEvents: %v", err)
+	}
+	ev.mu.Lock()
+	cmd := exec.Command(sh, "-c", "exec /bin/sleep 5")
+	if err := cmd.Start(); err != nil {
+		ev.mu.Unlock()
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	for range 1000 {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); strings.HasSuffix(exe, "/sleep") {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ev.mu.Unlock()
+	time.Sleep(100 * time.Millisecond) // the reader reads both execs while sleep runs
+	execs, err := ev.Stop([]int{cmd.Process.Pid})
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if len(execs) != 2 {
+		t.Fatalf("execs %+v, want sh's and sleep's", execs)
+	}
+	if first := execs[0]; !first.Incomplete || first.Exe != "" || first.Argv != nil {
+		t.Errorf("sh's exec, read after sh executed sleep: %+v, want only what its event carries", first)
+	}
+	if second := execs[1]; second.Incomplete || !strings.HasSuffix(second.Exe, "/sleep") {
+		t.Errorf("sleep's exec: %+v, want read whole", second)
 	}
 }
