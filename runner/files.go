@@ -90,6 +90,15 @@ func (r *run) fileChanges() {
 		collect(fc, "/dev/shm")
 	}
 	r.copyNotes(cp)
+	if shares := r.writableShares(); len(shares) > 0 {
+		sc, sm, err := shareChanges(shares, r.started)
+		if err != nil {
+			r.rep.MarkIncomplete("file changes in writable shares", err)
+		}
+		created, modified = append(created, sc...), append(modified, sm...)
+		total.Created += len(sc)
+		total.Modified += len(sm)
+	}
 	// Each layer's reading is bounded; so is the report, across layers.
 	for _, l := range []*[]report.FileChange{&created, &modified, &deleted} {
 		if len(*l) > observe.DefaultMaxEntries {
@@ -110,6 +119,23 @@ func (r *run) fileChanges() {
 		}
 		r.rep.Notes = append(r.rep.Notes, note)
 	}
+}
+
+// writableShares are the run's writable shares, and the report's notes say what of them is looked at.
+func (r *run) writableShares() []shareAt {
+	var out []shareAt
+	var names []string
+	for _, sh := range r.sb.Shares() {
+		if sh.Writable {
+			out = append(out, shareAt{host: sh.Host, sandbox: sh.Sandbox})
+			names = append(names, sh.Sandbox)
+		}
+	}
+	if len(out) > 0 {
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("writable shares (%s): what the command writes there lands on the host at once and is not listed in files, but for the places below each share's top where persistence lies (.git/hooks, .git/config, .envrc, shell startup and ssh files, systemd user units, python .pth files), which are listed and judged when the run changed them",
+			strings.Join(names, ", ")))
+	}
+	return out
 }
 
 // persistenceIn says which paths of a layer mounted at at could be persistence (observe.Limits.Keep).

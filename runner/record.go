@@ -29,10 +29,15 @@ func (r *run) judge() {
 	policy.Compare(r.opts.Plan.Expect, r.rep)
 }
 
-// peek reads the start of a file the command changed, from the writable layer that holds it, through
-// a root handle that cannot leave the layer and without following a link the command planted; "" for
-// anything that is not a regular file.
+// peek reads the start of a file the command changed, from the writable layer (or writable share) that
+// holds it, through a root handle that cannot leave the layer and without following a link the command
+// planted; "" for anything that is not a regular file.
 func (r *run) peek(p string) []byte {
+	for _, sh := range r.sb.Shares() { // a writable share's persistence files (shares.go)
+		if rel, ok := strings.CutPrefix(p, strings.TrimSuffix(sh.Sandbox, "/")+"/"); ok && sh.Writable {
+			return readInRoot(sh.Host, path.Clean(rel))
+		}
+	}
 	layers := r.sb.Layers()
 	for i := len(layers) - 1; i >= 0; i-- { // the working directory's layer, then the root's
 		l := layers[i]

@@ -211,8 +211,9 @@ type run struct {
 	filesBefore []*observe.FileChanges // one per sandbox.Layers entry
 	events      *observe.Events
 	denials     *observe.DenialsCollector
-	ran         bool     // the command ran and the report holds its observations
-	changesDir  *os.File // --changes DIR, opened once before the command runs
+	ran         bool      // the command ran and the report holds its observations
+	changesDir  *os.File  // --changes DIR, opened once before the command runs
+	started     time.Time // just before the command started: what a writable share shows changed since is the run's
 }
 
 func (r *run) execute(ctx context.Context, t0 time.Time) error {
@@ -227,6 +228,7 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 		}
 	}
 	t1 := time.Now()
+	r.started = t1
 	r.rep.Timings.Setup = ms(t1.Sub(t0))
 	if c := r.sb.Console(); c != nil && r.opts.OnConsole != nil {
 		r.opts.OnConsole(c)

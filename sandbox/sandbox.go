@@ -263,6 +263,9 @@ func (s *Sandbox) resolveShares() error {
 	return nil
 }
 
+// Shares are the sandbox's shares, with their host paths as resolved for the mounts (resolveShares).
+func (s *Sandbox) Shares() []policy.Share { return s.cfg.Plan.Filesystem.Shares }
+
 // shareError is the error about share host whose path could not be resolved or opened without a link:
 // ErrShareLink for a link sbx does not follow (or too many), ErrShare for the rest (a path gone).
 func shareError(host string, err error) error {

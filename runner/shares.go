@@ -1,0 +1,150 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/report"
+)
+
+// A writable share is the host's directory itself, bound into the sandbox: what the command writes
+// there lands on the host at once, with no layer to compare, so the file lists leave it out. Walking
+// every writable share after each run would cost time in proportion to its size (a shared cache holds
+// hundreds of thousands of files). What must not pass unseen is persistence planted through one: a git
+// hook in a shared project, an .envrc, a shell startup file or an authorized key in a shared home. So
+// after the run sbx looks at the places below each writable share's top where the persistence table's
+// files lie (shareProbes), and lists those the run created or changed, found by their ctime, which a
+// command cannot set back; the persistence rules then judge them as any other change.
+//
+// What lies elsewhere in a share (an .envrc three directories down, a hook of a repository nested in
+// the share) is not looked at: the report's notes say so for every run with a writable share.
+
+// shareProbes are the paths below a writable share's top where persistence files lie, as globs (one
+// element at a time; * within an element).
+var shareProbes = []string{
+	".envrc", ".git/config", ".git/hooks/*", "hooks/*", "config",
+	".bashrc", ".profile", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc", ".zprofile", ".zshenv",
+	".zlogin", ".zlogout", ".kshrc", ".mkshrc", ".cshrc", ".tcshrc", ".config/fish/*", ".config/fish/conf.d/*",
+	".ssh/authorized_keys", ".ssh/authorized_keys2", ".ssh/config", ".ssh/rc", ".ssh/environment",
+	".config/systemd/user/*", ".local/share/systemd/user/*",
+	"sitecustomize.py", "usercustomize.py",
+	"lib/python3*/site-packages/*.pth", ".venv/lib/python3*/site-packages/*.pth",
+	"venv/lib/python3*/site-packages/*.pth", ".local/lib/python3*/site-packages/*.pth",
+}
+
+// maxProbeEntries bounds the entries one glob element reads from a directory.
+const maxProbeEntries = 4096
+
+// clockSlack covers the file system's coarse clock (a tick behind the one sbx reads) when a change is
+// told from the run's start by its ctime.
+const clockSlack = 20 * time.Millisecond
+
+// shareChanges lists the persistence places of each writable share that changed since start, as paths
+// inside the sandbox (created when born since start, modified otherwise), and whether any share could
+// not be looked at.
+func shareChanges(shares []shareAt, start time.Time) (created, modified []report.FileChange, err error) {
+	since := start.Add(-clockSlack)
+	var errs []error
+	for _, sh := range shares {
+		root, oerr := os.OpenRoot(sh.host)
+		if oerr != nil {
+			errs = append(errs, fmt.Errorf("share %s: %w", sh.host, oerr))
+			continue
+		}
+		for _, p := range shareProbes {
+			for _, rel := range globIn(root, p) {
+				at := path.Join(sh.sandbox, rel)
+				if !policy.MaybePersistence(at) {
+					continue // "config" below a share that is no .git
+				}
+				c, ok := changedSince(root, rel, since)
+				if !ok {
+					continue
+				}
+				c.Path = at
+				if c.Change == "created" {
+					created = append(created, c)
+				} else {
+					modified = append(modified, c)
+				}
+			}
+		}
+		root.Close()
+	}
+	return created, modified, errors.Join(errs...)
+}
+
+// shareAt is a writable share: its host directory and where the sandbox shows it.
+type shareAt struct{ host, sandbox string }
+
+// globIn expands pattern (slash-separated, * within an element) below root, never leaving it and
+// reading at most maxProbeEntries entries of a directory.
+func globIn(root *os.Root, pattern string) []string {
+	found := []string{"."}
+	for _, elem := range strings.Split(pattern, "/") {
+		var next []string
+		for _, dir := range found {
+			if !strings.Contains(elem, "*") {
+				next = append(next, path.Join(dir, elem))
+				continue
+			}
+			d, err := root.Open(dir)
+			if err != nil {
+				continue
+			}
+			names, _ := d.Readdirnames(maxProbeEntries)
+			d.Close()
+			for _, n := range names {
+				if ok, _ := filepath.Match(elem, n); ok {
+					next = append(next, path.Join(dir, n))
+				}
+			}
+		}
+		found = next
+	}
+	return found
+}
+
+// changedSince says whether the entry rel of root (not followed when a link) was born or changed since
+// since, with its size and kind. The entry's directory is opened within root; the entry itself only
+// looked at.
+func changedSince(root *os.Root, rel string, since time.Time) (report.FileChange, bool) {
+	d, err := root.Open(path.Dir(rel))
+	if err != nil {
+		return report.FileChange{}, false
+	}
+	defer d.Close()
+	var st unix.Statx_t
+	if unix.Statx(int(d.Fd()), path.Base(rel), unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC,
+		unix.STATX_TYPE|unix.STATX_SIZE|unix.STATX_CTIME|unix.STATX_BTIME|unix.STATX_MTIME, &st) != nil {
+		return report.FileChange{}, false
+	}
+	ctime := time.Unix(st.Ctime.Sec, int64(st.Ctime.Nsec))
+	if ctime.Before(since) {
+		return report.FileChange{}, false
+	}
+	c := report.FileChange{Size: int64(st.Size), Change: "modified", CTime: ctime, Mode: uint32(st.Mode),
+		ModTime: time.Unix(st.Mtime.Sec, int64(st.Mtime.Nsec))}
+	if st.Mask&unix.STATX_BTIME != 0 && !time.Unix(st.Btime.Sec, int64(st.Btime.Nsec)).Before(since) {
+		c.Change = "created"
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		c.Kind = "file"
+	case unix.S_IFDIR:
+		return report.FileChange{}, false // a directory's entries are what the probes name
+	case unix.S_IFLNK:
+		c.Kind = "symlink"
+	default:
+		c.Kind = "other"
+	}
+	return c, true
+}
