@@ -25,6 +25,12 @@ func TestHiddenRepoNote(t *testing.T) {
 	if err := os.Symlink(filepath.Join(base, "home/u/repo/.git"), filepath.Join(base, "home/u/link/.git")); err != nil {
 		t.Fatal(err)
 	}
+	// A .git of another user's above the working directory (planted in a directory open to all, as
+	// /tmp/.git) is no repository of the caller's.
+	mk("home/shared/.git", "home/shared/mine/sub")
+	if err := os.Chown(filepath.Join(base, "home/shared/.git"), 4321, 4321); err != nil {
+		t.Fatal(err)
+	}
 	hidden := []string{filepath.Join(base, "home")}
 	tests := []struct {
 		name, cwd string
@@ -38,6 +44,7 @@ func TestHiddenRepoNote(t *testing.T) {
 		{"repository not hidden", "srv/repo/sub", nil, ""},
 		{"repository shared", "home/u/repo/src", []string{"home/u/repo"}, ""},
 		{"a link named .git is no repository", "home/u/link/sub", nil, ""},
+		{"another user's .git above", "home/shared/mine/sub", nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
