@@ -132,3 +132,37 @@ func TestInitGone(t *testing.T) {
 		t.Errorf("exit code %d, want 137", rep.ExitCode)
 	}
 }
+
+// TestInitOOMKilled: a supervisor the OOM killer ended (here its score is raised from the host, as a
+// command running as root inside may in the moment pid 1 is undumpable; the command lowers its own
+// score, which it may) ends the run as a violation, the command's end incomplete, never as a pass.
+func TestInitOOMKilled(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	p := plan(t)
+	p.Limits.MemoryBytes = 64 << 20
+	var out bytes.Buffer
+	rep, err := runValid(t, context.Background(), Options{
+		Plan: p, Cwd: t.TempDir(), Stdout: &out, Stderr: &out, StateRoot: testutil.StateRoot(t),
+		Args: []string{"sh", "-c", "sleep 0.3; echo 0 > /proc/self/oom_score_adj; exec python3 -c 'b = [b\"x\" * (1 << 20) + bytes([i % 256]) for i in range(256)]'"},
+		OnStart: func(pid int) {
+			stat, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+			if err != nil {
+				t.Errorf("reading the command's stat: %v", err)
+				return
+			}
+			f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+			if err := os.WriteFile("/proc/"+f[1]+"/oom_score_adj", []byte("1000"), 0); err != nil {
+				t.Errorf("raising the init's OOM score: %v", err)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v, want a report", err)
+	}
+	if !rep.OOMKilled {
+		t.Fatalf("no OOM kill (exit %d, notes %v, output %q)", rep.ExitCode, rep.Notes, out.String())
+	}
+	if rep.Verdict != "violation" || !slices.Contains(rep.Incomplete, "the command's end") {
+		t.Errorf("verdict %s, incomplete %v, notes %v; want a violation for the command's end", rep.Verdict, rep.Incomplete, rep.Notes)
+	}
+}
