@@ -109,6 +109,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, err
 	}
 	cfg.deferStdio()
+	childrenNoFile()
 	// The disk layer's device is attached beside the steps up to the overlays, which mount it.
 	var prep *layerPrep
 	if !Rootless() {
