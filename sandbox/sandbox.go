@@ -196,9 +196,15 @@ func (cfg Config) check() error {
 // above the kernel's fs.nr_open, or above sbx's own hard limit, which the init, root only in its own
 // user namespace, may not raise (libcontainer's init would fail on it with "error setting rlimit type 7:
 // operation not permitted").
+//
+// Nor one below minSoftNoFile: the supervisor holds the command's limits from the build on and could
+// not prepare it (landlock_create_ruleset: too many open files, with a hint to run without Landlock).
 func checkNoFile(n uint64) error {
 	if n == 0 {
 		return nil
+	}
+	if n < minSoftNoFile {
+		return fmt.Errorf("%w: limits.nofile %d is below %d, what sbx's supervisor, which holds the command's limits, needs to start it", ErrLimitLow, n, minSoftNoFile)
 	}
 	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
 		if max, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > max {
