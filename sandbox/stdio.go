@@ -39,8 +39,8 @@ type relays struct {
 // file's modes; the job-control check applies only to the caller's own controlling terminal, which the
 // sandbox's session is not): the command could turn off echo (stty -echo: the user's shell then shows
 // no more typing after sbx ends) or make the terminal exclusive (TIOCEXCL: no program of the user's may
-// open it again, sudo's and ssh's prompts fail). Its window size is left alone: the user may have
-// resized the window meanwhile.
+// open it again, sudo's and ssh's prompts fail) or stop its output (TCXONC). Its window size is left
+// alone: the user may have resized the window meanwhile.
 type ttyState struct {
 	f    *os.File // the caller's descriptor (sbx's, kept until teardown)
 	tio  *unix.Termios
@@ -77,6 +77,9 @@ func (r *relays) restoreTTYs() {
 		if now, err := unix.IoctlGetInt(fd, unix.TIOCGEXCL); err == nil && now != 0 && t.excl == 0 {
 			unix.IoctlSetInt(fd, unix.TIOCNXCL, 0)
 		}
+		// Output the command stopped (TCXONC TCOOFF, as Ctrl-S does) would hang the user's shell on its
+		// next write; the kernel does not say whether it is stopped, and restarting it is harmless.
+		unix.IoctlSetInt(fd, unix.TCXONC, unix.TCOON)
 	}
 	r.ttys = nil
 }

@@ -163,11 +163,11 @@ func openPty(t *testing.T) (master, slave *os.File) {
 	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatal(err)
 	}
-	sfd, err := unix.IoctlRetInt(int(m.Fd()), unix.TIOCGPTPEER)
-	if err != nil {
-		t.Fatal(err)
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, m.Fd(), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if errno != 0 {
+		t.Fatal(errno)
 	}
-	// TIOCGPTPEER takes its flags as the argument: IoctlRetInt passes none, so O_RDWR (0) it is.
+	sfd := int(r)
 	s := os.NewFile(uintptr(sfd), "pts")
 	t.Cleanup(func() { s.Close() })
 	tio, err := unix.IoctlGetTermios(sfd, unix.TCGETS)
@@ -237,7 +237,7 @@ func TestTerminalOutput(t *testing.T) {
 }
 
 // TestTerminalModesBack: what the command changed on the caller's terminal through its write-only
-// descriptor (echo off, exclusive mode) is set back when the sandbox ends; it outlived sbx.
+// descriptor (echo off, exclusive mode, output stopped) is set back when the sandbox ends; it outlived sbx.
 func TestTerminalModesBack(t *testing.T) {
 	_, slave := openPty(t)
 	before, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
@@ -257,7 +257,15 @@ func TestTerminalModesBack(t *testing.T) {
 	if err := unix.IoctlSetInt(int(w.Fd()), unix.TIOCEXCL, 0); err != nil {
 		t.Fatalf("the command's TIOCEXCL: %v", err)
 	}
+	if err := unix.IoctlSetInt(int(w.Fd()), unix.TCXONC, unix.TCOOFF); err != nil {
+		t.Fatalf("the command's TCXONC: %v", err)
+	}
 	r.close()
+	unix.SetNonblock(int(slave.Fd()), true)
+	if _, err := unix.Write(int(slave.Fd()), []byte("x")); err != nil {
+		t.Errorf("writing to the terminal after the run: %v, want its output started again", err)
+	}
+	unix.SetNonblock(int(slave.Fd()), false)
 	if after, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil || *after != *before {
 		t.Errorf("the terminal's modes after the run: lflag %#x (%v), want %#x as before", after.Lflag, err, before.Lflag)
 	}
