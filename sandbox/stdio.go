@@ -39,12 +39,13 @@ type relays struct {
 // file's modes; the job-control check applies only to the caller's own controlling terminal, which the
 // sandbox's session is not): the command could turn off echo (stty -echo: the user's shell then shows
 // no more typing after sbx ends) or make the terminal exclusive (TIOCEXCL: no program of the user's may
-// open it again, sudo's and ssh's prompts fail) or stop its output (TCXONC). Its window size is left
-// alone: the user may have resized the window meanwhile.
+// open it again, sudo's and ssh's prompts fail), stop its output (TCXONC) or change its line
+// discipline (TIOCSETD N_NULL: the terminal then drops everything). Its window size is left alone: the user may have resized the window meanwhile.
 type ttyState struct {
-	f    *os.File // the caller's descriptor (sbx's, kept until teardown)
-	tio  *unix.Termios
-	excl int
+	f     *os.File // the caller's descriptor (sbx's, kept until teardown)
+	tio   *unix.Termios
+	excl  int
+	ldisc int // its line discipline (N_TTY): N_NULL would swallow everything the user types and sees
 }
 
 // saveTTY keeps f's modes for restoreTTYs; nothing when it has none to keep.
@@ -57,7 +58,11 @@ func (r *relays) saveTTY(f *os.File) {
 	if err != nil {
 		return
 	}
-	r.ttys = append(r.ttys, ttyState{f: f, tio: tio, excl: excl})
+	ldisc, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGETD)
+	if err != nil {
+		return
+	}
+	r.ttys = append(r.ttys, ttyState{f: f, tio: tio, excl: excl, ldisc: ldisc})
 }
 
 // restoreTTYs sets the caller's terminals back to the modes they had before the command ran, where
@@ -71,6 +76,9 @@ func (r *relays) restoreTTYs() {
 	defer signal.Reset(unix.SIGTTOU)
 	for _, t := range r.ttys {
 		fd := int(t.f.Fd())
+		if now, err := unix.IoctlGetInt(fd, unix.TIOCGETD); err == nil && now != t.ldisc {
+			unix.IoctlSetPointerInt(fd, unix.TIOCSETD, t.ldisc)
+		}
 		if now, err := unix.IoctlGetTermios(fd, unix.TCGETS); err == nil && *now != *t.tio {
 			unix.IoctlSetTermios(fd, unix.TCSETS, t.tio)
 		}

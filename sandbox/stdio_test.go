@@ -260,7 +260,12 @@ func TestTerminalModesBack(t *testing.T) {
 	if err := unix.IoctlSetInt(int(w.Fd()), unix.TCXONC, unix.TCOOFF); err != nil {
 		t.Fatalf("the command's TCXONC: %v", err)
 	}
+	const nNull = 27 // N_NULL, a line discipline that drops everything
+	nullSet := unix.IoctlSetPointerInt(int(w.Fd()), unix.TIOCSETD, nNull) == nil
 	r.close()
+	if d, err := unix.IoctlGetInt(int(slave.Fd()), unix.TIOCGETD); nullSet && (err != nil || d != 0) {
+		t.Errorf("the terminal's line discipline after the run: %d (%v), want N_TTY (0)", d, err)
+	}
 	unix.SetNonblock(int(slave.Fd()), true)
 	if _, err := unix.Write(int(slave.Fd()), []byte("x")); err != nil {
 		t.Errorf("writing to the terminal after the run: %v, want its output started again", err)
