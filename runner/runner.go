@@ -49,6 +49,9 @@ type Options struct {
 	Stdout     io.Writer
 	Stderr     io.Writer
 	Timeout    time.Duration // 0: the plan's; both 0: none
+	// Top is the highest directory the report may name above Cwd (sandbox.Command.Top): an MCP
+	// caller's workspace; "" for no bound.
+	Top string
 	// Signals are forwarded to the command; the run is torn down DefaultGrace after the first one, or at
 	// once on the second.
 	Signals <-chan os.Signal
@@ -75,7 +78,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	create := func() (*sandbox.Sandbox, error) {
 		return sandbox.Create(sandbox.Config{Plan: o.Plan, StateRoot: o.StateRoot, Command: sandbox.Command{
 			Args: o.Args, Cwd: o.Cwd, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Terminal: o.Terminal,
-			CwdNoLinks: o.CwdNoLinks,
+			CwdNoLinks: o.CwdNoLinks, Top: o.Top,
 		}})
 	}
 	return runWith(ctx, o, create, nil, nil, nil, (*sandbox.Sandbox).Destroy)

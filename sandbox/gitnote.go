@@ -20,12 +20,15 @@ import (
 // directory are often open to every user (/tmp, /var/tmp), and a .git another user planted there
 // (/tmp/.git) is no repository of the caller's (git itself refuses it: safe.directory), yet the note
 // would name it and advise sharing it, --rw /tmp included.
-func hiddenRepoNote(fs policy.Filesystem, cwd string) string {
+//
+// It looks no higher than top ("" for no bound): an MCP caller's workspace, above which lie paths of the
+// operator's that are none of the caller's business.
+func hiddenRepoNote(fs policy.Filesystem, cwd, top string) string {
 	var own unix.Stat_t
 	if unix.Lstat(cwd, &own) != nil {
 		return ""
 	}
-	for dir := filepath.Dir(cwd); dir != cwd && belowHidden(fs.Hidden, dir) && !shared(fs.Shares, dir); cwd, dir = dir, filepath.Dir(dir) {
+	for dir := filepath.Dir(cwd); dir != cwd && belowHidden(fs.Hidden, dir) && !shared(fs.Shares, dir) && (top == "" || within(dir, top)); cwd, dir = dir, filepath.Dir(dir) {
 		var st unix.Stat_t
 		if unix.Lstat(filepath.Join(dir, ".git"), &st) != nil || st.Uid != own.Uid {
 			continue

@@ -64,6 +64,10 @@ type Command struct {
 	// workspace, not below a hidden path): Create refuses it if it resolves elsewhere now (ErrCwdMoved),
 	// so that a link swapped in after the check cannot lead the sandbox somewhere the check refused.
 	CwdNoLinks bool
+	// Top is the highest directory the report may name above Cwd (the hidden-repository note looks no
+	// higher): an MCP caller's workspace, whose parents are none of the caller's business; "" for no
+	// bound.
+	Top string
 }
 
 // ErrCwdMoved is returned by Create when a working directory checked to hold no link resolves elsewhere.
@@ -343,7 +347,7 @@ func (s *Sandbox) buildFiles() error {
 		s.cfg.Command.Cwd = real
 	}
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
-	if note := hiddenRepoNote(plan.Filesystem, cwd); note != "" {
+	if note := hiddenRepoNote(plan.Filesystem, cwd, s.cfg.Command.Top); note != "" {
 		s.Notes = append(s.Notes, note)
 	}
 	if Rootless() {
