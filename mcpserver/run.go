@@ -147,7 +147,7 @@ func (s *Server) handleRun(ctx context.Context, req *mcp.CallToolRequest, in Run
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
-	out, err := s.execute(ctx, req, in, plan, args, cwd)
+	out, err := s.execute(ctx, req, in, plan, args, cwd, ws.path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -269,14 +269,14 @@ func sortedKeys(m map[string]string) []string {
 
 // execute runs the command with progress notifications; runner.Run tears the sandbox down when ctx
 // ends (a cancelled request), and its error then wraps ctx.Err().
-func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunInput, plan *policy.Plan, args []string, cwd string) (*RunOutput, error) {
+func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunInput, plan *policy.Plan, args []string, cwd, top string) (*RunOutput, error) {
 	prog := newProgress(ctx, req)
 	prog.send(false, "starting a sandbox with profile "+plan.Profile)
 	stdout := &capped{max: s.cfg.OutputCap, onFirst: func() { prog.send(false, "the command is writing output") }}
 	stderr := &capped{max: s.cfg.OutputCap}
 	stop := prog.tick(s.cfg.ProgressEvery)
 	rep, err := s.cfg.Run(ctx, runner.Options{
-		Plan: plan, Args: args, Cwd: cwd, CwdNoLinks: true, Stdin: strings.NewReader(in.Stdin),
+		Plan: plan, Args: args, Cwd: cwd, CwdNoLinks: true, Top: top, Stdin: strings.NewReader(in.Stdin),
 		Stdout: stdout, Stderr: stderr, StateRoot: s.cfg.StateRoot,
 		OnStart: func(int) { prog.send(false, "the command started") },
 	})

@@ -132,12 +132,12 @@ func (s *Server) startPool() {
 	}
 	s.pool = runner.NewPool(s.cfg.Warm, s.cfg.StateRoot, s.cfg.OnPoolError)
 	s.cfg.Run = s.pool.Run
-	cwd, _, err := resolveCwd(s.ws, s.cfg.Cwd, "")
+	cwd, ws, err := resolveCwd(s.ws, s.cfg.Cwd, "")
 	if err != nil {
 		return
 	}
 	if plan, err := s.plan(RunInput{}, cwd); err == nil {
-		s.pool.Warm(plan, cwd)
+		s.pool.Warm(plan, cwd, ws.path)
 	}
 }
 

@@ -72,7 +72,7 @@ type LimitsConfig struct {
 	Disk    *Size             `yaml:"disk,omitempty" doc:"size of the overlay's writable layer, e.g. 1GiB; 0 = sbx's default"`
 	Pids    *int64            `yaml:"pids,omitempty" doc:"maximum number of processes and threads; 0 = none"`
 	CPU     *float64          `yaml:"cpu,omitempty" doc:"CPU cores, e.g. 1.5; 0 = none"`
-	NoFile  *int64            `yaml:"nofile,omitempty" doc:"open files per process (RLIMIT_NOFILE); 0 = inherit"`
+	NoFile  *int64            `yaml:"nofile,omitempty" doc:"open files per process (RLIMIT_NOFILE), at least 64; 0 = inherit"`
 	Timeout *Duration         `yaml:"timeout,omitempty" doc:"kill the whole sandbox after this long, e.g. 30s, 5m; 0 or none = no timeout"`
 	Require LimitsRequirement `yaml:"require,omitempty" doc:"cgroup: refuse to run where the limits cannot be cgroup limits (sbx without root on a host without a delegated cgroup); unset: rlimits stand in and the report's notes say which limit holds"`
 }

@@ -42,6 +42,7 @@ type Pool struct {
 	key      string
 	plan     *policy.Plan
 	cwd      string
+	top      string // Options.Top of the runs it keeps sandboxes for
 	idle     []ready
 	dead     []*sandbox.Sandbox // served their run, waiting for a background teardown
 	tearing  int                // background teardowns in progress (at most maxTeardowns)
@@ -109,13 +110,14 @@ func NewPool(size int, stateRoot string, onError func(error)) *Pool {
 	return &Pool{size: max(size, 0), stateRoot: stateRoot, onError: onError}
 }
 
-// Warm makes the pool keep sandboxes for plan and cwd, dropping those it keeps for anything else.
-func (p *Pool) Warm(plan *policy.Plan, cwd string) {
+// Warm makes the pool keep sandboxes for plan and cwd, dropping those it keeps for anything else; top
+// is Options.Top of the runs they serve.
+func (p *Pool) Warm(plan *policy.Plan, cwd, top string) {
 	key := poolKey(plan, cwd)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if key != "" && !p.closed {
-		p.retarget(key, plan, cwd)
+		p.retarget(key, plan, cwd, top)
 	}
 }
 
@@ -155,7 +157,7 @@ func (p *Pool) claim(o Options) (ready, bool) {
 	if p.closed || key == "" {
 		return ready{}, false
 	}
-	p.retarget(key, o.Plan, o.Cwd)
+	p.retarget(key, o.Plan, o.Cwd, o.Top)
 	p.failed = false
 	if len(p.idle) == 0 {
 		p.fill()
@@ -168,14 +170,14 @@ func (p *Pool) claim(o Options) (ready, bool) {
 }
 
 // retarget switches the pool to key, destroying what it keeps for another. Called with mu held.
-func (p *Pool) retarget(key string, plan *policy.Plan, cwd string) {
+func (p *Pool) retarget(key string, plan *policy.Plan, cwd, top string) {
 	if key == p.key {
 		return
 	}
 	for _, r := range p.idle {
 		p.drop(r)
 	}
-	p.key, p.plan, p.cwd, p.idle, p.failed = key, plan, cwd, nil, false
+	p.key, p.plan, p.cwd, p.top, p.idle, p.failed = key, plan, cwd, top, nil, false
 	p.fill()
 }
 
@@ -189,15 +191,15 @@ func (p *Pool) fill() {
 	for !p.closed && !p.failed && p.plan != nil && len(p.idle)+p.building < p.size && p.building < maxBuilds {
 		p.building++
 		p.wg.Add(1)
-		go p.build(p.key, p.plan, p.cwd)
+		go p.build(p.key, p.plan, p.cwd, p.top)
 	}
 }
 
 // build builds one sandbox for key and adds it to the pool, unless the pool has moved on meanwhile.
-func (p *Pool) build(key string, plan *policy.Plan, cwd string) {
+func (p *Pool) build(key string, plan *policy.Plan, cwd, top string) {
 	defer p.wg.Done()
 	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true,
-		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true}}) // a cwd a link leads to fails here; its run starts cold
+		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true, Top: top}}) // a cwd a link leads to fails here; its run starts cold
 	var before []*observe.FileChanges
 	var events *observe.Events
 	if err == nil {

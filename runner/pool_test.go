@@ -62,7 +62,7 @@ func TestPoolFreshSandbox(t *testing.T) {
 			t.Errorf("after Close the state root holds %v (%v), want no run", runs, err)
 		}
 	}()
-	p.Warm(pl, cwd)
+	p.Warm(pl, cwd, "")
 	waitIdle(t, p, 1)
 	o := Options{Plan: pl, Cwd: cwd, StateRoot: state, Stdin: strings.NewReader("from stdin\n")}
 	connect := `import socket,sys
@@ -134,7 +134,7 @@ func TestPoolHiddenSince(t *testing.T) {
 	pl.Filesystem.Shares = []policy.Share{{Host: share, Sandbox: share}}
 	p := NewPool(1, state, func(err error) { t.Error(err) })
 	defer p.Close()
-	p.Warm(pl, cwd)
+	p.Warm(pl, cwd, "")
 	waitIdle(t, p, 1)
 	later := t.TempDir() // a sibling of cwd, made after the sandbox was built
 	if err := os.Chmod(later, 0o755); err != nil {
@@ -182,7 +182,7 @@ os.waitpid(pid, 0)
 spawned = subprocess.run(["grep", "-c", "Seccomp:.2", "/proc/self/status"], capture_output=True, text=True).stdout.strip()
 print("self", filtered("/proc/self/status"), "thread", r["t"], "spawned", spawned)`
 	o := Options{Plan: pl, Cwd: cwd, StateRoot: state}
-	p.Warm(pl, cwd)
+	p.Warm(pl, cwd, "")
 	for i := range 2 {
 		waitIdle(t, p, 1)
 		rep, out, pooled := poolRun(t, p, o, "python3", "-c", script)
@@ -226,12 +226,12 @@ func TestPoolEventsStopped(t *testing.T) {
 	pl := plan(t)
 	cwd, other, state := t.TempDir(), t.TempDir(), testutil.StateRoot(t)
 	p := NewPool(2, state, func(err error) { t.Error(err) })
-	p.Warm(pl, cwd)
+	p.Warm(pl, cwd, "")
 	waitIdle(t, p, 2)
 	if n := len(collectorFDs()); n < len(before)+2 {
 		t.Fatalf("%d stream descriptors with two sandboxes pooled, %d before: the pool starts none", n, len(before))
 	}
-	p.Warm(pl, other) // the two built for cwd are destroyed unused
+	p.Warm(pl, other, "") // the two built for cwd are destroyed unused
 	waitIdle(t, p, 2)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)

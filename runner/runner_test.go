@@ -109,14 +109,10 @@ func TestInitGone(t *testing.T) {
 		Plan: plan(t), Args: []string{"sleep", "30"}, Cwd: t.TempDir(), Stdout: &out, Stderr: &out,
 		StateRoot: testutil.StateRoot(t),
 		OnStart: func(pid int) {
-			// The command's parent is the sandbox's init (sbx's supervisor).
-			stat, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
-			if err != nil {
-				t.Errorf("reading the command's stat: %v", err)
-				return
+			ppid := initOf(t, pid)
+			if ppid <= 1 {
+				return // never kill(0): sbx's own process group
 			}
-			f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-			ppid, _ := strconv.Atoi(f[1])
 			if err := syscall.Kill(ppid, syscall.SIGKILL); err != nil {
 				t.Errorf("killing the init %d: %v", ppid, err)
 			}
@@ -131,4 +127,49 @@ func TestInitGone(t *testing.T) {
 	if rep.ExitCode != 137 {
 		t.Errorf("exit code %d, want 137", rep.ExitCode)
 	}
+}
+
+// TestInitOOMKilled: a supervisor the OOM killer ended (here its score is raised from the host, as a
+// command running as root inside may in the moment pid 1 is undumpable; the command lowers its own
+// score, which it may) ends the run as a violation, the command's end incomplete, never as a pass.
+func TestInitOOMKilled(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	p := plan(t)
+	p.Limits.MemoryBytes = 64 << 20
+	var out bytes.Buffer
+	rep, err := runValid(t, context.Background(), Options{
+		Plan: p, Cwd: t.TempDir(), Stdout: &out, Stderr: &out, StateRoot: testutil.StateRoot(t),
+		Args: []string{"sh", "-c", "sleep 0.3; echo 0 > /proc/self/oom_score_adj; exec python3 -c 'b = [b\"x\" * (1 << 20) + bytes([i % 256]) for i in range(256)]'"},
+		OnStart: func(pid int) {
+			ppid := initOf(t, pid)
+			if ppid <= 1 {
+				return
+			}
+			if err := os.WriteFile("/proc/"+itoa(ppid)+"/oom_score_adj", []byte("1000"), 0); err != nil {
+				t.Errorf("raising the init's OOM score: %v", err)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v, want a report", err)
+	}
+	if !rep.OOMKilled {
+		t.Fatalf("no OOM kill (exit %d, notes %v, output %q)", rep.ExitCode, rep.Notes, out.String())
+	}
+	if rep.Verdict != "violation" || !slices.Contains(rep.Incomplete, "the command's end") {
+		t.Errorf("verdict %s, incomplete %v, notes %v; want a violation for the command's end", rep.Verdict, rep.Incomplete, rep.Notes)
+	}
+}
+
+// initOf is the host pid of the sandbox's init (sbx's supervisor): the parent of the command, host pid
+// pid; 0 when it cannot be read.
+func initOf(t *testing.T, pid int) int {
+	stat, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+	if err != nil {
+		t.Errorf("reading the command's stat: %v", err)
+		return 0
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }

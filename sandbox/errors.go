@@ -33,6 +33,10 @@ var ErrShareLink = errors.New("a shared path leads through a link sbx does not f
 // ErrLimit is matched by errors about a limit of the profile that this host or user cannot set.
 var ErrLimit = errors.New("a limit of the profile cannot be set here")
 
+// ErrLimitLow is matched by errors about a limit of the profile too low for sbx to start the command
+// under it.
+var ErrLimitLow = errors.New("a limit of the profile is too low to start the command")
+
 // SupervisorError is Start's error when the sandbox's supervisor could not prepare the command: Landlock
 // or the seccomp filter could not be applied (and the profile does not allow degrading), or it got a
 // bad configuration. The command did not run. It matches ErrSetup.

@@ -15,10 +15,22 @@ import (
 // the one above, and nothing else says why. "" when no such repository is found. Looked at with lstat
 // only, in the caller's tree as it is before the run, from the working directory's parent up to the
 // hidden directory.
-func hiddenRepoNote(fs policy.Filesystem, cwd string) string {
-	for dir := filepath.Dir(cwd); dir != cwd && belowHidden(fs.Hidden, dir) && !shared(fs.Shares, dir); cwd, dir = dir, filepath.Dir(dir) {
+//
+// Only a .git of the working directory's owner counts: the hidden directories above a working
+// directory are often open to every user (/tmp, /var/tmp), and a .git another user planted there
+// (/tmp/.git) is no repository of the caller's (git itself refuses it: safe.directory), yet the note
+// would name it and advise sharing it, --rw /tmp included.
+//
+// It looks no higher than top ("" for no bound): an MCP caller's workspace, above which lie paths of the
+// operator's that are none of the caller's business.
+func hiddenRepoNote(fs policy.Filesystem, cwd, top string) string {
+	var own unix.Stat_t
+	if unix.Lstat(cwd, &own) != nil {
+		return ""
+	}
+	for dir := filepath.Dir(cwd); dir != cwd && belowHidden(fs.Hidden, dir) && !shared(fs.Shares, dir) && (top == "" || within(dir, top)); cwd, dir = dir, filepath.Dir(dir) {
 		var st unix.Stat_t
-		if unix.Lstat(filepath.Join(dir, ".git"), &st) != nil {
+		if unix.Lstat(filepath.Join(dir, ".git"), &st) != nil || st.Uid != own.Uid {
 			continue
 		}
 		if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {

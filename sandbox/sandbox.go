@@ -64,6 +64,10 @@ type Command struct {
 	// workspace, not below a hidden path): Create refuses it if it resolves elsewhere now (ErrCwdMoved),
 	// so that a link swapped in after the check cannot lead the sandbox somewhere the check refused.
 	CwdNoLinks bool
+	// Top is the highest directory the report may name above Cwd (the hidden-repository note looks no
+	// higher): an MCP caller's workspace, whose parents are none of the caller's business; "" for no
+	// bound.
+	Top string
 }
 
 // ErrCwdMoved is returned by Create when a working directory checked to hold no link resolves elsewhere.
@@ -109,6 +113,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, err
 	}
 	cfg.deferStdio()
+	childrenNoFile()
 	// The disk layer's device is attached beside the steps up to the overlays, which mount it.
 	var prep *layerPrep
 	if !Rootless() {
@@ -195,9 +200,15 @@ func (cfg Config) check() error {
 // above the kernel's fs.nr_open, or above sbx's own hard limit, which the init, root only in its own
 // user namespace, may not raise (libcontainer's init would fail on it with "error setting rlimit type 7:
 // operation not permitted").
+//
+// Nor one below minSoftNoFile: the supervisor holds the command's limits from the build on and could
+// not prepare it (landlock_create_ruleset: too many open files, with a hint to run without Landlock).
 func checkNoFile(n uint64) error {
 	if n == 0 {
 		return nil
+	}
+	if n < minSoftNoFile {
+		return fmt.Errorf("%w: limits.nofile %d is below %d, what sbx's supervisor, which holds the command's limits, needs to start it", ErrLimitLow, n, minSoftNoFile)
 	}
 	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
 		if max, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > max {
@@ -339,7 +350,7 @@ func (s *Sandbox) buildFiles() error {
 		s.cfg.Command.Cwd = real
 	}
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
-	if note := hiddenRepoNote(plan.Filesystem, cwd); note != "" {
+	if note := hiddenRepoNote(plan.Filesystem, cwd, s.cfg.Command.Top); note != "" {
 		s.Notes = append(s.Notes, note)
 	}
 	if Rootless() {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/opencontainers/runc/libcontainer/specconv"
@@ -377,10 +378,29 @@ func rlimits(l policy.Limits) []specs.POSIXRlimit {
 	}
 	soft := uint64(defaultSoftNoFile)
 	if caller, ok := cgprime.CallerNoFile(); ok {
-		soft = caller
+		soft = max(caller, minSoftNoFile)
 	}
 	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: hard, Soft: min(hard, soft)}}
 }
+
+// childrenNoFile makes the processes sbx starts (libcontainer's init, the supervisor, the layer's
+// helpers) start with sbx's own soft limit of open files, which Go's runtime raised to the hard limit,
+// not with its caller's: Go gives every child the limit its parent started with, and under a caller's
+// 'ulimit -Sn 8' libcontainer's init could not make its sync pipe ("Too many open files"). Setting the
+// limit again is what tells Go to leave it alone. The command's comes from rlimits, the caller's.
+var childrenNoFile = sync.OnceFunc(func() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil {
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+})
+
+// minSoftNoFile is the least soft limit of open files the command gets, whatever its caller's: the
+// supervisor, whose limits the command inherits, runs under it from the sandbox's build on and opens a
+// descriptor per Landlock rule, the seccomp filter's, the stdio's, a pidfd, a pipe for the exec. Under a
+// caller's 'ulimit -Sn 8' it failed with "landlock_create_ruleset: too many open files" and a hint to
+// run without Landlock.
+const minSoftNoFile = 64
 
 // supervisorTasks is what the pids cgroup allows on top of the profile's limits.pids: sbx's supervisor,
 // pid 1 of the sandbox, is in the same cgroup, and its Go runtime runs 6 threads here, up to 9 on a busy

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"reflect"
 	"strconv"
 	"strings"
@@ -30,6 +31,65 @@ type relays struct {
 	child []*os.File     // the command's ends, closed in sbx once the sandbox holds them
 	out   sync.WaitGroup // output relays; done when every writer inside has closed its end
 	in    []*os.File     // sbx's write ends of input relays, closed at teardown
+	ttys  []ttyState     // the caller's terminals passed to the command, set back at teardown
+}
+
+// ttyState is a caller's terminal passed to the command and the modes it had then. A descriptor open
+// for writing only still takes the ioctls that change a terminal (the kernel asks for none of the
+// file's modes; the job-control check applies only to the caller's own controlling terminal, which the
+// sandbox's session is not): the command could turn off echo (stty -echo: the user's shell then shows
+// no more typing after sbx ends) or make the terminal exclusive (TIOCEXCL: no program of the user's may
+// open it again, sudo's and ssh's prompts fail), stop its output (TCXONC) or change its line
+// discipline (TIOCSETD N_NULL: the terminal then drops everything). Its window size is left alone: the user may have resized the window meanwhile.
+type ttyState struct {
+	f     *os.File // the caller's descriptor (sbx's, kept until teardown)
+	tio   *unix.Termios
+	excl  int
+	ldisc int // its line discipline (N_TTY): N_NULL would swallow everything the user types and sees
+}
+
+// saveTTY keeps f's modes for restoreTTYs; nothing when it has none to keep.
+func (r *relays) saveTTY(f *os.File) {
+	tio, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	if err != nil {
+		return
+	}
+	excl, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGEXCL)
+	if err != nil {
+		return
+	}
+	ldisc, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGETD)
+	if err != nil {
+		return
+	}
+	r.ttys = append(r.ttys, ttyState{f: f, tio: tio, excl: excl, ldisc: ldisc})
+}
+
+// restoreTTYs sets the caller's terminals back to the modes they had before the command ran, where
+// they changed: the command's processes are all gone by then. SIGTTOU is ignored meanwhile: an sbx in
+// the background of the caller's shell would be stopped by its own change.
+func (r *relays) restoreTTYs() {
+	if len(r.ttys) == 0 {
+		return
+	}
+	signal.Ignore(unix.SIGTTOU)
+	defer signal.Reset(unix.SIGTTOU)
+	for _, t := range r.ttys {
+		fd := int(t.f.Fd())
+		if now, err := unix.IoctlGetInt(fd, unix.TIOCGETD); err == nil && now != t.ldisc {
+			unix.IoctlSetPointerInt(fd, unix.TIOCSETD, t.ldisc)
+		}
+		if now, err := unix.IoctlGetTermios(fd, unix.TCGETS); err == nil && *now != *t.tio {
+			unix.IoctlSetTermios(fd, unix.TCSETS, t.tio)
+		}
+		if now, err := unix.IoctlGetInt(fd, unix.TIOCGEXCL); err == nil && now != 0 && t.excl == 0 {
+			unix.IoctlSetInt(fd, unix.TIOCNXCL, 0)
+		}
+		// Output the command stopped (TCXONC TCOOFF, as Ctrl-S does) would hang the user's shell on its
+		// next write; the kernel does not say whether it is stopped, and restarting it is harmless.
+		unix.IoctlSetInt(fd, unix.TCXONC, unix.TCOON)
+	}
+	r.ttys = nil
 }
 
 // stdio returns the command's stdin, stdout and stderr: the caller's where the command may reopen them,
@@ -114,12 +174,13 @@ func (r *relays) output(dst io.Writer, ids IDMap) (*os.File, error) {
 		if !isTerminal(f) {
 			return f, nil
 		}
-		w, err := writeOnly(f)
-		if err != nil {
-			return nil, fmt.Errorf("making the command's stdio: %w", err)
+		// A terminal that cannot be reopened as itself (a pty master, /dev/tty of a caller with no
+		// controlling terminal) is relayed like a file: the command's output still reaches it.
+		if w, err := writeOnly(f); err == nil {
+			r.child = append(r.child, w)
+			r.saveTTY(f)
+			return w, nil
 		}
-		r.child = append(r.child, w)
-		return w, nil
 	}
 	pr, pw, err := r.pipe(ids)
 	if err != nil {
@@ -148,7 +209,20 @@ func isTerminal(f *os.File) bool {
 // the shell or the next program. A new open file description for writing alone lets it write, and
 // isatty and the window size still hold. Opened without blocking (a terminal's open can wait for its
 // carrier), then made blocking as the caller's is.
+//
+// The open must reach the very terminal behind f, which its name does not always lead to: the name of a
+// pty master (/dev/ptmx) opens a new pty pair, where the command's output would go unseen and its writes
+// block once the new pair's buffer is full; /dev/tty opens sbx's controlling terminal, another one or
+// none (ENXIO under setsid) than the descriptor's. errOtherTerminal then: the device behind both
+// (TIOCGDEV, the slave's for a master) must be one.
 func writeOnly(f *os.File) (*os.File, error) {
+	dev, err := unix.IoctlGetUint32(int(f.Fd()), unix.TIOCGDEV)
+	if err != nil {
+		return nil, fmt.Errorf("reopening the terminal for writing only: TIOCGDEV: %w", err)
+	}
+	if isPtyMaster(f) {
+		return nil, fmt.Errorf("reopening the terminal for writing only: %w: a pty master", errOtherTerminal)
+	}
 	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.O_WRONLY|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reopening the terminal for writing only: %w", err)
@@ -158,11 +232,24 @@ func writeOnly(f *os.File) (*os.File, error) {
 		w.Close()
 		return nil, errors.New("reopening the terminal for writing only: it is no terminal any more")
 	}
+	if got, err := unix.IoctlGetUint32(fd, unix.TIOCGDEV); err != nil || got != dev {
+		w.Close()
+		return nil, fmt.Errorf("reopening the terminal for writing only: %w", errOtherTerminal)
+	}
 	if err := unix.SetNonblock(fd, false); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("reopening the terminal for writing only: %w", err)
 	}
 	return w, nil
+}
+
+// errOtherTerminal is writeOnly's error when the name of the caller's terminal leads to another one.
+var errOtherTerminal = errors.New("its name opens another terminal")
+
+// isPtyMaster tells whether f is the master side of a pty (its open by name makes a new pair).
+func isPtyMaster(f *os.File) bool {
+	_, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPTN)
+	return err == nil
 }
 
 // pipe makes a pipe that belongs to the command's user.
@@ -198,6 +285,7 @@ func (r *relays) close() {
 	}
 	r.in = nil
 	r.out.Wait()
+	r.restoreTTYs()
 }
 
 // relay copies src into dst until EOF: with splice into a file or pipe, else through a buffer.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -148,5 +149,132 @@ func TestRelayOrder(t *testing.T) {
 			t.Errorf("to a file %v: got %d bytes, want %d, in order", toFile, len(got), len(want))
 		}
 		r.Close()
+	}
+}
+
+// openPty opens a new pty pair: its master and its slave, in raw mode (what is written arrives as is).
+func openPty(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no ptys: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, m.Fd(), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	sfd := int(r)
+	s := os.NewFile(uintptr(sfd), "pts")
+	t.Cleanup(func() { s.Close() })
+	tio, err := unix.IoctlGetTermios(sfd, unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tio.Oflag &^= unix.OPOST
+	tio.Lflag &^= unix.ICANON | unix.ECHO
+	if err := unix.IoctlSetTermios(sfd, unix.TCSETS, tio); err != nil {
+		t.Fatal(err)
+	}
+	return m, s
+}
+
+// TestTerminalOutput: a terminal passed as the command's stdout reaches the command as that very
+// terminal, for writing only, or, when its name leads elsewhere (a pty master's opens a new pair), is
+// relayed: what the command writes arrives where the caller's descriptor leads. The master's name gave
+// the command a new, unread pty, which swallowed its output and then blocked it.
+func TestTerminalOutput(t *testing.T) {
+	master, slave := openPty(t)
+	for _, c := range []struct {
+		name     string
+		out      *os.File // the caller's stdout
+		read     *os.File // where what is written there arrives
+		terminal bool     // the command gets a terminal (else a relay)
+	}{
+		{"pty slave", slave, master, true},
+		{"pty master", master, slave, false},
+	} {
+		var r relays
+		w, err := r.output(c.out, IDMap{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := isTerminal(w); got != c.terminal {
+			t.Errorf("%s: the command's stdout is a terminal: %v, want %v", c.name, got, c.terminal)
+		}
+		if c.terminal {
+			want, _ := unix.IoctlGetUint32(int(c.out.Fd()), unix.TIOCGDEV)
+			if got, err := unix.IoctlGetUint32(int(w.Fd()), unix.TIOCGDEV); err != nil || got != want {
+				t.Errorf("%s: the command's terminal is device %#x (%v), want the caller's %#x", c.name, got, err, want)
+			}
+			if _, err := w.Read(make([]byte, 1)); err == nil {
+				t.Errorf("%s: the command's terminal is open for reading", c.name)
+			}
+		}
+		if _, err := w.Write([]byte("hello\n")); err != nil {
+			t.Fatalf("%s: writing: %v", c.name, err)
+		}
+		r.close()
+		unix.SetNonblock(int(c.read.Fd()), true)
+		buf := make([]byte, 64)
+		var got []byte
+		for i := 0; i < 100 && !bytes.Contains(got, []byte("hello")); i++ {
+			n, _ := unix.Read(int(c.read.Fd()), buf)
+			if n > 0 {
+				got = append(got, buf[:n]...)
+			} else {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		unix.SetNonblock(int(c.read.Fd()), false)
+		if !bytes.Contains(got, []byte("hello")) {
+			t.Errorf("%s: the caller's side read %q, want the command's hello", c.name, got)
+		}
+	}
+}
+
+// TestTerminalModesBack: what the command changed on the caller's terminal through its write-only
+// descriptor (echo off, exclusive mode, output stopped) is set back when the sandbox ends; it outlived sbx.
+func TestTerminalModesBack(t *testing.T) {
+	_, slave := openPty(t)
+	before, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r relays
+	w, err := r.output(slave, IDMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tio := *before
+	tio.Lflag ^= unix.ECHO | unix.ISIG
+	if err := unix.IoctlSetTermios(int(w.Fd()), unix.TCSETS, &tio); err != nil {
+		t.Fatalf("the command's change of the terminal's modes: %v", err)
+	}
+	if err := unix.IoctlSetInt(int(w.Fd()), unix.TIOCEXCL, 0); err != nil {
+		t.Fatalf("the command's TIOCEXCL: %v", err)
+	}
+	if err := unix.IoctlSetInt(int(w.Fd()), unix.TCXONC, unix.TCOOFF); err != nil {
+		t.Fatalf("the command's TCXONC: %v", err)
+	}
+	const nNull = 27 // N_NULL, a line discipline that drops everything
+	nullSet := unix.IoctlSetPointerInt(int(w.Fd()), unix.TIOCSETD, nNull) == nil
+	r.close()
+	if d, err := unix.IoctlGetInt(int(slave.Fd()), unix.TIOCGETD); nullSet && (err != nil || d != 0) {
+		t.Errorf("the terminal's line discipline after the run: %d (%v), want N_TTY (0)", d, err)
+	}
+	unix.SetNonblock(int(slave.Fd()), true)
+	if _, err := unix.Write(int(slave.Fd()), []byte("x")); err != nil {
+		t.Errorf("writing to the terminal after the run: %v, want its output started again", err)
+	}
+	unix.SetNonblock(int(slave.Fd()), false)
+	if after, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil || *after != *before {
+		t.Errorf("the terminal's modes after the run: lflag %#x (%v), want %#x as before", after.Lflag, err, before.Lflag)
+	}
+	if excl, err := unix.IoctlGetInt(int(slave.Fd()), unix.TIOCGEXCL); err != nil || excl != 0 {
+		t.Errorf("the terminal after the run: exclusive %d (%v), want 0", excl, err)
 	}
 }

@@ -43,6 +43,7 @@ var errorHints = []struct {
 	{sandbox.ErrShare, anyCaller, "a path shared with --ro, --rw or filesystem.share must exist on the host"},
 	{sandbox.ErrShareLink, anyCaller, "share the path a link leads to if you trust it (readlink -f PATH): sbx follows only root's links in a shared path, since a command of an earlier run may have planted any other"},
 	{sandbox.ErrShareTarget, anyCaller, "share the path a link leads to, not the link (readlink -f PATH), or give filesystem.share a path inside the sandbox that leads through no link"},
+	{sandbox.ErrLimitLow, anyCaller, "raise limits.nofile in the profile to 64 or more; a command that must hold fewer files can lower its own limit (ulimit -n N) as its first step"},
 	{sandbox.ErrLimit, anyCaller, "lower limits.nofile in the profile to at most sbx's hard limit (ulimit -Hn), or start sbx with a higher one (ulimit -Hn N as root; LimitNOFILE= for a service)"},
 	{runner.ErrChangesDir, anyCaller, "give --changes a directory outside every --rw share and sbx's state root, e.g. a fresh one under /tmp"},
 	{sandbox.ErrNoCgroup, anyCaller, "run sbx as root, or drop limits.require from the profile to run with rlimits instead (the report's notes say which limit holds)"},

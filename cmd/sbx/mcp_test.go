@@ -331,6 +331,9 @@ func TestMCPCwd(t *testing.T) {
 	root := mcpStateRoot(t, "mcpcwd-")
 	ws := t.TempDir()
 	for _, err := range []error{
+		// A repository above the workspace, below the hidden /tmp: the report's note on hidden
+		// repositories named it, a path of the operator's outside every workspace.
+		os.Mkdir(filepath.Join(filepath.Dir(ws), ".git"), 0o755),
 		os.Mkdir(filepath.Join(ws, "sub"), 0o755),
 		os.Symlink("/etc", filepath.Join(ws, "out")),
 		os.Symlink("sub", filepath.Join(ws, "in")),
@@ -371,6 +374,9 @@ func TestMCPCwd(t *testing.T) {
 			}
 			if res.IsError || out["stdout"] != tt.want+"\n" {
 				t.Errorf("cwd %q: IsError %v, stdout %q (%s); want %q", tt.cwd, res.IsError, out["stdout"], text, tt.want)
+			}
+			if all, _ := json.Marshal(out); strings.Contains(text+string(all), filepath.Dir(ws)+",") {
+				t.Errorf("cwd %q: the report names %s, above the workspace: %s", tt.cwd, filepath.Dir(ws), text)
 			}
 		})
 	}

@@ -460,3 +460,26 @@ func TestSetupFailedHint(t *testing.T) {
 		}
 	}
 }
+
+// TestSbxGone: the supervisor sees sbx's end of the control socket closed, also when sbx's last
+// message (go) is still unread, and not while sbx holds it open.
+func TestSbxGone(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	if sbxGone(fds[0]) {
+		t.Error("sbx gone while its end is open")
+	}
+	if _, err := unix.Write(fds[1], []byte("go")); err != nil {
+		t.Fatal(err)
+	}
+	if sbxGone(fds[0]) {
+		t.Error("sbx gone while its end is open, with a message unread")
+	}
+	unix.Close(fds[1])
+	if !sbxGone(fds[0]) {
+		t.Error("sbx's end closed, with a message unread: not seen")
+	}
+}

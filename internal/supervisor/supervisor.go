@@ -159,6 +159,9 @@ func Main() int {
 	st := prepare(prep, rd, pre)
 	if st.creds != nil && pdeathErr == nil {
 		restorePdeathsig(pdeath)
+		if sbxGone(ctlFD) {
+			return ExitSetup
+		}
 	}
 	if st.readyErr != nil {
 		return ExitSetup
@@ -195,12 +198,24 @@ func pdeathsig() (int, error) {
 
 // restorePdeathsig sets the parent-death signal sig again, on the main thread, which lives as long as
 // the supervisor (the kernel sends the signal for whichever thread has it set). A change of the
-// effective ids clears it on every thread that changes them: takeCreds's on all. Between the two, a
-// few microseconds, a killed sbx would leave the sandbox running until 'sbx gc' or the next run.
+// effective ids clears it on every thread that changes them: takeCreds's on all. sbx killed between
+// the two is seen by sbxGone.
 func restorePdeathsig(sig int) {
 	if sig != 0 {
 		unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(sig), 0, 0, 0)
 	}
+}
+
+// sbxGone tells whether sbx's end of the control socket at fd is closed: sbx died. A parent-death
+// signal set again after its parent died never comes, and sbx may have died between the change of ids
+// that cleared it and restorePdeathsig, after it had sent go (the ready it answers goes before): the
+// supervisor would then start the command in a sandbox nobody watches, left until 'sbx gc'. Once the
+// signal is set, a later death sends it; before, this says so. Data sbx sent and left unread does not
+// hide the hang-up.
+func sbxGone(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLRDHUP) != 0
 }
 
 // closeInherited closes, in a directly started supervisor, the descriptor of its binary (args[0]) and
