@@ -54,12 +54,18 @@ func shareChanges(shares []shareAt, start time.Time) (created, modified []report
 	since := start.Add(-clockSlack)
 	var errs []error
 	for _, sh := range shares {
-		root, oerr := os.OpenRoot(sh.host)
+		dir, probes := sh.host, shareProbes
+		if st, err := os.Lstat(sh.host); err == nil && !st.IsDir() {
+			// A file shared by itself (--rw ~/.bashrc): the probe is the file.
+			dir, probes = filepath.Dir(sh.host), []string{filepath.Base(sh.host)}
+			sh.sandbox = path.Dir(sh.sandbox)
+		}
+		root, oerr := os.OpenRoot(dir)
 		if oerr != nil {
 			errs = append(errs, fmt.Errorf("share %s: %w", sh.host, oerr))
 			continue
 		}
-		for _, p := range shareProbes {
+		for _, p := range probes {
 			for _, rel := range globIn(root, p) {
 				at := path.Join(sh.sandbox, rel)
 				if !policy.MaybePersistence(at) {

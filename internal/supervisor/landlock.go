@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -203,8 +204,34 @@ func (s *starter) thread(rs *ruleset, sc *Seccomp, slack uint64, rd *Ready, read
 		return
 	}
 	r := <-s.req
+	if c := r.attr.Sys.Credential; c != nil && threadCreds(c) == nil {
+		// The command's ids are this thread's now: its process starts with them (see threadCreds).
+		r.attr.Sys.Credential = nil
+		redump()
+	}
 	p, err := os.StartProcess(r.path, r.args, r.attr)
 	r.done <- startResult{p, err}
+}
+
+// threadCreds gives the calling thread, and so the command it starts, the ids of c: no supplementary
+// group, then the gid, then the uid, each on this thread only (raw syscalls; Go's own change every
+// thread). Done in the child instead, between Go's vfork and the exec, the change happened while the
+// child still shared the supervisor's memory, which made the supervisor undumpable (every change of
+// ids does) until redump, after the command already ran: a command racing it from its first
+// instruction could open /proc/1/oom_score_adj (1 run in 200, 6 through libcontainer's start). Here
+// nothing of the sandbox runs yet when redump follows. On an error the thread may hold some of the ids:
+// the child then sets all of them, as before.
+func threadCreds(c *syscall.Credential) error {
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
+		return errno
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(c.Gid), uintptr(c.Gid), uintptr(c.Gid)); errno != 0 {
+		return errno
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(c.Uid), uintptr(c.Uid), uintptr(c.Uid)); errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // redump makes the supervisor dumpable again once it has started the command. Every change of ids
