@@ -204,9 +204,9 @@ func (s *starter) thread(rs *ruleset, sc *Seccomp, slack uint64, rd *Ready, read
 		return
 	}
 	r := <-s.req
-	if c := r.attr.Sys.Credential; c != nil && threadCreds(c) == nil {
+	if sys := r.attr.Sys; sys != nil && sys.Credential != nil && threadCreds(sys.Credential) == nil {
 		// The command's ids are this thread's now: its process starts with them (see threadCreds).
-		r.attr.Sys.Credential = nil
+		sys.Credential = nil
 		redump()
 	}
 	p, err := os.StartProcess(r.path, r.args, r.attr)
