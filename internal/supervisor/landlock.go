@@ -213,40 +213,33 @@ func (s *starter) thread(rs *ruleset, sc *Seccomp, slack uint64, rd *Ready, read
 	r.done <- startResult{p, err}
 }
 
-// threadCreds gives the calling thread, and so the command it starts, the ids of c: no supplementary
-// group, then the gid, then the uid, each on this thread only (raw syscalls; Go's own change every
-// thread). Done in the child instead, between Go's vfork and the exec, the change happened while the
-// child still shared the supervisor's memory, which made the supervisor undumpable (every change of
-// ids does) until redump, after the command already ran: a command racing it from its first
-// instruction could open /proc/1/oom_score_adj (1 run in 200, 6 through libcontainer's start). Here
+// threadCreds gives the calling thread, and so the command it starts, the ids of c and no supplementary
+// group, on this thread only (setIDs with raw syscalls; Go's own change every thread). Done in the
+// child instead, between Go's vfork and the exec, the change happened while the child still shared the
+// supervisor's memory, which made the supervisor undumpable (every change of ids does) until redump,
+// after the command already ran: a command racing it from its first instruction could open
+// /proc/1/oom_score_adj (9 of 200 starts through libcontainer's path, 1 in 200 direct ones). Here
 // nothing of the sandbox runs yet when redump follows. On an error the thread may hold some of the ids:
-// the child then sets all of them, as before.
+// the child then sets all of them, as before, and Start's redump after the start still applies.
 func threadCreds(c *syscall.Credential) error {
-	if _, _, errno := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
-		return errno
-	}
-	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(c.Gid), uintptr(c.Gid), uintptr(c.Gid)); errno != 0 {
-		return errno
-	}
-	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(c.Uid), uintptr(c.Uid), uintptr(c.Uid)); errno != 0 {
-		return errno
-	}
-	return nil
+	return setIDs(unix.RawSyscall, int(c.Uid), int(c.Gid), true)
 }
 
-// redump makes the supervisor dumpable again once it has started the command. Every change of ids
-// makes a process undumpable, and the command's process, until its exec, shares the supervisor's
-// memory (Go starts it with CLONE_VFORK|CLONE_VM), so that its change to the command's ids made the
-// supervisor undumpable too. An undumpable process's /proc files belong to the root of its user
-// namespace: a command running as that root could write /proc/1/oom_score_adj (its Landlock rule for
-// /proc allows it) and have the OOM killer end pid 1 first. Dumpable, they are the supervisor's own
-// ids' (Prepare.Creds), which no process of the sandbox has; without CAP_SYS_PTRACE none may trace
-// it, read its memory or /proc/1/environ or copy its descriptors (pidfd_getfd): the kernel asks for the
-// same ids as for a process of another user. (No core file is written either way: the Go runtime
-// exits on a crash, it does not dump.) The command's first instructions race this call: see the
-// README's note on it. It runs on an unfiltered thread (the flag is the process's): the command's
-// filter may deny prctl. Should it fail, the supervisor stays undumpable, as it was before it had ids
-// of its own.
+// redump makes the supervisor dumpable again: before it starts the command, once the starting thread
+// took the command's ids (threadCreds), and after, for a command whose own process changed its ids.
+// Every change of ids makes a process undumpable, and the command's process, until its exec, shares
+// the supervisor's memory (Go starts it with CLONE_VFORK|CLONE_VM), so that its change to the
+// command's ids made the supervisor undumpable too. An undumpable process's /proc files belong to the
+// root of its user namespace: a command running as that root could write /proc/1/oom_score_adj (its
+// Landlock rule for /proc allows it) and have the OOM killer end pid 1 first. Dumpable, they are the
+// supervisor's own ids' (Prepare.Creds), which no process of the sandbox has; without CAP_SYS_PTRACE
+// none may trace it, read its memory or /proc/1/environ or copy its descriptors (pidfd_getfd): the
+// kernel asks for the same ids as for a process of another user. (No core file is written either way:
+// the Go runtime exits on a crash, it does not dump.) The call before the start runs on the command's
+// thread, under its filter, which may deny prctl; the one after, on an unfiltered thread (the flag is
+// the process's), always ends an undumpable spell, and only a command whose process changed its ids,
+// or whose filter denied the first call, races it from its first instructions. Should both fail, the
+// supervisor stays undumpable, as it was before it had ids of its own.
 func redump() {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
 }

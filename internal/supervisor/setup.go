@@ -940,16 +940,27 @@ func takeCreds(c *Creds) error {
 		return fmt.Errorf("taking the supervisor's own ids: prctl(PR_SET_KEEPCAPS): %w", err)
 	}
 	defer unix.Prctl(unix.PR_SET_KEEPCAPS, 0, 0, 0, 0)
-	if groups, err := unix.Getgroups(); err != nil || len(groups) > 0 {
-		if _, _, errno := psx.Syscall3(unix.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
-			return fmt.Errorf("taking the supervisor's own ids: setgroups: %w", errno)
+	groups, err := unix.Getgroups()
+	if err := setIDs(psx.Syscall3, c.UID, c.GID, err != nil || len(groups) > 0); err != nil {
+		return fmt.Errorf("taking the supervisor's own ids: %w", err)
+	}
+	return nil
+}
+
+// setIDs sets uid and gid as real, effective and saved ids, dropping every supplementary group first
+// when dropGroups, through call: psx.Syscall3 for every thread of the process, unix.RawSyscall for the
+// calling thread alone.
+func setIDs(call func(nr, a1, a2, a3 uintptr) (uintptr, uintptr, syscall.Errno), uid, gid int, dropGroups bool) error {
+	if dropGroups {
+		if _, _, errno := call(unix.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
+			return fmt.Errorf("setgroups: %w", errno)
 		}
 	}
-	if _, _, errno := psx.Syscall3(unix.SYS_SETRESGID, uintptr(c.GID), uintptr(c.GID), uintptr(c.GID)); errno != 0 {
-		return fmt.Errorf("taking the supervisor's own ids: setresgid: %w", errno)
+	if _, _, errno := call(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); errno != 0 {
+		return fmt.Errorf("setresgid: %w", errno)
 	}
-	if _, _, errno := psx.Syscall3(unix.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)); errno != 0 {
-		return fmt.Errorf("taking the supervisor's own ids: setresuid: %w", errno)
+	if _, _, errno := call(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+		return fmt.Errorf("setresuid: %w", errno)
 	}
 	return nil
 }
