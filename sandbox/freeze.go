@@ -133,10 +133,11 @@ const maxStopRounds = 200
 
 // stopAll stops every process of the sandbox's pid namespace but its init (which starts nothing after
 // the command) with SIGSTOP, listing them again until two listings in a row find none it has not
-// stopped and none that vanished while listed (any process of the host counts: the scan cannot tell). A process with SIGSTOP pending cannot fork (the kernel restarts a fork that a signal
-// interrupts), so a chain of forks ends at the process the last round stopped. Each process is signalled
-// through a pidfd checked to be in the sandbox's pid namespace, so that a reused pid is never hit.
-// Destroy's SIGKILL ends stopped processes as any other.
+// stopped and none of the sandbox's that vanished while listed (nsScan). A process with SIGSTOP
+// pending cannot fork (the kernel restarts a fork that a signal interrupts), so a chain of forks ends
+// at the process the last round stopped. Each process is signalled through a pidfd checked to be in the
+// sandbox's pid namespace, so that a reused pid is never hit. Destroy's SIGKILL ends stopped processes
+// as any other.
 func (s *Sandbox) stopAll() error {
 	stopped := map[int]bool{}
 	calm := 0
