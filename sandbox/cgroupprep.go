@@ -1,6 +1,10 @@
 package sandbox
 
 import (
+	"path/filepath"
+	"strings"
+	"sync"
+
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 )
@@ -68,8 +72,14 @@ var sandboxControllers = map[string]bool{"memory": true, "pids": true, "cpu": tr
 
 // newCgroupManager is libcontainer's cgroup manager for c, with only sandboxControllers on cgroup v1.
 func newCgroupManager(c *cgroups.Cgroup) (cgroups.Manager, error) {
+	if cgroups.IsCgroup2UnifiedMode() {
+		return manager.New(c)
+	}
+	if paths := v1Paths(c.Path); paths != nil {
+		return manager.NewWithPaths(c, paths)
+	}
 	m, err := manager.New(c)
-	if err != nil || cgroups.IsCgroup2UnifiedMode() {
+	if err != nil {
 		return m, err
 	}
 	paths := map[string]string{}
@@ -78,5 +88,48 @@ func newCgroupManager(c *cgroups.Cgroup) (cgroups.Manager, error) {
 			paths[name] = path
 		}
 	}
+	rememberV1Paths(c.Path, paths)
 	return manager.NewWithPaths(c, paths)
+}
+
+// v1Bases are the directories of the sandboxControllers' hierarchies, where an absolute cgroup path
+// starts (libcontainer's /sys/fs/cgroup/cpu,cpuacct for cpu), learnt from the first manager sbx makes:
+// libcontainer finds them by reading mountinfo once per hierarchy, 0.3 ms of every manager, and a run
+// makes two (cgroupprep.go, the direct start's), a warm pool two per sandbox.
+var v1Bases struct {
+	sync.Mutex
+	dirs map[string]string
+}
+
+// v1Paths is the paths of the cgroup at absolute path p in every sandboxControllers hierarchy, from
+// v1Bases; nil before they are known.
+func v1Paths(p string) map[string]string {
+	v1Bases.Lock()
+	defer v1Bases.Unlock()
+	if v1Bases.dirs == nil || !filepath.IsAbs(p) {
+		return nil
+	}
+	paths := make(map[string]string, len(v1Bases.dirs))
+	for name, dir := range v1Bases.dirs {
+		paths[name] = filepath.Join(dir, p)
+	}
+	return paths
+}
+
+// rememberV1Paths learns v1Bases from the paths libcontainer gave the cgroup at absolute path p.
+func rememberV1Paths(p string, paths map[string]string) {
+	if !filepath.IsAbs(p) || filepath.Clean(p) == "/" || len(paths) == 0 {
+		return
+	}
+	dirs := make(map[string]string, len(paths))
+	for name, path := range paths {
+		dir, ok := strings.CutSuffix(path, filepath.Clean(p))
+		if !ok || !filepath.IsAbs(dir) {
+			return
+		}
+		dirs[name] = dir
+	}
+	v1Bases.Lock()
+	v1Bases.dirs = dirs
+	v1Bases.Unlock()
 }

@@ -1,11 +1,15 @@
 package sandbox
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
 
 	"github.com/sbx-dev/sbx/internal/cgprime"
 	"github.com/sbx-dev/sbx/internal/testutil"
@@ -106,4 +110,43 @@ func cgroupProcsOf(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// TestCgroupManagerPathsLearnt checks that a manager made from the learnt hierarchy directories
+// (v1Bases) has the paths libcontainer computes itself.
+func TestCgroupManagerPathsLearnt(t *testing.T) {
+	if os.Geteuid() != 0 || cgroups.IsCgroup2UnifiedMode() {
+		t.Skip("needs root on a cgroup v1 host")
+	}
+	v1Bases.Lock()
+	v1Bases.dirs = nil
+	v1Bases.Unlock()
+	first, err := newCgroupManager(&cgroups.Cgroup{Path: "/sbx-learn1", Resources: &cgroups.Resources{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1Paths("/sbx-learn2") == nil {
+		t.Fatal("the hierarchies' directories were not learnt")
+	}
+	c := &cgroups.Cgroup{Path: "/sbx-learn2", Resources: &cgroups.Resources{}}
+	learnt, err := newCgroupManager(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := manager.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for name, p := range own.GetPaths() {
+		if sandboxControllers[name] {
+			want[name] = p
+		}
+	}
+	if got := learnt.GetPaths(); !maps.Equal(got, want) || len(got) != len(sandboxControllers) {
+		t.Errorf("learnt paths %v, libcontainer's %v", got, want)
+	}
+	if len(first.GetPaths()) != len(want) {
+		t.Errorf("first manager's paths %v", first.GetPaths())
+	}
 }
