@@ -40,9 +40,14 @@ func (s *Sandbox) Freeze() error {
 }
 
 // OnlyInit reports whether nothing but the sandbox's init is left: every task of its cgroups is a thread
-// of the init. Nothing can then start any more (the init starts nothing after the command), so there is
-// nothing to freeze.
+// of the init; without a cgroup (rootless), no thread of the init has a child, not even a zombie: every
+// other process of its pid namespace would descend from it (nsScan). Nothing can then start any more
+// (the init starts nothing after the command), so there is nothing to freeze.
 func (s *Sandbox) OnlyInit() bool {
+	if Rootless() {
+		kids, gone, err := children(s.initPid)
+		return err == nil && !gone && len(kids) == 0
+	}
 	tasks, err := s.Tasks()
 	if err != nil {
 		return false

@@ -131,7 +131,14 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
 		return err
 	}
 	defer srv.close()
-	cs = append(cs, warm)
+	// The same server run by the ordinary user, as an agent on a workstation runs it.
+	usrv, err := startServer(u.argv(sbx, "mcp", "-w", u.work, "--warm", "2", "--concurrency", "1"))
+	if err != nil {
+		return err
+	}
+	defer usrv.close()
+	cs = append(cs, warm, &contender{name: "sbx_run true, warm pool (MCP, user)",
+		time: func(int) (float64, error) { return usrv.call("true") }})
 	for _, c := range cs {
 		if c.argv == nil {
 			continue
@@ -273,6 +280,10 @@ func targets(cs []*contender) {
 		{"sbx exec -- true", "runc run (busybox)"},
 	} {
 		fmt.Printf("%s / %s: %.2fx (target <= 1.00x)\n", t.a, t.b, median(byName[t.a])/median(byName[t.b]))
+	}
+	const userWarm, userBwrap = "sbx_run true, warm pool (MCP, user)", "bwrap --unshare-all (user)"
+	if byName[userWarm] != nil && byName[userBwrap] != nil {
+		fmt.Printf("%s / %s: %.2fx\n", userWarm, userBwrap, median(byName[userWarm])/median(byName[userBwrap]))
 	}
 }
 

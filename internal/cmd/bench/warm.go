@@ -27,7 +27,12 @@ func startMCP(sbx, dir string, args ...string) (*mcpServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(sbx, append([]string{"mcp", "-w", ws}, args...)...)
+	return startServer(append([]string{sbx, "mcp", "-w", ws}, args...))
+}
+
+// startServer starts the MCP server argv (sbx mcp, run by whoever argv says) over stdio.
+func startServer(argv []string) (*mcpServer, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "sbx-bench", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
