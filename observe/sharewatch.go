@@ -330,14 +330,15 @@ func (w *ShareWatch) event(b []byte, lower, upper uint64) {
 		return
 	}
 	op := shareOp{dir: ev.mask&unix.FAN_ONDIR != 0, pid: ev.pid, from: lower, to: upper}
-	switch {
-	case ev.pidfd >= 0:
-		if !w.sandboxProcess(int(ev.pidfd)) {
+	if ev.pid <= 0 {
+		return // the kernel's own doing
+	}
+	if ev.pidfd >= 0 {
+		in, known := w.sandboxProcess(int(ev.pidfd))
+		if known && !in {
 			return
 		}
-		op.sure = true
-	case ev.pid <= 0:
-		return // the kernel's own doing
+		op.sure = known
 	}
 	if _, ok := w.byFsid[ev.fsid]; !ok || !ev.hasDir {
 		// No directory: an inode no longer linked anywhere (the link count drop of an unlink, a write
@@ -435,23 +436,27 @@ func decodeFid(rec []byte) (fh, string, [2]int32, error) {
 	return h, string(name), fsid, nil
 }
 
-// sandboxProcess says whether the live process of pidfd is the sandbox's: its pid namespace is the
-// sandbox's or lies below it. Verdicts are kept by the pidfd's inode, which pidfs never gives another
-// process.
-func (w *ShareWatch) sandboxProcess(pidfd int) bool {
+// sandboxProcess says whether the live process of pidfd is the sandbox's (its pid namespace is the
+// sandbox's or lies below it), and whether that could be told: a process that ended before (the kernel
+// may hand out a pidfd of a process gone) is left to Stop's window. Verdicts are kept by the pidfd's
+// inode, which pidfs never gives another process.
+func (w *ShareWatch) sandboxProcess(pidfd int) (in, known bool) {
 	var st unix.Stat_t
 	if unix.Fstat(pidfd, &st) != nil {
-		return true // cannot tell: Stop's window settles nothing for it, so count it
+		return false, false
 	}
 	if v, ok := w.verdicts[st.Ino]; ok {
-		return v
+		return v, true
 	}
-	v := w.inSandboxNS(pidfd)
+	in, known = w.inSandboxNS(pidfd)
+	if !known {
+		return false, false
+	}
 	if len(w.verdicts) >= maxVerdicts {
 		clear(w.verdicts)
 	}
-	w.verdicts[st.Ino] = v
-	return v
+	w.verdicts[st.Ino] = in
+	return in, true
 }
 
 // Ioctls of pidfs and nsfs (linux/pidfd.h, linux/nsfs.h).
@@ -461,27 +466,27 @@ const (
 	maxPidNSDepth        = 33     // the kernel's MAX_PID_NS_LEVEL is 32
 )
 
-func (w *ShareWatch) inSandboxNS(pidfd int) bool {
+func (w *ShareWatch) inSandboxNS(pidfd int) (in, known bool) {
 	ns, err := unix.IoctlRetInt(pidfd, pidfdGetPidNamespace)
 	if err != nil {
-		return true // the process ended meanwhile: as above
+		return false, false // the process ended (ESRCH)
 	}
 	for range maxPidNSDepth {
 		var st unix.Stat_t
 		err := unix.Fstat(ns, &st)
 		if err == nil && (nsID{st.Dev, st.Ino}) == w.pidNS {
 			unix.Close(ns)
-			return true
+			return true, true
 		}
 		parent, err := unix.IoctlRetInt(ns, nsGetParent)
 		unix.Close(ns)
 		if err != nil {
-			return false // the host's namespace: its parent is none of the caller's
+			return false, true // the host's namespace: its parent is none of the caller's
 		}
 		ns = parent
 	}
 	unix.Close(ns)
-	return false
+	return false, true
 }
 
 // place finds where the directory of an operation is and records the operation there: below a share,
