@@ -60,6 +60,9 @@ type ShareWatch struct {
 	problems []string
 	overflow bool
 	unplaced []pendingOp
+	settling bool // settlePending runs: what it places does not call it again
+	// lostPending counts operations past maxPending, malformed the events past maxProblems.
+	lostPending, malformed int
 	places   map[string]place // handle key -> where that directory is
 	verdicts map[uint64]bool  // pidfs inode of a live process -> whether it is the sandbox's
 	lastFrom uint64           // CLOCK_MONOTONIC before the last read that left the queue empty
@@ -126,9 +129,8 @@ const (
 // pendingOp is an operation whose directory could not be opened when it was read (gone already): it is
 // placed once the directory's handle is known from another event.
 type pendingOp struct {
-	op     shareOp
-	dirKey string
-	name   string
+	op                   shareOp
+	dirKey, name, target string
 }
 
 // ErrShareWatch is matched by StartShareWatch's errors: the kernel's file events cannot be had (not
@@ -326,8 +328,15 @@ func (w *ShareWatch) event(b []byte, lower, upper uint64) {
 		return
 	}
 	if err != nil {
-		w.problems = append(w.problems, err.Error())
+		w.malformed++
+		if w.malformed <= maxProblems {
+			w.problems = append(w.problems, err.Error())
+		}
 		return
+	}
+	if _, ok := w.byFsid[ev.fsid]; ok && ev.mask&unix.FAN_RENAME != 0 && ev.mask&unix.FAN_ONDIR != 0 {
+		// Every path below the directory moved, whoever moved it (the host too: into a share, out of one).
+		clear(w.places)
 	}
 	op := shareOp{dir: ev.mask&unix.FAN_ONDIR != 0, pid: ev.pid, from: lower, to: upper}
 	if ev.pid <= 0 {
@@ -345,24 +354,24 @@ func (w *ShareWatch) event(b []byte, lower, upper uint64) {
 		// through an fd of a removed file), of which the removal is the event that counts.
 		return
 	}
-	if ev.mask&unix.FAN_RENAME != 0 && op.dir {
-		clear(w.places) // every path below the directory moved
-	}
-	switch {
-	case ev.mask&unix.FAN_RENAME != 0:
+	if ev.mask&unix.FAN_RENAME != 0 { // never merged with another event
 		op.kind = opDelete
 		w.place(op, ev.fsid, ev.oldFH, ev.oldKey, ev.old, "")
 		op.kind = opCreate
 		w.place(op, ev.fsid, ev.dirFH, ev.dirKey, ev.name, ev.target)
-	case ev.mask&unix.FAN_CREATE != 0:
-		op.kind = opCreate
-		w.place(op, ev.fsid, ev.dirFH, ev.dirKey, ev.name, ev.target)
-	case ev.mask&unix.FAN_DELETE != 0:
-		op.kind = opDelete
-		w.place(op, ev.fsid, ev.dirFH, ev.dirKey, ev.name, ev.target)
-	default:
-		op.kind = opWrite
-		w.place(op, ev.fsid, ev.dirFH, ev.dirKey, ev.name, "")
+		return
+	}
+	// The kernel merges a queued event with a later one of the same process on the same entry (the
+	// same directory, name and inode: TARGET_FID makes the inode part of it), ORing the masks. An
+	// inode is created before it is written or removed: in that order.
+	for _, k := range []struct {
+		mask uint64
+		kind opKind
+	}{{unix.FAN_CREATE, opCreate}, {unix.FAN_MODIFY | unix.FAN_ATTRIB | unix.FAN_CLOSE_WRITE, opWrite}, {unix.FAN_DELETE, opDelete}} {
+		if ev.mask&k.mask != 0 && !(k.kind == opWrite && ev.mask&unix.FAN_CREATE != 0) {
+			op.kind = k.kind
+			w.place(op, ev.fsid, ev.dirFH, ev.dirKey, ev.name, ev.target)
+		}
 	}
 }
 
@@ -497,7 +506,7 @@ func (w *ShareWatch) place(op shareOp, fsid [2]int32, h fh, key, name, target st
 	if !ok {
 		pl, ok = w.resolve(fsid, h)
 		if !ok {
-			w.pend(pendingOp{op: op, dirKey: key, name: name}, target)
+			w.pend(pendingOp{op: op, dirKey: key, name: name, target: target})
 			return
 		}
 		w.remember(key, pl)
@@ -556,26 +565,26 @@ func (w *ShareWatch) add1(op shareOp) {
 }
 
 // pend keeps an operation whose directory is gone, to place when its handle shows up.
-func (w *ShareWatch) pend(p pendingOp, target string) {
+func (w *ShareWatch) pend(p pendingOp) {
 	if len(w.unplaced) >= maxPending {
-		w.dropped++
-		w.problems = append(w.problems, "changes in directories removed before they could be placed: more than the bound")
+		w.lostPending++
 		return
 	}
 	w.unplaced = append(w.unplaced, p)
-	_ = target
 }
 
-// settlePending places the pending operations whose directory is the one just learnt (key), and
-// those below them.
+// settlePending places the pending operations whose directory became known (key just learnt), and
+// those below them, until no more can be placed. Placing one may teach another directory's place (its
+// target): the loop, not a nested call, picks that up.
 func (w *ShareWatch) settlePending(key string) {
-	if key == "" {
+	if key == "" || w.settling || len(w.unplaced) == 0 {
 		return
 	}
-	for progress := true; progress && len(w.unplaced) > 0; {
+	w.settling = true
+	defer func() { w.settling = false }()
+	for progress := true; progress; {
 		progress = false
-		rest := w.unplaced[:0]
-		var now []pendingOp
+		var now, rest []pendingOp
 		for _, p := range w.unplaced {
 			if _, ok := w.places[p.dirKey]; ok {
 				now = append(now, p)
@@ -586,7 +595,7 @@ func (w *ShareWatch) settlePending(key string) {
 		w.unplaced = rest
 		for _, p := range now {
 			progress = true
-			w.record(p.op, w.places[p.dirKey], p.name, "")
+			w.record(p.op, w.places[p.dirKey], p.name, p.target)
 		}
 	}
 }
@@ -647,8 +656,18 @@ func (w *ShareWatch) Stop(inTree func(pid int, from, to uint64) bool) *ShareChan
 	_ = w.f.SetReadDeadline(time.Now())
 	<-w.done
 	w.drain()
-	w.close()
+	defer w.close()
 	out := &ShareChanges{}
+	for _, sh := range w.shares {
+		// Paths are placed by where the kernel has the share: moved on the host meanwhile, its
+		// changes may have been taken for another directory's.
+		if p, err := safefs.Path(sh.root); err != nil || p != sh.real {
+			out.Problems = append(out.Problems, fmt.Sprintf("the share %s was moved or removed on the host during the run", sh.Host))
+		}
+	}
+	if w.lostPending > 0 {
+		out.Problems = append(out.Problems, fmt.Sprintf("%d changes in removed directories past the bound of %d waiting to be placed", w.lostPending, maxPending))
+	}
 	if w.overflow {
 		out.Problems = append(out.Problems, "the kernel's queue of file events overflowed: changes were lost")
 	}
@@ -756,14 +775,8 @@ func (w *ShareWatch) list(out *ShareChanges, states map[string]*pathState, order
 // stat fills in a listed entry's size, kind, mode and times, read below the share's root handle with
 // no link followed. An entry gone meanwhile keeps what the event said.
 func (w *ShareWatch) stat(c *report.FileChange, op shareOp) {
-	sh := w.shares[op.share]
-	root, err := safefs.OpenNoLinks(sh.real)
-	if err != nil {
-		return
-	}
-	defer root.Close()
 	dir, name := safefs.Split(op.rel)
-	d, err := safefs.Open(root, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	d, err := safefs.Open(w.shares[op.share].root, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return
 	}
