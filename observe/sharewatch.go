@@ -63,9 +63,9 @@ type ShareWatch struct {
 	settling bool // settlePending runs: what it places does not call it again
 	// lostPending counts operations past maxPending, malformed the events past maxProblems.
 	lostPending, malformed int
-	places   map[string]place // handle key -> where that directory is
-	verdicts map[uint64]bool  // pidfs inode of a live process -> whether it is the sandbox's
-	lastFrom uint64           // CLOCK_MONOTONIC before the last read that left the queue empty
+	places                 map[string]place // handle key -> where that directory is
+	verdicts               map[uint64]bool  // pidfs inode of a live process -> whether it is the sandbox's
+	lastFrom               uint64           // CLOCK_MONOTONIC before the last read that left the queue empty
 }
 
 // WatchedShare is one writable share: its host path (resolved, no link in it) and where the sandbox
