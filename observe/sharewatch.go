@@ -1,6 +1,8 @@
 package observe
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -276,7 +278,7 @@ func (w *ShareWatch) batch(b []byte, from uint64) {
 	for len(b) >= unix.FAN_EVENT_METADATA_LEN {
 		n := int(binary.NativeEndian.Uint32(b))
 		if n < unix.FAN_EVENT_METADATA_LEN || n > len(b) {
-			w.problems = append(w.problems, "a malformed file event")
+			w.malformedEvent(errMalformed)
 			break
 		}
 		w.event(b[:n], lower, to)
@@ -284,6 +286,13 @@ func (w *ShareWatch) batch(b []byte, from uint64) {
 	}
 	if n < shareReadSize-maxEventBytes {
 		w.lastFrom = from
+	}
+}
+
+// malformedEvent records an event that could not be read, bounded (called with mu held).
+func (w *ShareWatch) malformedEvent(err error) {
+	if w.malformed++; w.malformed <= maxProblems {
+		w.problems = append(w.problems, err.Error())
 	}
 }
 
@@ -307,14 +316,11 @@ type rawEvent struct {
 	hasDir, hasOld bool
 }
 
-// fh is a file handle as the event carries it.
+// fh is a file handle as the event carries it (bytes point into the read buffer: used before the next
+// read only).
 type fh struct {
 	typ   int32
 	bytes []byte
-}
-
-func (h fh) key(fsid [2]int32) string {
-	return fmt.Sprintf("%d:%d:%d:%x", fsid[0], fsid[1], h.typ, h.bytes)
 }
 
 // event handles one event (called with mu held).
@@ -328,10 +334,7 @@ func (w *ShareWatch) event(b []byte, lower, upper uint64) {
 		return
 	}
 	if err != nil {
-		w.malformed++
-		if w.malformed <= maxProblems {
-			w.problems = append(w.problems, err.Error())
-		}
+		w.malformedEvent(err)
 		return
 	}
 	if _, ok := w.byFsid[ev.fsid]; ok && ev.mask&unix.FAN_RENAME != 0 && ev.mask&unix.FAN_ONDIR != 0 {
@@ -375,74 +378,74 @@ func (w *ShareWatch) event(b []byte, lower, upper uint64) {
 	}
 }
 
-// decodeEvent reads an event's metadata and information records.
+// decodeEvent reads an event's metadata and information records. It reads every record whatever it
+// finds wrong in one, so that the pidfd the kernel installed is always known (and closed).
 func decodeEvent(b []byte) (rawEvent, error) {
 	ev := rawEvent{mask: binary.NativeEndian.Uint64(b[8:]), pid: int(int32(binary.NativeEndian.Uint32(b[20:]))), pidfd: -1}
 	meta := int(binary.NativeEndian.Uint16(b[6:]))
 	if meta < unix.FAN_EVENT_METADATA_LEN || meta > len(b) {
-		return ev, errors.New("a malformed file event")
+		return ev, errMalformed
 	}
+	var first error
 	for r := b[meta:]; len(r) >= 4; {
 		typ, n := r[0], int(binary.NativeEndian.Uint16(r[2:]))
 		if n < 4 || n > len(r) {
-			return ev, errors.New("a malformed file event record")
+			return ev, errMalformed
 		}
 		rec := r[4:n]
 		r = r[n:]
-		switch typ {
-		case unix.FAN_EVENT_INFO_TYPE_PIDFD:
+		if typ == unix.FAN_EVENT_INFO_TYPE_PIDFD {
 			if len(rec) >= 4 {
 				ev.pidfd = int32(binary.NativeEndian.Uint32(rec))
 			}
+			continue
+		}
+		h, name, fsid, key, err := decodeFid(rec)
+		if err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		switch typ {
 		case unix.FAN_EVENT_INFO_TYPE_DFID_NAME, unix.FAN_EVENT_INFO_TYPE_DFID, unix.FAN_EVENT_INFO_TYPE_NEW_DFID_NAME:
-			h, name, fsid, err := decodeFid(rec)
-			if err != nil {
-				return ev, err
-			}
-			ev.fsid, ev.dirFH, ev.name, ev.hasDir = fsid, h, name, true
-			ev.dirKey = h.key(fsid)
+			ev.fsid, ev.dirFH, ev.dirKey, ev.name, ev.hasDir = fsid, h, key, name, true
 		case unix.FAN_EVENT_INFO_TYPE_OLD_DFID_NAME:
-			h, name, fsid, err := decodeFid(rec)
-			if err != nil {
-				return ev, err
-			}
-			ev.oldFH, ev.old, ev.hasOld = h, name, true
-			ev.oldKey = h.key(fsid)
+			ev.oldFH, ev.oldKey, ev.old, ev.hasOld = h, key, name, true
 		case unix.FAN_EVENT_INFO_TYPE_FID:
-			h, _, fsid, err := decodeFid(rec)
-			if err != nil {
-				return ev, err
-			}
-			ev.target = h.key(fsid)
+			ev.target = key
 		}
 	}
-	if ev.mask&(unix.FAN_CREATE|unix.FAN_DELETE|unix.FAN_RENAME) != 0 && !ev.hasDir {
+	switch {
+	case first != nil:
+		return ev, first
+	case ev.mask&(unix.FAN_CREATE|unix.FAN_DELETE|unix.FAN_RENAME) != 0 && !ev.hasDir,
+		ev.mask&unix.FAN_RENAME != 0 && !ev.hasOld:
 		return ev, errors.New("a file event without its directory")
 	}
 	return ev, nil
 }
 
-// decodeFid reads a fid record after its header: fsid, file_handle, and the name that may follow.
-func decodeFid(rec []byte) (fh, string, [2]int32, error) {
-	var fsid [2]int32
+var errMalformed = errors.New("a malformed file event")
+
+// decodeFid reads a fid record after its header: fsid, file_handle, and the name that may follow. key
+// is the fsid and handle as they came, which names the object.
+func decodeFid(rec []byte) (h fh, name string, fsid [2]int32, key string, err error) {
 	if len(rec) < 16 {
-		return fh{}, "", fsid, errors.New("a short file event record")
+		return fh{}, "", fsid, "", errMalformed
 	}
 	fsid[0], fsid[1] = int32(binary.NativeEndian.Uint32(rec)), int32(binary.NativeEndian.Uint32(rec[4:]))
 	hb := int(binary.NativeEndian.Uint32(rec[8:]))
-	typ := int32(binary.NativeEndian.Uint32(rec[12:]))
 	if hb > len(rec)-16 || hb > maxHandleBytes {
-		return fh{}, "", fsid, errors.New("a file event's handle is malformed")
+		return fh{}, "", fsid, "", errMalformed
 	}
-	h := fh{typ: typ, bytes: append([]byte(nil), rec[16:16+hb]...)}
-	name := rec[16+hb:]
-	if i := strings.IndexByte(string(name), 0); i >= 0 {
-		name = name[:i]
+	h = fh{typ: int32(binary.NativeEndian.Uint32(rec[12:])), bytes: rec[16 : 16+hb : 16+hb]}
+	n := rec[16+hb:]
+	if i := bytes.IndexByte(n, 0); i >= 0 {
+		n = n[:i]
 	}
-	if len(name) > maxNameBytes {
-		return fh{}, "", fsid, errors.New("a file event's name is too long")
+	if len(n) > maxNameBytes {
+		return fh{}, "", fsid, "", errMalformed
 	}
-	return h, string(name), fsid, nil
+	return h, string(n), fsid, string(rec[:16+hb]), nil
 }
 
 // sandboxProcess says whether the live process of pidfd is the sandbox's (its pid namespace is the
