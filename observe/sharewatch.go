@@ -92,7 +92,6 @@ type watchedShare struct {
 	root  *os.File // O_PATH handle of the share (of its directory, for a file)
 	mount *os.File // the same, opened for reading: open_by_handle_at and fanotify_mark refuse O_PATH
 	fsid  [2]int32
-	maxOp int
 }
 
 // nsID is a namespace's identity: the device and inode of its nsfs file.
