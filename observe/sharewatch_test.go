@@ -208,3 +208,50 @@ func TestMountMarkRefusesDirentEvents(t *testing.T) {
 		t.Errorf("filesystem mark: %v", err)
 	}
 }
+
+// BenchmarkShareWatch is what a root run with a writable share adds: the watch's start before the
+// command and its stop after, with one file written through the share.
+func BenchmarkShareWatch(b *testing.B) {
+	testutil.RequireRoot(b, "fanotify filesystem marks")
+	dir := b.TempDir()
+	for b.Loop() {
+		w, err := StartShareWatch(ShareWatchOptions{Shares: []WatchedShare{{Host: dir, Sandbox: "/s"}}, InitPid: os.Getpid()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		if sc := w.Stop(nil); len(sc.Created)+len(sc.Modified) != 1 {
+			b.Fatalf("changes %+v", sc)
+		}
+	}
+}
+
+// TestShareWatchRemovedDirs: changes in directories removed before their events are read are placed by
+// the removal's own event, below the share or outside it, by a process gone or not.
+func TestShareWatchRemovedDirs(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	for _, in := range []bool{true, false} {
+		for _, d := range []string{dir, outside} {
+			os.MkdirAll(filepath.Join(d, "old/sub"), 0o755)
+			write(t, filepath.Join(d, "old/sub/f"), "x")
+		}
+		w := startWatch(t, dir, ShareWatchOptions{})
+		w.mu.Lock() // everything below is gone before it is read
+		err := exec.Command("/bin/sh", "-c", "rm -r $0/old && mkdir -p $0/tmp/x && echo > $0/tmp/x/y && rm -r $0/tmp && rm -r $1/old", dir, outside).Run()
+		w.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := w.Stop(func(int, uint64, uint64) bool { return in })
+		want := []string{}
+		if in {
+			want = []string{"/s/old/sub/f:file", "/s/old/sub:dir", "/s/old:dir"}
+			slices.Sort(want)
+		}
+		if got := changePaths(sc.Deleted); !slices.Equal(got, want) || len(sc.Problems) > 0 || len(sc.Created) > 0 {
+			t.Errorf("the sandbox's %v: deleted %q, created %q, problems %q; want deleted %q", in, got, changePaths(sc.Created), sc.Problems, want)
+		}
+	}
+}
