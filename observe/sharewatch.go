@@ -344,17 +344,21 @@ func (w *ShareWatch) event(b []byte, lower, upper uint64) {
 	if ev.pid <= 0 {
 		return // the kernel's own doing
 	}
+	if _, ok := w.byFsid[ev.fsid]; !ok || !ev.hasDir {
+		// No directory: an inode no longer linked anywhere (the link count drop of an unlink, a write
+		// through an fd of a removed file), of which the removal is the event that counts.
+		return
+	}
+	if pl, ok := w.places[ev.dirKey]; ok && pl.share < 0 && ev.mask&unix.FAN_RENAME == 0 {
+		w.record(op, pl, ev.name, ev.target) // outside every share, whoever did it: most of a busy host's
+		return
+	}
 	if ev.pidfd >= 0 {
 		in, known := w.sandboxProcess(int(ev.pidfd))
 		if known && !in {
 			return
 		}
 		op.sure = known
-	}
-	if _, ok := w.byFsid[ev.fsid]; !ok || !ev.hasDir {
-		// No directory: an inode no longer linked anywhere (the link count drop of an unlink, a write
-		// through an fd of a removed file), of which the removal is the event that counts.
-		return
 	}
 	if ev.mask&unix.FAN_RENAME != 0 { // never merged with another event
 		op.kind = opDelete
