@@ -154,7 +154,11 @@ func (r *run) shareNote() {
 	if r.shareWatch != nil {
 		note += "; what the sandbox's processes created, modified or deleted there is listed in files from the kernel's file events (a directory renamed is listed as itself, not its entries; a write through a shared memory map shows when the file is closed); the host's own writes there are left out"
 	} else {
-		note += " and is not listed in files (the kernel's file events need root), but for the places below each share's top where persistence lies (.git/hooks, .git/config, .envrc, shell startup and ssh files, systemd user units, python .pth files), which are listed and judged when the run changed them"
+		why := "the kernel's file events need root"
+		if !sandbox.Rootless() {
+			why = "the kernel's file events could not be had: see file changes in writable shares"
+		}
+		note += " and is not listed in files (" + why + "), but for the places below each share's top where persistence lies (.git/hooks, .git/config, .envrc, shell startup and ssh files, systemd user units, python .pth files), which are listed and judged when the run changed them"
 	}
 	r.rep.Notes = append(r.rep.Notes, note)
 }
