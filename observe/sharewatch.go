@@ -179,13 +179,13 @@ func StartShareWatch(opts ShareWatchOptions) (*ShareWatch, error) {
 		return nil, fmt.Errorf("%w: fanotify_init: %w", ErrShareWatch, err)
 	}
 	w.f = os.NewFile(uintptr(fd), "fanotify")
+	w.lastFrom = monotonic() // the first read's window starts before the first mark
 	for _, sh := range opts.Shares {
 		if err := w.add(sh); err != nil {
 			return nil, err
 		}
 	}
 	ok = true
-	w.lastFrom = monotonic()
 	go w.read()
 	return w, nil
 }
