@@ -110,13 +110,14 @@ var outside = place{share: -1}
 // known to be the sandbox's at read time; else the pid and the window (CLOCK_MONOTONIC) the event was
 // generated in, for Stop to settle.
 type shareOp struct {
-	share    int
-	rel      string
-	kind     opKind
-	dir      bool
-	sure     bool
-	pid      int
-	from, to uint64
+	share        int
+	rel          string // where the entry was when its event was read
+	dirKey, name string // its directory's handle and its name: where it is at the end
+	kind         opKind
+	dir          bool
+	sure         bool
+	pid          int
+	from, to     uint64
 }
 
 type opKind uint8
@@ -508,6 +509,7 @@ func (w *ShareWatch) inSandboxNS(pidfd int) (in, known bool) {
 // nowhere (outside), or later (the directory is gone; pending). target is the entry's own handle: a
 // directory's, learnt for events in it that come later or were read before it was placed.
 func (w *ShareWatch) place(op shareOp, fsid [2]int32, h fh, key, name, target string) {
+	op.dirKey = key
 	pl, ok := w.places[key]
 	if !ok {
 		pl, ok = w.resolve(fsid, h)
@@ -548,7 +550,7 @@ func (w *ShareWatch) record(op shareOp, pl place, name, target string) {
 	if sh.file && rel != path.Base(sh.Host) {
 		return
 	}
-	op.share, op.rel = pl.share, rel
+	op.share, op.rel, op.name = pl.share, rel, name
 	w.add1(op)
 	w.settlePending(target)
 }
@@ -705,10 +707,12 @@ func (w *ShareWatch) Stop(inTree func(pid int, from, to uint64) bool) *ShareChan
 	}
 	states := map[string]*pathState{}
 	var order []string
+	ends := map[string]place{}
 	for _, op := range w.ops {
 		if !sandbox(op) {
 			continue
 		}
+		op.rel = w.finalRel(op, ends)
 		p := w.sandboxPath(op)
 		st := states[p]
 		if st == nil {
@@ -727,6 +731,34 @@ func (w *ShareWatch) Stop(inTree func(pid int, from, to uint64) bool) *ShareChan
 	}
 	w.list(out, states, order)
 	return out
+}
+
+// finalRel is where op's entry is at the end: its directory, looked up now by its handle (once per
+// directory: ends), holds it under its name. A directory renamed after the event was read (a command
+// that moves .git away, writes a hook, and moves it back) then shows where it ended, not where it
+// passed. A directory gone or moved out of the share leaves the path of the event.
+func (w *ShareWatch) finalRel(op shareOp, ends map[string]place) string {
+	end, ok := ends[op.dirKey]
+	if !ok {
+		end = outside
+		if h, _, fsid, _, err := decodeFid([]byte(op.dirKey)); err == nil {
+			if pl, ok := w.resolve(fsid, h); ok {
+				end = pl
+			}
+		}
+		ends[op.dirKey] = end
+	}
+	if end.share != op.share {
+		return op.rel
+	}
+	rel := end.rel
+	if op.name != "." && op.name != "" {
+		rel = path.Join(rel, op.name)
+	}
+	if w.shares[op.share].file && rel != path.Base(w.shares[op.share].Host) {
+		return op.rel
+	}
+	return rel
 }
 
 // drain reads what is still queued after the reader ended.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -253,5 +254,34 @@ func TestShareWatchRemovedDirs(t *testing.T) {
 		if got := changePaths(sc.Deleted); !slices.Equal(got, want) || len(sc.Problems) > 0 || len(sc.Created) > 0 {
 			t.Errorf("the sandbox's %v: deleted %q, created %q, problems %q; want deleted %q", in, got, changePaths(sc.Created), sc.Problems, want)
 		}
+	}
+}
+
+// TestShareWatchFinalPlace: an entry changed in a directory that was renamed meanwhile is listed where
+// it is at the end: a hook written while .git was moved away is .git/hooks/pre-commit.
+func TestShareWatchFinalPlace(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, ".git/hooks"), 0o755)
+	w := startWatch(t, dir, ShareWatchOptions{})
+	os.Rename(filepath.Join(dir, ".git"), filepath.Join(dir, "x"))
+	write(t, filepath.Join(dir, "x/hooks/pre-commit"), "#!/bin/sh\n")
+	seen := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return slices.ContainsFunc(w.ops, func(op shareOp) bool { return op.rel == "x/hooks/pre-commit" })
+	}
+	for i := 0; i < 500 && !seen(); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !seen() {
+		t.Fatal("the hook's event was not read under the directory's passing name")
+	}
+	os.Rename(filepath.Join(dir, "x"), filepath.Join(dir, ".git"))
+	sc := w.Stop(nil)
+	if got := changePaths(sc.Created); !slices.Equal(got, []string{"/s/.git/hooks/pre-commit:file"}) || len(sc.Problems) > 0 {
+		t.Errorf("created %q, problems %q; want the hook where it ended", got, sc.Problems)
+	}
+	if got := changePaths(sc.Modified); !slices.Equal(got, []string{"/s/.git:dir"}) {
+		t.Errorf("modified %q, want .git (moved away and back)", got)
 	}
 }
