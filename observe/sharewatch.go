@@ -39,7 +39,9 @@ import (
 //     is opened for reading) on the share's own file system, and its path, as the kernel has it, placed
 //     below a share or not; names come from the event. A directory gone before its event is read is
 //     placed by the handle its own removal or creation event carried, once that is known. What cannot
-//     be placed at all is a Problem: the lists may miss it.
+//     be placed at all is a Problem: the lists may miss it. At Stop each entry's directory is looked up
+//     again, so that an entry is listed where it ended, not where a renamed directory held it for a
+//     while.
 //   - What. Per path, the first and last events say whether it was there before and is there after:
 //     created, modified (written, truncated, chmod, chown, a file opened for writing and closed), or
 //     deleted; a temporary file created and removed within the run is not listed. A rename is the old
