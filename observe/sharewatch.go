@@ -69,7 +69,10 @@ type ShareWatch struct {
 	lostPending, malformed int
 	places                 map[string]place // handle key -> where that directory is
 	verdicts               map[uint64]bool  // pidfs inode of a live process -> whether it is the sandbox's
-	lastFrom               uint64           // CLOCK_MONOTONIC before the last read that left the queue empty
+	// pidfs: pidfds have an inode of their own per process (Linux 6.9), which verdicts are kept by;
+	// before, they shared one anonymous inode and nothing is kept.
+	pidfs    bool
+	lastFrom uint64 // CLOCK_MONOTONIC before the last read that left the queue empty
 }
 
 // WatchedShare is one writable share: its host path (resolved, no link in it) and where the sandbox
@@ -182,6 +185,7 @@ func StartShareWatch(opts ShareWatchOptions) (*ShareWatch, error) {
 		return nil, fmt.Errorf("%w: fanotify_init: %w", ErrShareWatch, err)
 	}
 	w.f = os.NewFile(uintptr(fd), "fanotify")
+	w.pidfs = pidfdsArePidfs()
 	w.lastFrom = monotonic() // the first read's window starts before the first mark
 	for _, sh := range opts.Shares {
 		if err := w.add(sh); err != nil {
@@ -240,6 +244,17 @@ func (w *ShareWatch) close() {
 			sh.mount.Close()
 		}
 	}
+}
+
+// pidfdsArePidfs says whether this kernel's pidfds live in pidfs, with an inode per process.
+func pidfdsArePidfs() bool {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var sfs unix.Statfs_t
+	return unix.Fstatfs(fd, &sfs) == nil && sfs.Type == unix.PID_FS_MAGIC
 }
 
 // nsOf is the identity of the namespace file p.
@@ -462,6 +477,9 @@ func (w *ShareWatch) sandboxProcess(pidfd int) (in, known bool) {
 	var st unix.Stat_t
 	if unix.Fstat(pidfd, &st) != nil {
 		return false, false
+	}
+	if !w.pidfs {
+		return w.inSandboxNS(pidfd)
 	}
 	if v, ok := w.verdicts[st.Ino]; ok {
 		return v, true

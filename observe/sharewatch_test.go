@@ -285,3 +285,11 @@ func TestShareWatchFinalPlace(t *testing.T) {
 		t.Errorf("modified %q, want .git (moved away and back)", got)
 	}
 }
+
+// TestPidfdsArePidfs: on this kernel (6.18) pidfds have an inode per process, which the watch keeps
+// its verdicts by.
+func TestPidfdsArePidfs(t *testing.T) {
+	if !pidfdsArePidfs() {
+		t.Error("pidfds are not in pidfs: the watch asks the pid namespace of every event's process")
+	}
+}
