@@ -289,6 +289,9 @@ func TestShareWatchFinalPlace(t *testing.T) {
 // TestPidfdsArePidfs: on this kernel (6.18) pidfds have an inode per process, which the watch keeps
 // its verdicts by.
 func TestPidfdsArePidfs(t *testing.T) {
+	if !kernelAtLeast(6, 9) {
+		t.Skip("pidfs came with Linux 6.9")
+	}
 	if !pidfdsArePidfs() {
 		t.Error("pidfds are not in pidfs: the watch asks the pid namespace of every event's process")
 	}
