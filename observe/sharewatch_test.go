@@ -55,6 +55,7 @@ func TestShareWatchNetChanges(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, "olddir"), 0o755)
 	write(t, filepath.Join(dir, "olddir/f"), "a")
 	os.Mkdir(filepath.Join(dir, "movedir"), 0o755)
+	os.Mkdir(filepath.Join(dir, "attrdir"), 0o755)
 	outside := t.TempDir()
 	w := startWatch(t, dir, ShareWatchOptions{})
 
@@ -83,6 +84,7 @@ func TestShareWatchNetChanges(t *testing.T) {
 	os.Rename(j("movedir"), j("moved"))
 	write(t, j("moved/in"), "i") // placed under the directory's new name
 	os.Chmod(j("ren2"), 0o600)
+	os.Chmod(j("attrdir"), 0o700) // the directory's own event
 	write(t, filepath.Join(outside, "elsewhere"), "not below the share")
 
 	sc := w.Stop(nil)
@@ -91,7 +93,7 @@ func TestShareWatchNetChanges(t *testing.T) {
 	}
 	want := map[string][]string{
 		"created":  {"/s/a:dir", "/s/a/b:dir", "/s/a/b/c:file", "/s/mod2:file", "/s/moved:dir", "/s/moved/in:file", "/s/new:file", "/s/ren2:file"},
-		"modified": {"/s/mod:file", "/s/rewritten:file"},
+		"modified": {"/s/attrdir:dir", "/s/mod:file", "/s/rewritten:file"},
 		"deleted":  {"/s/del:file", "/s/movedir:dir", "/s/olddir:dir", "/s/olddir/f:file", "/s/over:file", "/s/ren:file", "/s/unlinked:file"},
 	}
 	got := map[string][]string{"created": changePaths(sc.Created), "modified": changePaths(sc.Modified), "deleted": changePaths(sc.Deleted)}
@@ -101,7 +103,7 @@ func TestShareWatchNetChanges(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], want[k])
 		}
 	}
-	if sc.Total != (report.Totals{Created: 8, Modified: 2, Deleted: 7}) {
+	if sc.Total != (report.Totals{Created: 8, Modified: 3, Deleted: 7}) {
 		t.Errorf("total = %+v", sc.Total)
 	}
 	for _, c := range sc.Created {
