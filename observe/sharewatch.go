@@ -638,12 +638,15 @@ func (w *ShareWatch) resolve(fsid [2]int32, h fh) (place, bool) {
 		return place{}, false
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Nlink == 0 {
-		return place{}, false
-	}
+	// The path first, then the link count: a directory removed is never linked again, so one still
+	// linked after the path was read had that path (a name that ends in " (deleted)" included); the
+	// other order would take the kernel's " (deleted)" mark of a removal in between for a name.
 	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 	if err != nil {
+		return place{}, false
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Nlink == 0 {
 		return place{}, false
 	}
 	for i, sh := range w.shares {

@@ -298,3 +298,27 @@ func TestPidfdsArePidfs(t *testing.T) {
 		t.Error("pidfds are not in pidfs: the watch asks the pid namespace of every event's process")
 	}
 }
+
+// TestShareWatchRemovalRace: a directory removed while its event's handle is being placed is never
+// placed under the kernel's " (deleted)" mark as if that were its name.
+func TestShareWatchRemovalRace(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 300 {
+		os.Mkdir(filepath.Join(dir, fmt.Sprint("d", i)), 0o755)
+		write(t, filepath.Join(dir, fmt.Sprint("d", i), "f"), "x")
+	}
+	w := startWatch(t, dir, ShareWatchOptions{})
+	for i := range 300 {
+		os.Remove(filepath.Join(dir, fmt.Sprint("d", i), "f"))
+		os.Remove(filepath.Join(dir, fmt.Sprint("d", i)))
+	}
+	sc := w.Stop(nil)
+	for _, c := range sc.Deleted {
+		if strings.Contains(c.Path, "(deleted)") {
+			t.Fatalf("deleted %s", c.Path)
+		}
+	}
+	if len(sc.Deleted) != 600 || len(sc.Problems) > 0 {
+		t.Errorf("deleted %d, problems %q; want 600", len(sc.Deleted), sc.Problems)
+	}
+}

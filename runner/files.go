@@ -91,14 +91,18 @@ func (r *run) fileChanges() {
 	}
 	r.copyNotes(cp)
 	seen := map[string]bool{}
+	complete := false
 	if sc := r.stopShareWatch(); sc != nil {
 		collect(&sc.FileChanges, "/")
 		for _, c := range slices.Concat(sc.Created, sc.Modified, sc.Deleted) {
 			seen[c.Path] = true
 		}
+		complete = len(sc.Problems) == 0 && sc.Unsettled == 0
 	}
-	if shares := r.writableShares(); len(shares) > 0 {
-		// The probes stay for root runs too: a watch that lost events is no reason to miss a hook.
+	if shares := r.writableShares(); len(shares) > 0 && !complete {
+		// Without a complete watch (rootless runs; a watch that lost events) the persistence places
+		// are looked at by their ctime. A complete watch knows better: a host process's change there
+		// is not the command's.
 		sc, sm, err := shareChanges(shares, r.started)
 		if err != nil {
 			r.rep.MarkIncomplete("file changes in writable shares", err)

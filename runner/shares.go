@@ -33,7 +33,8 @@ import (
 // writable share's top where the persistence table's files lie (shareProbes), and lists those the run
 // created or changed, found by their ctime, which a command cannot set back; the persistence rules then
 // judge them as any other change. What lies elsewhere in a share is, for rootless runs, not looked at:
-// the report's notes say so.
+// the report's notes say so. Root runs look at those places too when their watch could not see
+// everything (its Problems make the run incomplete, and a hook must not pass meanwhile).
 
 // shareProbes are the paths below a writable share's top where persistence files lie, as globs (one
 // element at a time; * within an element).
