@@ -694,20 +694,7 @@ func (w *ShareWatch) Stop(inTree func(pid int, from, to uint64) bool) *ShareChan
 	w.f = nil
 	defer w.close()
 	out := &ShareChanges{}
-	for _, sh := range w.shares {
-		// Paths are placed by where the kernel has the share: moved on the host meanwhile, its
-		// changes may have been taken for another directory's.
-		if p, err := safefs.Path(sh.root); err != nil || p != sh.real {
-			out.Problems = append(out.Problems, fmt.Sprintf("the share %s was moved or removed on the host during the run", sh.Host))
-		}
-	}
-	if w.lostPending > 0 {
-		out.Problems = append(out.Problems, fmt.Sprintf("%d changes in removed directories past the bound of %d waiting to be placed", w.lostPending, maxPending))
-	}
-	if w.overflow {
-		out.Problems = append(out.Problems, "the kernel's queue of file events overflowed: changes were lost")
-	}
-	out.Problems = append(out.Problems, w.problems...)
+	out.Problems = w.lost()
 	// Whose: sure, or settled by the exec stream; the rest is the host's, or Unsettled.
 	sandbox := func(op shareOp) bool {
 		switch {
@@ -728,6 +715,36 @@ func (w *ShareWatch) Stop(inTree func(pid int, from, to uint64) bool) *ShareChan
 	if unplaced > 0 {
 		out.Problems = append(out.Problems, fmt.Sprintf("%d changes in directories removed before sbx could place them", unplaced))
 	}
+	states, order := w.states(sandbox)
+	if out.Unsettled > 0 {
+		out.Problems = append(out.Problems, fmt.Sprintf("%d changes by processes that exited before sbx read them could not be told the sandbox's or the host's (no exec stream)", out.Unsettled))
+	}
+	w.list(out, states, order)
+	return out
+}
+
+// lost says what the reading missed, whoever's it was: the queue's overflow, read errors, bounds.
+func (w *ShareWatch) lost() []string {
+	var out []string
+	for _, sh := range w.shares {
+		// Paths are placed by where the kernel has the share: moved on the host meanwhile, its
+		// changes may have been taken for another directory's.
+		if p, err := safefs.Path(sh.root); err != nil || p != sh.real {
+			out = append(out, fmt.Sprintf("the share %s was moved or removed on the host during the run", sh.Host))
+		}
+	}
+	if w.lostPending > 0 {
+		out = append(out, fmt.Sprintf("%d changes in removed directories past the bound of %d waiting to be placed", w.lostPending, maxPending))
+	}
+	if w.overflow {
+		out = append(out, "the kernel's queue of file events overflowed: changes were lost")
+	}
+	return append(out, w.problems...)
+}
+
+// states adds up the sandbox's operations per path (where each ended), in the order the paths were
+// first changed.
+func (w *ShareWatch) states(sandbox func(shareOp) bool) (map[string]*pathState, []string) {
 	states := map[string]*pathState{}
 	var order []string
 	ends := map[string]place{}
@@ -749,11 +766,7 @@ func (w *ShareWatch) Stop(inTree func(pid int, from, to uint64) bool) *ShareChan
 		st.dir = op.dir
 		st.host = op
 	}
-	if out.Unsettled > 0 {
-		out.Problems = append(out.Problems, fmt.Sprintf("%d changes by processes that exited before sbx read them could not be told the sandbox's or the host's (no exec stream)", out.Unsettled))
-	}
-	w.list(out, states, order)
-	return out
+	return states, order
 }
 
 // finalRel is where op's entry is at the end: its directory, looked up now by its handle (once per

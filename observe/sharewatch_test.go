@@ -322,3 +322,42 @@ func TestShareWatchRemovalRace(t *testing.T) {
 		t.Errorf("deleted %d, problems %q; want 600", len(sc.Deleted), sc.Problems)
 	}
 }
+
+// TestInTree: when a pid belonged to the sandbox's fork tree, from the exec stream's log.
+func TestInTree(t *testing.T) {
+	const init, host = 100, 1
+	e := &Events{log: []event{
+		{what: procEventFork, ts: 10, pid: 200, parent: init}, // the command
+		{what: procEventFork, ts: 20, pid: 300, parent: 200},  // its child
+		{what: procEventExit, ts: 30, pid: 300},               // gone
+		{what: procEventFork, ts: 40, pid: 300, parent: host}, // the pid, reused by the host
+		{what: procEventFork, ts: 50, pid: 400, parent: 300},  // a host process's child
+		{what: procEventExit, ts: 60, pid: 200, leader: true}, // a leader's exit: its threads run on
+		{what: procEventFork, ts: 70, pid: 500, parent: 200},  // forked by such a thread
+		{what: procEventFork, ts: 90, pid: 600, parent: init}, // init's child
+		{what: procEventExit, ts: 95, pid: 600},               // gone
+	}}
+	in := e.InTree([]int{init, 200})
+	for _, c := range []struct {
+		pid      int
+		from, to uint64
+		want     bool
+	}{
+		{init, 0, 1, true}, // a root not seen forked: all along
+		{200, 0, 5, false}, // a root seen forked: from its fork on
+		{200, 5, 15, true},
+		{300, 15, 25, true}, // alive in the tree
+		{300, 31, 39, false},
+		{300, 41, 45, false}, // the host's now
+		{300, 25, 45, true},  // the window reaches back into the tree's time
+		{400, 0, 100, false},
+		{500, 75, 76, true},
+		{600, 91, 94, true},
+		{600, 96, 99, false},
+		{7, 0, 100, false},
+	} {
+		if got := in(c.pid, c.from, c.to); got != c.want {
+			t.Errorf("pid %d in [%d, %d]: %v, want %v", c.pid, c.from, c.to, got, c.want)
+		}
+	}
+}
