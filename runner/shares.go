@@ -171,6 +171,12 @@ func (r *run) startShareWatch() {
 	if len(shares) == 0 || sandbox.Rootless() {
 		return
 	}
+	// Processes are told the sandbox's by their pid namespace: one shared with sbx's would take the
+	// whole host for the sandbox.
+	if own, theirs := nsIno("/proc/self/ns/pid"), nsIno(fmt.Sprintf("/proc/%d/ns/pid", r.sb.InitPid())); own == 0 || own == theirs {
+		r.rep.MarkIncomplete("file changes in writable shares", errors.New("the sandbox's pid namespace could not be told from sbx's"))
+		return
+	}
 	var watched []observe.WatchedShare
 	for _, sh := range shares {
 		watched = append(watched, observe.WatchedShare{Host: sh.host, Sandbox: sh.sandbox})
@@ -205,4 +211,13 @@ func (r *run) stopShareWatch() *observe.ShareChanges {
 // notListed drops from cs the paths of seen.
 func notListed(cs []report.FileChange, seen map[string]bool) []report.FileChange {
 	return slices.DeleteFunc(cs, func(c report.FileChange) bool { return seen[c.Path] })
+}
+
+// nsIno is the inode of the namespace file p, 0 when it cannot be read.
+func nsIno(p string) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(p, &st) != nil {
+		return 0
+	}
+	return st.Ino
 }
