@@ -31,8 +31,8 @@ import (
 //     whole file system, the host's processes included: the reader sorts.
 //   - Whose. A process still alive when its event is read is the sandbox's when its pid namespace is the
 //     sandbox's or one below it, asked through the event's pidfd, which names that very process (no pid
-//     number that could have been reused). One that exited before the event was read has no pidfd: its
-//     event keeps the pid number and the read's time window, and Stop counts it when the exec stream saw
+//     number that could have been reused). One that exited before the event was read has no pidfd (or
+//     one whose namespace can no longer be asked): its event keeps the pid number and the read's time window, and Stop counts it when the exec stream saw
 //     a process of that number in the sandbox's fork tree during that window (the host would have to
 //     hand the same number out twice within the window for a host process to be taken for it).
 //   - Where. The directory's handle is opened (open_by_handle_at, O_PATH: no link is followed, nothing
@@ -45,15 +45,17 @@ import (
 //   - What. Per path, the first and last events say whether it was there before and is there after:
 //     created, modified (written, truncated, chmod, chown, a file opened for writing and closed), or
 //     deleted; a temporary file created and removed within the run is not listed. A rename is the old
-//     path deleted and the new one created (also when it replaced a file); a directory renamed or
-//     removed is listed as itself, not its entries.
+//     path deleted and the new one created (also when it replaced a file); a directory renamed is
+//     listed as itself, not its entries. The kernel merges a queued event with a later one of the same
+//     process on the same inode (create, write, delete of a temporary file become one event): they are
+//     taken in the only order one inode allows.
 //   - Bounds. The kernel's queue holds 16384 events by default: an overflow is a Problem, as is any
 //     read error. The recorded operations and the paths listed are bounded (MaxEntries): past them
 //     counting goes on, Truncated says so, and paths Keep names are kept up to as many more.
 type ShareWatch struct {
 	f      *os.File
 	shares []watchedShare
-	byFsid map[[2]int32]*os.File // the share roots' O_PATH handles, by their file system's id
+	byFsid map[[2]int32]*os.File // a share root's handle opened for reading, per file system id
 	opts   ShareWatchOptions
 	pidNS  nsID
 
