@@ -439,6 +439,7 @@ func bound(rep *report.Report) {
 func (r *run) observeAfterward(cmdPid int) {
 	if r.events != nil {
 		execs, err := r.events.Stop([]int{r.sb.InitPid(), cmdPid})
+		whole := err == nil
 		if err != nil {
 			r.rep.MarkIncomplete("exec events", err)
 		}
@@ -458,7 +459,8 @@ func (r *run) observeAfterward(cmdPid int) {
 		}
 		r.rep.Processes.ExecsTruncated = r.rep.Processes.ExecsTotal > len(execs)
 		r.rep.Processes.Execs = nonNil(execs)
-		if r.events.Lost() == 0 {
+		if whole && r.events.Lost() == 0 {
+			// Only a whole log tells every process of the tree.
 			r.inTree = r.events.InTree([]int{r.sb.InitPid(), cmdPid})
 		}
 	}
