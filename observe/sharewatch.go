@@ -45,8 +45,8 @@ import (
 //   - What. Per path, the first and last events say whether it was there before and is there after:
 //     created, modified (written, truncated, chmod, chown, a file opened for writing and closed), or
 //     deleted; a temporary file created and removed within the run is not listed. A rename is the old
-//     path deleted and the new one created (also when it replaced a file); a directory renamed is
-//     listed as itself, not its entries. The kernel merges a queued event with a later one of the same
+//     path deleted and the new one created, or modified when it replaced an entry (an editor's save,
+//     sed -i); a directory renamed is listed as itself, not its entries. The kernel merges a queued event with a later one of the same
 //     process on the same inode (create, write, delete of a temporary file become one event): they are
 //     taken in the only order one inode allows.
 //   - Bounds. The kernel's queue holds 16384 events by default: an overflow is a Problem, as is any
@@ -75,6 +75,7 @@ type ShareWatch struct {
 	// before, they shared one anonymous inode and nothing is kept.
 	pidfs    bool
 	lastFrom uint64 // CLOCK_MONOTONIC before the last read that left the queue empty
+	renamed  int    // index in ops of the last event's rename target, else -1
 }
 
 // WatchedShare is one writable share: its host path (resolved, no link in it) and where the sandbox
@@ -133,6 +134,7 @@ const (
 	opCreate opKind = iota
 	opDelete
 	opWrite
+	opReplace // a rename onto an entry that was there: the path existed before and exists after
 )
 
 // pendingOp is an operation whose directory could not be opened when it was read (gone already): it is
@@ -170,7 +172,7 @@ func StartShareWatch(opts ShareWatchOptions) (*ShareWatch, error) {
 		opts.MaxEntries = DefaultMaxEntries
 	}
 	w := &ShareWatch{opts: opts, byFsid: map[[2]int32]*os.File{}, done: make(chan struct{}),
-		places: map[string]place{}, verdicts: map[uint64]bool{}}
+		places: map[string]place{}, verdicts: map[uint64]bool{}, renamed: -1}
 	ok := false
 	defer func() {
 		if !ok {
@@ -356,6 +358,18 @@ func (w *ShareWatch) event(b []byte, lower, upper uint64) {
 		w.malformedEvent(err)
 		return
 	}
+	renamed := w.renamed
+	w.renamed = -1
+	if !ev.hasDir {
+		// A rename that replaced an entry: right after the rename's event, the kernel reports the link
+		// count drop of the entry it replaced, by that inode alone. Other events without a directory
+		// concern an inode no longer linked anywhere (the drop of an unlink, a write through an fd of a
+		// removed file), of which the removal is the event that counts.
+		if renamed >= 0 && ev.mask&unix.FAN_ATTRIB != 0 && w.ops[renamed].pid == ev.pid {
+			w.ops[renamed].kind = opReplace
+		}
+		return
+	}
 	if _, ok := w.byFsid[ev.fsid]; ok && ev.mask&unix.FAN_RENAME != 0 && ev.mask&unix.FAN_ONDIR != 0 {
 		// Every path below the directory moved, whoever moved it (the host too: into a share, out of one).
 		clear(w.places)
@@ -364,9 +378,7 @@ func (w *ShareWatch) event(b []byte, lower, upper uint64) {
 	if ev.pid <= 0 {
 		return // the kernel's own doing
 	}
-	if _, ok := w.byFsid[ev.fsid]; !ok || !ev.hasDir {
-		// No directory: an inode no longer linked anywhere (the link count drop of an unlink, a write
-		// through an fd of a removed file), of which the removal is the event that counts.
+	if _, ok := w.byFsid[ev.fsid]; !ok {
 		return
 	}
 	if pl, ok := w.places[ev.dirKey]; ok && pl.share < 0 && ev.mask&unix.FAN_RENAME == 0 {
@@ -384,7 +396,11 @@ func (w *ShareWatch) event(b []byte, lower, upper uint64) {
 		op.kind = opDelete
 		w.place(op, ev.fsid, ev.oldFH, ev.oldKey, ev.old, "")
 		op.kind = opCreate
+		n := len(w.ops)
 		w.place(op, ev.fsid, ev.dirFH, ev.dirKey, ev.name, ev.target)
+		if len(w.ops) > n && w.ops[n].kind == opCreate && w.ops[n].name == ev.name && w.ops[n].pid == ev.pid {
+			w.renamed = n
+		}
 		return
 	}
 	// The kernel merges a queued event with a later one of the same process on the same entry (the
@@ -758,12 +774,12 @@ func (w *ShareWatch) states(sandbox func(shareOp) bool) (map[string]*pathState, 
 		p := w.sandboxPath(op)
 		st := states[p]
 		if st == nil {
-			st = &pathState{before: op.kind != opCreate, exists: true}
+			st = &pathState{before: op.kind != opCreate, exists: true} // a replaced entry was there
 			states[p] = st
 			order = append(order, p)
 		}
 		if op.kind != opWrite {
-			st.exists = op.kind == opCreate // a write changes no entry: to a removed file, it stays removed
+			st.exists = op.kind != opDelete // a write changes no entry: to a removed file, it stays removed
 		}
 		st.dir = op.dir
 		st.host = op

@@ -49,7 +49,7 @@ func changePaths(cs []report.FileChange) []string {
 // TestShareWatchNetChanges: what a sequence of operations adds up to, per path.
 func TestShareWatchNetChanges(t *testing.T) {
 	dir := t.TempDir()
-	for _, n := range []string{"mod", "del", "ren", "over", "rewritten", "unlinked"} {
+	for _, n := range []string{"mod", "del", "ren", "over", "rewritten", "unlinked", "victim"} {
 		write(t, filepath.Join(dir, n), "a")
 	}
 	os.Mkdir(filepath.Join(dir, "olddir"), 0o755)
@@ -67,6 +67,8 @@ func TestShareWatchNetChanges(t *testing.T) {
 	os.Remove(j("del"))
 	os.Rename(j("ren"), j("ren2"))
 	os.Rename(j("over"), j("mod2")) // new name, old one gone
+	write(t, j("edit.tmp"), "saved")
+	os.Rename(j("edit.tmp"), j("victim")) // an editor's save: the path was there, now with new content
 	os.Remove(j("rewritten"))
 	write(t, j("rewritten"), "again") // removed and made again: modified
 	write(t, j("tmp"), "t")
@@ -93,7 +95,7 @@ func TestShareWatchNetChanges(t *testing.T) {
 	}
 	want := map[string][]string{
 		"created":  {"/s/a:dir", "/s/a/b:dir", "/s/a/b/c:file", "/s/mod2:file", "/s/moved:dir", "/s/moved/in:file", "/s/new:file", "/s/ren2:file"},
-		"modified": {"/s/attrdir:dir", "/s/mod:file", "/s/rewritten:file"},
+		"modified": {"/s/attrdir:dir", "/s/mod:file", "/s/rewritten:file", "/s/victim:file"},
 		"deleted":  {"/s/del:file", "/s/movedir:dir", "/s/olddir:dir", "/s/olddir/f:file", "/s/over:file", "/s/ren:file", "/s/unlinked:file"},
 	}
 	got := map[string][]string{"created": changePaths(sc.Created), "modified": changePaths(sc.Modified), "deleted": changePaths(sc.Deleted)}
@@ -103,7 +105,7 @@ func TestShareWatchNetChanges(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], want[k])
 		}
 	}
-	if sc.Total != (report.Totals{Created: 8, Modified: 3, Deleted: 7}) {
+	if sc.Total != (report.Totals{Created: 8, Modified: 4, Deleted: 7}) {
 		t.Errorf("total = %+v", sc.Total)
 	}
 	for _, c := range sc.Created {
