@@ -26,6 +26,10 @@
 //   - [Changes], [ChangesSince] and [Copier]: files created, modified and deleted, from the overlay's
 //     upper layer, read by fd without following links and within bounds; copied out for review
 //     through root handles (package internal/safefs) that no link can leave.
+//   - [StartShareWatch] and [ShareWatch.Stop]: what the sandbox's processes created, modified and
+//     deleted below writable shares (the host's directories bound in), from fanotify events of a
+//     filesystem mark, sorted by the process's pid namespace or the exec stream's fork tree
+//     ([Events.InTree]); root only (sharewatch.go says how and where it stops).
 //   - [StartDenials] and [DenialsCollector.Stop]: what the kernel's audit records say the sandbox was
 //     refused; [MergeDenials] lays them under what sbx recorded itself (package sandbox's seccomp
 //     notification listener), without duplicates.
@@ -46,7 +50,7 @@
 //     namespace holds. MPTCP sockets are not dumped (that would load a kernel module); their TCP subflows
 //     show without an owner.
 //   - File changes are those of the overlay's upper layer: writes through other mounts (shared host paths)
-//     are not seen, and the old contents of a directory replaced as a whole (opaque) are not listed as
+//     are [ShareWatch]'s, for root only, and the old contents of a directory replaced as a whole (opaque) are not listed as
 //     deleted. Each list keeps its first [DefaultMaxEntries] (with totals); trees nested deeper than 256
 //     levels are not read (a Problem says so).
 package observe

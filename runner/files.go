@@ -90,11 +90,24 @@ func (r *run) fileChanges() {
 		collect(fc, "/dev/shm")
 	}
 	r.copyNotes(cp)
-	if shares := r.writableShares(); len(shares) > 0 {
+	seen := map[string]bool{}
+	complete := false
+	if sc := r.stopShareWatch(); sc != nil {
+		collect(&sc.FileChanges, "/")
+		for _, c := range slices.Concat(sc.Created, sc.Modified, sc.Deleted) {
+			seen[c.Path] = true
+		}
+		complete = len(sc.Problems) == 0 && sc.Unsettled == 0
+	}
+	if shares := r.writableShares(); len(shares) > 0 && !complete {
+		// Without a complete watch (rootless runs; a watch that lost events) the persistence places
+		// are looked at by their ctime. A complete watch knows better: a host process's change there
+		// is not the command's.
 		sc, sm, err := shareChanges(shares, r.started)
 		if err != nil {
 			r.rep.MarkIncomplete("file changes in writable shares", err)
 		}
+		sc, sm = notListed(sc, seen), notListed(sm, seen)
 		created, modified = append(created, sc...), append(modified, sm...)
 		total.Created += len(sc)
 		total.Modified += len(sm)
@@ -121,21 +134,37 @@ func (r *run) fileChanges() {
 	}
 }
 
-// writableShares are the run's writable shares, and the report's notes say what of them is looked at.
+// writableShares are the run's writable shares.
 func (r *run) writableShares() []shareAt {
 	var out []shareAt
-	var names []string
 	for _, sh := range r.sb.Shares() {
 		if sh.Writable {
 			out = append(out, shareAt{host: sh.Host, sandbox: sh.Sandbox})
-			names = append(names, sh.Sandbox)
 		}
 	}
-	if len(out) > 0 {
-		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("writable shares (%s): what the command writes there lands on the host at once and is not listed in files, but for the places below each share's top where persistence lies (.git/hooks, .git/config, .envrc, shell startup and ssh files, systemd user units, python .pth files), which are listed and judged when the run changed them",
-			strings.Join(names, ", ")))
-	}
 	return out
+}
+
+// shareNote says in the report what of the writable shares is looked at.
+func (r *run) shareNote() {
+	var names []string
+	for _, sh := range r.writableShares() {
+		names = append(names, sh.sandbox)
+	}
+	if len(names) == 0 {
+		return
+	}
+	note := fmt.Sprintf("writable shares (%s): what the command writes there lands on the host at once", strings.Join(names, ", "))
+	if r.shareWatch != nil {
+		note += "; what the sandbox's processes created, modified or deleted there is listed in files from the kernel's file events (a directory renamed is listed as itself, not its entries; a write through a shared memory map shows when the file is closed); the host's own writes there are left out"
+	} else {
+		why := "the kernel's file events need root"
+		if !sandbox.Rootless() {
+			why = "the kernel's file events could not be had: see file changes in writable shares"
+		}
+		note += " and is not listed in files (" + why + "), but for the places below each share's top where persistence lies (.git/hooks, .git/config, .envrc, shell startup and ssh files, systemd user units, python .pth files), which are listed and judged when the run changed them"
+	}
+	r.rep.Notes = append(r.rep.Notes, note)
 }
 
 // persistenceIn says which paths of a layer mounted at at could be persistence (observe.Limits.Keep).

@@ -138,6 +138,7 @@ func runWith(ctx context.Context, o Options, create func() (*sandbox.Sandbox, er
 		if events != nil {
 			events.Stop(nil)
 		}
+		r.stopShareWatch()
 	}
 	t3 := time.Now()
 	if derr := finish(sb); derr != nil {
@@ -217,6 +218,9 @@ type run struct {
 	ran         bool      // the command ran and the report holds its observations
 	changesDir  *os.File  // --changes DIR, opened once before the command runs
 	started     time.Time // just before the command started: what a writable share shows changed since is the run's
+	shareWatch  *observe.ShareWatch
+	// inTree says whether a pid was the sandbox's at some time of a window (exec stream), nil without it.
+	inTree func(pid int, from, to uint64) bool
 }
 
 func (r *run) execute(ctx context.Context, t0 time.Time) error {
@@ -230,6 +234,8 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 			return err
 		}
 	}
+	r.startShareWatch()
+	r.shareNote()
 	t1 := time.Now()
 	r.started = t1
 	r.rep.Timings.Setup = ms(t1.Sub(t0))
@@ -433,6 +439,7 @@ func bound(rep *report.Report) {
 func (r *run) observeAfterward(cmdPid int) {
 	if r.events != nil {
 		execs, err := r.events.Stop([]int{r.sb.InitPid(), cmdPid})
+		whole := err == nil
 		if err != nil {
 			r.rep.MarkIncomplete("exec events", err)
 		}
@@ -452,6 +459,10 @@ func (r *run) observeAfterward(cmdPid int) {
 		}
 		r.rep.Processes.ExecsTruncated = r.rep.Processes.ExecsTotal > len(execs)
 		r.rep.Processes.Execs = nonNil(execs)
+		if whole && r.events.Lost() == 0 {
+			// Only a whole log tells every process of the tree.
+			r.inTree = r.events.InTree([]int{r.sb.InitPid(), cmdPid})
+		}
 	}
 	r.fileChanges()
 	if n := r.sb.Network(); n != nil {

@@ -6,26 +6,35 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // A writable share is the host's directory itself, bound into the sandbox: what the command writes
-// there lands on the host at once, with no layer to compare, so the file lists leave it out. Walking
-// every writable share after each run would cost time in proportion to its size (a shared cache holds
-// hundreds of thousands of files). What must not pass unseen is persistence planted through one: a git
-// hook in a shared project, an .envrc, a shell startup file or an authorized key in a shared home. So
-// after the run sbx looks at the places below each writable share's top where the persistence table's
-// files lie (shareProbes), and lists those the run created or changed, found by their ctime, which a
-// command cannot set back; the persistence rules then judge them as any other change.
+// there lands on the host at once, with no layer to compare. For root runs sbx records it as it happens
+// from the kernel's file events (observe.ShareWatch, started before the command, read until the sandbox
+// is frozen or gone): every path below a writable share that the sandbox's processes created, modified
+// or deleted is listed and judged as the changes of the sandbox's own layers are; the host's own writes
+// there are not the command's and are left out.
 //
-// What lies elsewhere in a share (an .envrc three directories down, a hook of a repository nested in
-// the share) is not looked at: the report's notes say so for every run with a writable share.
+// Without root the kernel gives no such events (filesystem marks and open_by_handle_at need
+// CAP_SYS_ADMIN and CAP_DAC_READ_SEARCH): walking every writable share after each run would cost time in
+// proportion to its size (a shared cache holds hundreds of thousands of files). What must not pass
+// unseen is persistence planted through one: a git hook in a shared project, an .envrc, a shell startup
+// file or an authorized key in a shared home. So after every run sbx also looks at the places below each
+// writable share's top where the persistence table's files lie (shareProbes), and lists those the run
+// created or changed, found by their ctime, which a command cannot set back; the persistence rules then
+// judge them as any other change. What lies elsewhere in a share is, for rootless runs, not looked at:
+// the report's notes say so. Root runs look at those places too when their watch could not see
+// everything (its Problems make the run incomplete, and a hook must not pass meanwhile).
 
 // shareProbes are the paths below a writable share's top where persistence files lie, as globs (one
 // element at a time; * within an element).
@@ -153,4 +162,62 @@ func changedSince(root *os.Root, rel string, since time.Time) (report.FileChange
 		c.Kind = "other"
 	}
 	return c, true
+}
+
+// startShareWatch starts recording what the sandbox's processes change below its writable shares, for
+// root runs. A root run whose watch cannot start is incomplete; a rootless one keeps the probes only.
+func (r *run) startShareWatch() {
+	shares := r.writableShares()
+	if len(shares) == 0 || sandbox.Rootless() {
+		return
+	}
+	// Processes are told the sandbox's by their pid namespace: one shared with sbx's would take the
+	// whole host for the sandbox.
+	if own, theirs := nsIno("/proc/self/ns/pid"), nsIno(fmt.Sprintf("/proc/%d/ns/pid", r.sb.InitPid())); own == 0 || own == theirs {
+		r.rep.MarkIncomplete("file changes in writable shares", errors.New("the sandbox's pid namespace could not be told from sbx's"))
+		return
+	}
+	var watched []observe.WatchedShare
+	for _, sh := range shares {
+		watched = append(watched, observe.WatchedShare{Host: sh.host, Sandbox: sh.sandbox})
+	}
+	w, err := observe.StartShareWatch(observe.ShareWatchOptions{Shares: watched, InitPid: r.sb.InitPid(),
+		Keep: policy.MaybePersistence})
+	if err != nil {
+		r.rep.MarkIncomplete("file changes in writable shares", err)
+		return
+	}
+	r.shareWatch = w
+}
+
+// stopShareWatch ends the watch and returns what the sandbox's processes changed below the writable
+// shares; nil without a watch. What it could not see makes the run incomplete.
+func (r *run) stopShareWatch() *observe.ShareChanges {
+	w := r.shareWatch
+	if w == nil {
+		return nil
+	}
+	r.shareWatch = nil
+	sc := w.Stop(r.inTree)
+	for _, p := range sc.Problems {
+		r.rep.MarkIncomplete("file changes in writable shares", errors.New(p))
+	}
+	for _, n := range sc.Notes {
+		r.rep.Notes = append(r.rep.Notes, "file changes in writable shares: "+n)
+	}
+	return sc
+}
+
+// notListed drops from cs the paths of seen.
+func notListed(cs []report.FileChange, seen map[string]bool) []report.FileChange {
+	return slices.DeleteFunc(cs, func(c report.FileChange) bool { return seen[c.Path] })
+}
+
+// nsIno is the inode of the namespace file p, 0 when it cannot be read.
+func nsIno(p string) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(p, &st) != nil {
+		return 0
+	}
+	return st.Ino
 }

@@ -1,0 +1,909 @@
+package observe
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/safefs"
+	"github.com/sbx-dev/sbx/report"
+)
+
+// A writable share is the host's directory bound into the sandbox: what the command writes there lands
+// on the host at once, with no layer to compare afterwards. ShareWatch records it as it happens, from
+// the kernel's file events (fanotify), for root only:
+//
+//   - Mark. A filesystem mark (FAN_MARK_FILESYSTEM) on each share's file system, the only mark that
+//     gives directory-entry events (create, delete, rename): the kernel refuses them on a mount mark
+//     (EINVAL, checked on 6.18), and an inode mark would need a walk of the whole share. Events come
+//     with the directory's file handle and the entry's name (FAN_REPORT_DFID_NAME), the entry's own
+//     handle (FAN_REPORT_TARGET_FID) and a pidfd of the process (FAN_REPORT_PIDFD). The mark sees the
+//     whole file system, the host's processes included: the reader sorts.
+//   - Whose. A process still alive when its event is read is the sandbox's when its pid namespace is the
+//     sandbox's or one below it, asked through the event's pidfd, which names that very process (no pid
+//     number that could have been reused). One that exited before the event was read has no pidfd (or
+//     one whose namespace can no longer be asked): its event keeps the pid number and the read's time window, and Stop counts it when the exec stream saw
+//     a process of that number in the sandbox's fork tree during that window (the host would have to
+//     hand the same number out twice within the window for a host process to be taken for it).
+//   - Where. The directory's handle is opened (open_by_handle_at, O_PATH: no link is followed, nothing
+//     is opened for reading) on the share's own file system, and its path, as the kernel has it, placed
+//     below a share or not; names come from the event. A directory gone before its event is read is
+//     placed by the handle its own removal or creation event carried, once that is known. What cannot
+//     be placed at all is a Problem: the lists may miss it. At Stop each entry's directory is looked up
+//     again, so that an entry is listed where it ended, not where a renamed directory held it for a
+//     while.
+//   - What. Per path, the first and last events say whether it was there before and is there after:
+//     created, modified (written, truncated, chmod, chown, a file opened for writing and closed), or
+//     deleted; a temporary file created and removed within the run is not listed. A rename is the old
+//     path deleted and the new one created, or modified when it replaced an entry (an editor's save,
+//     sed -i); a directory renamed is listed as itself, not its entries. The kernel merges a queued event with a later one of the same
+//     process on the same inode (create, write, delete of a temporary file become one event): they are
+//     taken in the only order one inode allows.
+//   - Bounds. The kernel's queue holds 16384 events by default: an overflow is a Problem, as is any
+//     read error. The recorded operations and the paths listed are bounded (MaxEntries): past them
+//     counting goes on, Truncated says so, and paths Keep names are kept up to as many more.
+type ShareWatch struct {
+	f      *os.File
+	shares []watchedShare
+	byFsid map[[2]int32]*os.File // a share root's handle opened for reading, per file system id
+	opts   ShareWatchOptions
+	pidNS  nsID
+
+	done     chan struct{}
+	mu       sync.Mutex // guards what the reader fills and Stop reads after it ended
+	ops      []shareOp
+	dropped  int // operations past the bound
+	problems []string
+	overflow bool
+	unplaced []pendingOp
+	settling bool // settlePending runs: what it places does not call it again
+	// lostPending counts operations past maxPending, malformed the events past maxProblems.
+	lostPending, malformed int
+	places                 map[string]place // handle key -> where that directory is
+	verdicts               map[uint64]bool  // pidfs inode of a live process -> whether it is the sandbox's
+	// pidfs: pidfds have an inode of their own per process (Linux 6.9), which verdicts are kept by;
+	// before, they shared one anonymous inode and nothing is kept.
+	pidfs    bool
+	lastFrom uint64 // CLOCK_MONOTONIC before the last read that left the queue empty
+	renamed  int    // index in ops of the last event's rename target, else -1
+}
+
+// WatchedShare is one writable share: its host path (resolved, no link in it) and where the sandbox
+// shows it.
+type WatchedShare struct{ Host, Sandbox string }
+
+// ShareWatchOptions is what StartShareWatch watches and how much it keeps.
+type ShareWatchOptions struct {
+	Shares []WatchedShare
+	// InitPid is the sandbox's init on the host: its pid namespace, and those below it, are the sandbox's.
+	InitPid int
+	// MaxEntries bounds the operations recorded and each list of the result (DefaultMaxEntries).
+	MaxEntries int
+	// Keep, when set, says which sandbox paths are kept past MaxEntries (see Limits.Keep).
+	Keep func(sandboxPath string) bool
+}
+
+type watchedShare struct {
+	WatchedShare
+	file  bool // a file shared by itself: only its own name in its directory
+	real  string
+	root  *os.File // O_PATH handle of the share (of its directory, for a file)
+	mount *os.File // the same, opened for reading: open_by_handle_at and fanotify_mark refuse O_PATH
+	fsid  [2]int32
+}
+
+// nsID is a namespace's identity: the device and inode of its nsfs file.
+type nsID struct{ dev, ino uint64 }
+
+// A place is where a directory is: below share (index, path relative to the share's root, "." for
+// the root) or outside every share (share -1).
+type place struct {
+	share int
+	rel   string
+}
+
+var outside = place{share: -1}
+
+// shareOp is one recorded operation on a path below a share, with who did it: sure for a process
+// known to be the sandbox's at read time; else the pid and the window (CLOCK_MONOTONIC) the event was
+// generated in, for Stop to settle.
+type shareOp struct {
+	share        int
+	rel          string // where the entry was when its event was read
+	dirKey, name string // its directory's handle and its name: where it is at the end
+	kind         opKind
+	dir          bool
+	sure         bool
+	pid          int
+	from, to     uint64
+}
+
+type opKind uint8
+
+const (
+	opCreate opKind = iota
+	opDelete
+	opWrite
+	opReplace // a rename onto an entry that was there: the path existed before and exists after
+)
+
+// pendingOp is an operation whose directory could not be opened when it was read (gone already): it is
+// placed once the directory's handle is known from another event.
+type pendingOp struct {
+	op                   shareOp
+	dirKey, name, target string
+}
+
+// ErrShareWatch is matched by StartShareWatch's errors: the kernel's file events cannot be had (not
+// root, no fanotify), which callers report as the note it is for rootless runs.
+var ErrShareWatch = errors.New("cannot watch writable shares")
+
+// shareEvents are the events asked for: every change of a directory entry, of a file's data or of its
+// attributes, on directories too.
+const shareEvents = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_RENAME | unix.FAN_MODIFY |
+	unix.FAN_ATTRIB | unix.FAN_CLOSE_WRITE | unix.FAN_ONDIR
+
+// Bounds of the reader's own state.
+const (
+	maxPending     = 4096 // operations waiting for their directory to be placed
+	maxPlaces      = 8192 // cached directory places (then the cache starts over)
+	maxVerdicts    = 8192 // cached live-process verdicts (idem)
+	maxNameBytes   = 4096
+	maxHandleBytes = 128 // the kernel's MAX_HANDLE_SZ
+	shareReadSize  = 64 << 10
+	maxEventBytes  = 4096 // more than the metadata, a pidfd and three fid records with a name of 255 bytes
+)
+
+// StartShareWatch marks the file systems of opts.Shares and starts reading their events. Call it
+// before the command starts: what happens before is not seen. It needs CAP_SYS_ADMIN (filesystem
+// marks) and CAP_DAC_READ_SEARCH (open_by_handle_at): without them it returns ErrShareWatch.
+func StartShareWatch(opts ShareWatchOptions) (*ShareWatch, error) {
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = DefaultMaxEntries
+	}
+	w := &ShareWatch{opts: opts, byFsid: map[[2]int32]*os.File{}, done: make(chan struct{}),
+		places: map[string]place{}, verdicts: map[uint64]bool{}, renamed: -1}
+	ok := false
+	defer func() {
+		if !ok {
+			w.close()
+		}
+	}()
+	var err error
+	if w.pidNS, err = nsOf(fmt.Sprintf("/proc/%d/ns/pid", opts.InitPid)); err != nil {
+		return nil, fmt.Errorf("reading the sandbox's pid namespace: %w", err)
+	}
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|
+		unix.FAN_REPORT_DFID_NAME_TARGET|unix.FAN_REPORT_PIDFD, unix.O_RDONLY|unix.O_LARGEFILE)
+	if err != nil {
+		return nil, fmt.Errorf("%w: fanotify_init: %w", ErrShareWatch, err)
+	}
+	w.f = os.NewFile(uintptr(fd), "fanotify")
+	w.pidfs = pidfdsArePidfs()
+	w.lastFrom = monotonic() // the first read's window starts before the first mark
+	for _, sh := range opts.Shares {
+		if err := w.add(sh); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	go w.read()
+	return w, nil
+}
+
+// add opens one share's root and marks its file system (once per file system).
+func (w *ShareWatch) add(sh WatchedShare) error {
+	ws := watchedShare{WatchedShare: sh}
+	dir := sh.Host
+	if st, err := os.Lstat(sh.Host); err == nil && !st.IsDir() {
+		ws.file, dir = true, path.Dir(sh.Host)
+	}
+	root, err := safefs.OpenNoLinks(dir)
+	if err != nil {
+		return fmt.Errorf("opening the share %s: %w", sh.Host, err)
+	}
+	ws.root = root
+	w.shares = append(w.shares, ws)
+	if ws.real, err = safefs.Path(root); err != nil {
+		return fmt.Errorf("opening the share %s: %w", sh.Host, err)
+	}
+	if ws.mount, err = safefs.OpenDir(root, ""); err != nil {
+		return fmt.Errorf("opening the share %s: %w", sh.Host, err)
+	}
+	w.shares[len(w.shares)-1] = ws
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(root.Fd()), &sfs); err != nil {
+		return fmt.Errorf("opening the share %s: %w", sh.Host, err)
+	}
+	ws.fsid = sfs.Fsid.Val
+	w.shares[len(w.shares)-1] = ws
+	if _, ok := w.byFsid[ws.fsid]; ok {
+		return nil
+	}
+	w.byFsid[ws.fsid] = ws.mount
+	err = unix.FanotifyMark(int(w.f.Fd()), unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, shareEvents, int(ws.mount.Fd()), "")
+	if err != nil {
+		return fmt.Errorf("%w: marking the file system of %s: %w", ErrShareWatch, sh.Host, err)
+	}
+	return nil
+}
+
+func (w *ShareWatch) close() {
+	if w.f != nil {
+		w.f.Close()
+	}
+	for _, sh := range w.shares {
+		sh.root.Close()
+		if sh.mount != nil {
+			sh.mount.Close()
+		}
+	}
+}
+
+// pidfdsArePidfs says whether this kernel's pidfds live in pidfs, with an inode per process.
+func pidfdsArePidfs() bool {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var sfs unix.Statfs_t
+	return unix.Fstatfs(fd, &sfs) == nil && sfs.Type == unix.PID_FS_MAGIC
+}
+
+// nsOf is the identity of the namespace file p.
+func nsOf(p string) (nsID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return nsID{}, err
+	}
+	return nsID{st.Dev, st.Ino}, nil
+}
+
+// read reads events until Stop sets a deadline, then returns; Stop drains the rest.
+func (w *ShareWatch) read() {
+	defer close(w.done)
+	buf := make([]byte, shareReadSize)
+	for {
+		from := monotonic()
+		n, err := w.f.Read(buf)
+		if err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				w.problem(fmt.Sprintf("reading file events: %v", err))
+			}
+			return
+		}
+		w.batch(buf[:n], from)
+	}
+}
+
+// batch handles the events of one read, begun at from. An event of this read was queued after the
+// previous read that left the queue empty began (lastFrom), and before now.
+// A read that may have left events queued (its buffer could not take one more) does not move the lower
+// bound of the next read's window.
+func (w *ShareWatch) batch(b []byte, from uint64) {
+	to, n := monotonic(), len(b)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lower := w.lastFrom
+	for len(b) >= unix.FAN_EVENT_METADATA_LEN {
+		n := int(binary.NativeEndian.Uint32(b))
+		if n < unix.FAN_EVENT_METADATA_LEN || n > len(b) {
+			w.malformedEvent(errMalformed)
+			break
+		}
+		w.event(b[:n], lower, to)
+		b = b[n:]
+	}
+	if n < shareReadSize-maxEventBytes {
+		w.lastFrom = from
+	}
+}
+
+// malformedEvent records an event that could not be read, bounded (called with mu held).
+func (w *ShareWatch) malformedEvent(err error) {
+	if w.malformed++; w.malformed <= maxProblems {
+		w.problems = append(w.problems, err.Error())
+	}
+}
+
+// problem records what makes the lists incomplete.
+func (w *ShareWatch) problem(p string) {
+	w.mu.Lock()
+	w.problems = append(w.problems, p)
+	w.mu.Unlock()
+}
+
+// rawEvent is one event's fields, decoded.
+type rawEvent struct {
+	mask           uint64
+	pid            int
+	pidfd          int32
+	fsid           [2]int32
+	dirKey, name   string // the directory (key of its handle) and the entry's name
+	oldKey, old    string // a rename's old directory and name
+	target         string // the entry's own handle key (directories only matter)
+	dirFH, oldFH   fh
+	hasDir, hasOld bool
+}
+
+// fh is a file handle as the event carries it (bytes point into the read buffer: used before the next
+// read only).
+type fh struct {
+	typ   int32
+	bytes []byte
+}
+
+// event handles one event (called with mu held).
+func (w *ShareWatch) event(b []byte, lower, upper uint64) {
+	ev, err := decodeEvent(b)
+	if ev.pidfd >= 0 {
+		defer unix.Close(int(ev.pidfd))
+	}
+	if ev.mask&unix.FAN_Q_OVERFLOW != 0 {
+		w.overflow = true
+		return
+	}
+	if err != nil {
+		w.malformedEvent(err)
+		return
+	}
+	renamed := w.renamed
+	w.renamed = -1
+	if !ev.hasDir {
+		// A rename that replaced an entry: right after the rename's event, the kernel reports the link
+		// count drop of the entry it replaced, by that inode alone. Other events without a directory
+		// concern an inode no longer linked anywhere (the drop of an unlink, a write through an fd of a
+		// removed file), of which the removal is the event that counts.
+		if renamed >= 0 && ev.mask&unix.FAN_ATTRIB != 0 && w.ops[renamed].pid == ev.pid {
+			w.ops[renamed].kind = opReplace
+		}
+		return
+	}
+	if _, ok := w.byFsid[ev.fsid]; ok && ev.mask&unix.FAN_RENAME != 0 && ev.mask&unix.FAN_ONDIR != 0 {
+		// Every path below the directory moved, whoever moved it (the host too: into a share, out of one).
+		clear(w.places)
+	}
+	op := shareOp{dir: ev.mask&unix.FAN_ONDIR != 0, pid: ev.pid, from: lower, to: upper}
+	if ev.pid <= 0 {
+		return // the kernel's own doing
+	}
+	if _, ok := w.byFsid[ev.fsid]; !ok {
+		return
+	}
+	if pl, ok := w.places[ev.dirKey]; ok && pl.share < 0 && ev.mask&unix.FAN_RENAME == 0 {
+		w.record(op, pl, ev.name, ev.target) // outside every share, whoever did it: most of a busy host's
+		return
+	}
+	if ev.pidfd >= 0 {
+		in, known := w.sandboxProcess(int(ev.pidfd))
+		if known && !in {
+			return
+		}
+		op.sure = known
+	}
+	if ev.mask&unix.FAN_RENAME != 0 { // never merged with another event
+		op.kind = opDelete
+		w.place(op, ev.fsid, ev.oldFH, ev.oldKey, ev.old, "")
+		op.kind = opCreate
+		n := len(w.ops)
+		w.place(op, ev.fsid, ev.dirFH, ev.dirKey, ev.name, ev.target)
+		if len(w.ops) > n && w.ops[n].kind == opCreate && w.ops[n].name == ev.name && w.ops[n].pid == ev.pid {
+			w.renamed = n
+		}
+		return
+	}
+	// The kernel merges a queued event with a later one of the same process on the same entry (the
+	// same directory, name and inode: TARGET_FID makes the inode part of it), ORing the masks. An
+	// inode is created before it is written or removed: in that order.
+	for _, k := range []struct {
+		mask uint64
+		kind opKind
+	}{{unix.FAN_CREATE, opCreate}, {unix.FAN_MODIFY | unix.FAN_ATTRIB | unix.FAN_CLOSE_WRITE, opWrite}, {unix.FAN_DELETE, opDelete}} {
+		if ev.mask&k.mask != 0 && !(k.kind == opWrite && ev.mask&unix.FAN_CREATE != 0) {
+			op.kind = k.kind
+			w.place(op, ev.fsid, ev.dirFH, ev.dirKey, ev.name, ev.target)
+		}
+	}
+}
+
+// decodeEvent reads an event's metadata and information records. It reads every record whatever it
+// finds wrong in one, so that the pidfd the kernel installed is always known (and closed).
+func decodeEvent(b []byte) (rawEvent, error) {
+	ev := rawEvent{mask: binary.NativeEndian.Uint64(b[8:]), pid: int(int32(binary.NativeEndian.Uint32(b[20:]))), pidfd: -1}
+	meta := int(binary.NativeEndian.Uint16(b[6:]))
+	if meta < unix.FAN_EVENT_METADATA_LEN || meta > len(b) {
+		return ev, errMalformed
+	}
+	var first error
+	for r := b[meta:]; len(r) >= 4; {
+		typ, n := r[0], int(binary.NativeEndian.Uint16(r[2:]))
+		if n < 4 || n > len(r) {
+			return ev, errMalformed
+		}
+		rec := r[4:n]
+		r = r[n:]
+		if typ == unix.FAN_EVENT_INFO_TYPE_PIDFD {
+			if len(rec) >= 4 {
+				ev.pidfd = int32(binary.NativeEndian.Uint32(rec))
+			}
+			continue
+		}
+		h, name, fsid, key, err := decodeFid(rec)
+		if err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		switch typ {
+		case unix.FAN_EVENT_INFO_TYPE_DFID_NAME, unix.FAN_EVENT_INFO_TYPE_DFID, unix.FAN_EVENT_INFO_TYPE_NEW_DFID_NAME:
+			ev.fsid, ev.dirFH, ev.dirKey, ev.name, ev.hasDir = fsid, h, key, name, true
+		case unix.FAN_EVENT_INFO_TYPE_OLD_DFID_NAME:
+			ev.oldFH, ev.oldKey, ev.old, ev.hasOld = h, key, name, true
+		case unix.FAN_EVENT_INFO_TYPE_FID:
+			ev.target = key
+		}
+	}
+	switch {
+	case first != nil:
+		return ev, first
+	case ev.mask&(unix.FAN_CREATE|unix.FAN_DELETE|unix.FAN_RENAME) != 0 && !ev.hasDir,
+		ev.mask&unix.FAN_RENAME != 0 && !ev.hasOld:
+		return ev, errors.New("a file event without its directory")
+	}
+	return ev, nil
+}
+
+var errMalformed = errors.New("a malformed file event")
+
+// decodeFid reads a fid record after its header: fsid, file_handle, and the name that may follow. key
+// is the fsid and handle as they came, which names the object.
+func decodeFid(rec []byte) (h fh, name string, fsid [2]int32, key string, err error) {
+	if len(rec) < 16 {
+		return fh{}, "", fsid, "", errMalformed
+	}
+	fsid[0], fsid[1] = int32(binary.NativeEndian.Uint32(rec)), int32(binary.NativeEndian.Uint32(rec[4:]))
+	hb := int(binary.NativeEndian.Uint32(rec[8:]))
+	if hb > len(rec)-16 || hb > maxHandleBytes {
+		return fh{}, "", fsid, "", errMalformed
+	}
+	h = fh{typ: int32(binary.NativeEndian.Uint32(rec[12:])), bytes: rec[16 : 16+hb : 16+hb]}
+	n := rec[16+hb:]
+	if i := bytes.IndexByte(n, 0); i >= 0 {
+		n = n[:i]
+	}
+	if len(n) > maxNameBytes {
+		return fh{}, "", fsid, "", errMalformed
+	}
+	return h, string(n), fsid, string(rec[:16+hb]), nil
+}
+
+// sandboxProcess says whether the live process of pidfd is the sandbox's (its pid namespace is the
+// sandbox's or lies below it), and whether that could be told: a process that ended before (the kernel
+// may hand out a pidfd of a process gone) is left to Stop's window. Verdicts are kept by the pidfd's
+// inode, which pidfs never gives another process.
+func (w *ShareWatch) sandboxProcess(pidfd int) (in, known bool) {
+	var st unix.Stat_t
+	if unix.Fstat(pidfd, &st) != nil {
+		return false, false
+	}
+	if !w.pidfs {
+		return w.inSandboxNS(pidfd)
+	}
+	if v, ok := w.verdicts[st.Ino]; ok {
+		return v, true
+	}
+	in, known = w.inSandboxNS(pidfd)
+	if !known {
+		return false, false
+	}
+	if len(w.verdicts) >= maxVerdicts {
+		clear(w.verdicts)
+	}
+	w.verdicts[st.Ino] = in
+	return in, true
+}
+
+// Ioctls of pidfs and nsfs (linux/pidfd.h, linux/nsfs.h).
+const (
+	pidfdGetPidNamespace = 0xff05 // _IO(0xFF, 5)
+	nsGetParent          = 0xb702 // _IO(0xb7, 2)
+	maxPidNSDepth        = 33     // the kernel's MAX_PID_NS_LEVEL is 32
+)
+
+func (w *ShareWatch) inSandboxNS(pidfd int) (in, known bool) {
+	ns, err := unix.IoctlRetInt(pidfd, pidfdGetPidNamespace)
+	if err != nil {
+		return false, false // the process ended (ESRCH)
+	}
+	for range maxPidNSDepth {
+		var st unix.Stat_t
+		err := unix.Fstat(ns, &st)
+		if err == nil && (nsID{st.Dev, st.Ino}) == w.pidNS {
+			unix.Close(ns)
+			return true, true
+		}
+		parent, err := unix.IoctlRetInt(ns, nsGetParent)
+		unix.Close(ns)
+		if err != nil {
+			return false, true // the host's namespace: its parent is none of the caller's
+		}
+		ns = parent
+	}
+	unix.Close(ns)
+	return false, true
+}
+
+// place finds where the directory of an operation is and records the operation there: below a share,
+// nowhere (outside), or later (the directory is gone; pending). target is the entry's own handle: a
+// directory's, learnt for events in it that come later or were read before it was placed.
+func (w *ShareWatch) place(op shareOp, fsid [2]int32, h fh, key, name, target string) {
+	op.dirKey = key
+	pl, ok := w.places[key]
+	if !ok {
+		pl, ok = w.resolve(fsid, h)
+		if !ok {
+			w.pend(pendingOp{op: op, dirKey: key, name: name, target: target})
+			return
+		}
+		w.remember(key, pl)
+	}
+	w.record(op, pl, name, target)
+}
+
+// remember caches a directory's place, bounded.
+func (w *ShareWatch) remember(key string, pl place) {
+	if len(w.places) >= maxPlaces {
+		clear(w.places)
+	}
+	w.places[key] = pl
+}
+
+// record adds op on name in the directory at pl, and learns where a directory it created or removed is.
+func (w *ShareWatch) record(op shareOp, pl place, name, target string) {
+	if pl.share < 0 {
+		if target != "" && op.dir {
+			w.remember(target, outside)
+			w.settlePending(target)
+		}
+		return
+	}
+	rel := pl.rel
+	if name != "." && name != "" {
+		rel = path.Join(rel, name)
+	}
+	if target != "" && op.dir {
+		w.remember(target, place{share: pl.share, rel: rel})
+	}
+	sh := w.shares[pl.share]
+	if sh.file && rel != path.Base(sh.Host) {
+		return
+	}
+	op.share, op.rel, op.name = pl.share, rel, name
+	w.add1(op)
+	w.settlePending(target)
+}
+
+// add1 appends op, bounded; a repeat of the path's last operation by the same process is dropped.
+func (w *ShareWatch) add1(op shareOp) {
+	for i := len(w.ops) - 1; i >= 0 && i >= len(w.ops)-8; i-- {
+		if p := w.ops[i]; p.share == op.share && p.rel == op.rel {
+			if p.kind == op.kind && p.kind == opWrite && p.sure == op.sure && p.pid == op.pid {
+				return
+			}
+			break
+		}
+	}
+	max := 4 * w.opts.MaxEntries
+	if len(w.ops) >= max && (len(w.ops) >= 2*max || w.opts.Keep == nil || !w.opts.Keep(w.sandboxPath(op))) {
+		w.dropped++
+		return
+	}
+	w.ops = append(w.ops, op)
+}
+
+// pend keeps an operation whose directory is gone, to place when its handle shows up.
+func (w *ShareWatch) pend(p pendingOp) {
+	if len(w.unplaced) >= maxPending {
+		w.lostPending++
+		return
+	}
+	w.unplaced = append(w.unplaced, p)
+}
+
+// settlePending places the pending operations whose directory became known (key just learnt), and
+// those below them, until no more can be placed. Placing one may teach another directory's place (its
+// target): the loop, not a nested call, picks that up.
+func (w *ShareWatch) settlePending(key string) {
+	if key == "" || w.settling || len(w.unplaced) == 0 {
+		return
+	}
+	w.settling = true
+	defer func() { w.settling = false }()
+	for progress := true; progress; {
+		progress = false
+		var now, rest []pendingOp
+		for _, p := range w.unplaced {
+			if _, ok := w.places[p.dirKey]; ok {
+				now = append(now, p)
+			} else {
+				rest = append(rest, p)
+			}
+		}
+		w.unplaced = rest
+		for _, p := range now {
+			progress = true
+			w.record(p.op, w.places[p.dirKey], p.name, p.target)
+		}
+	}
+}
+
+// resolve opens a directory's handle and places its path: below which share, or outside; false when
+// it cannot be opened (gone) or is no longer linked.
+func (w *ShareWatch) resolve(fsid [2]int32, h fh) (place, bool) {
+	mount := w.byFsid[fsid]
+	fd, err := unix.OpenByHandleAt(int(mount.Fd()), unix.NewFileHandle(h.typ, h.bytes), unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return place{}, false
+	}
+	defer unix.Close(fd)
+	// The path first, then the link count: a directory removed is never linked again, so one still
+	// linked after the path was read had that path (a name that ends in " (deleted)" included); the
+	// other order would take the kernel's " (deleted)" mark of a removal in between for a name.
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return place{}, false
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Nlink == 0 {
+		return place{}, false
+	}
+	for i, sh := range w.shares {
+		if sh.fsid != fsid {
+			continue
+		}
+		if p == sh.real {
+			return place{share: i, rel: "."}, true
+		}
+		if rel, ok := strings.CutPrefix(p, strings.TrimSuffix(sh.real, "/")+"/"); ok && !sh.file {
+			return place{share: i, rel: rel}, true
+		}
+	}
+	return outside, true
+}
+
+func (w *ShareWatch) sandboxPath(op shareOp) string {
+	sh := w.shares[op.share]
+	if sh.file {
+		return sh.Sandbox
+	}
+	return path.Join(sh.Sandbox, op.rel)
+}
+
+// ShareChanges is what Stop found.
+type ShareChanges struct {
+	FileChanges
+	// Unsettled counts operations of processes that exited before their events were read, which could
+	// not be told the sandbox's or the host's (no exec stream): they are not listed, a Problem says so.
+	Unsettled int
+}
+
+// Stop reads the events still queued, stops watching and returns the net changes below the shares,
+// with sandbox paths. Call it once the sandbox's processes are frozen or gone. inTree says whether a
+// process of pid was in the sandbox's fork tree at some time within [from, to] (CLOCK_MONOTONIC ns):
+// it settles the operations of processes that exited before their events were read (nil: they are
+// counted as Unsettled).
+func (w *ShareWatch) Stop(inTree func(pid int, from, to uint64) bool) *ShareChanges {
+	_ = w.f.SetReadDeadline(time.Now())
+	<-w.done
+	w.drain()
+	// Closing a group with a filesystem mark waits for the kernel's SRCU grace period (1.5 to 18 ms
+	// measured here): nothing is read from it any more, so that wait is no run's.
+	go w.f.Close()
+	w.f = nil
+	defer w.close()
+	out := &ShareChanges{}
+	out.Problems = w.lost()
+	// Whose: sure, or settled by the exec stream; the rest is the host's, or Unsettled.
+	sandbox := func(op shareOp) bool {
+		switch {
+		case op.sure:
+			return true
+		case inTree == nil:
+			out.Unsettled++
+			return false
+		}
+		return inTree(op.pid, op.from, op.to)
+	}
+	unplaced := 0
+	for _, p := range w.unplaced {
+		if sandbox(p.op) {
+			unplaced++
+		}
+	}
+	if unplaced > 0 {
+		out.Problems = append(out.Problems, fmt.Sprintf("%d changes in directories removed before sbx could place them", unplaced))
+	}
+	states, order := w.states(sandbox)
+	if out.Unsettled > 0 {
+		out.Problems = append(out.Problems, fmt.Sprintf("%d changes by processes that exited before sbx read them could not be told the sandbox's or the host's (no exec stream)", out.Unsettled))
+	}
+	w.list(out, states, order)
+	return out
+}
+
+// lost says what the reading missed, whoever's it was: the queue's overflow, read errors, bounds.
+func (w *ShareWatch) lost() []string {
+	var out []string
+	for _, sh := range w.shares {
+		// Paths are placed by where the kernel has the share: moved on the host meanwhile, its
+		// changes may have been taken for another directory's.
+		if p, err := safefs.Path(sh.root); err != nil || p != sh.real {
+			out = append(out, fmt.Sprintf("the share %s was moved or removed on the host during the run", sh.Host))
+		}
+	}
+	if w.lostPending > 0 {
+		out = append(out, fmt.Sprintf("%d changes in removed directories past the bound of %d waiting to be placed", w.lostPending, maxPending))
+	}
+	if w.overflow {
+		out = append(out, "the kernel's queue of file events overflowed: changes were lost")
+	}
+	return append(out, w.problems...)
+}
+
+// states adds up the sandbox's operations per path (where each ended), in the order the paths were
+// first changed.
+func (w *ShareWatch) states(sandbox func(shareOp) bool) (map[string]*pathState, []string) {
+	states := map[string]*pathState{}
+	var order []string
+	ends := map[string]place{}
+	for _, op := range w.ops {
+		if !sandbox(op) {
+			continue
+		}
+		op.rel = w.finalRel(op, ends)
+		p := w.sandboxPath(op)
+		st := states[p]
+		if st == nil {
+			st = &pathState{before: op.kind != opCreate, exists: true} // a replaced entry was there
+			states[p] = st
+			order = append(order, p)
+		}
+		if op.kind != opWrite {
+			st.exists = op.kind != opDelete // a write changes no entry: to a removed file, it stays removed
+		}
+		st.dir = op.dir
+		st.host = op
+	}
+	return states, order
+}
+
+// finalRel is where op's entry is at the end: its directory, looked up now by its handle (once per
+// directory: ends), holds it under its name. A directory renamed after the event was read (a command
+// that moves .git away, writes a hook, and moves it back) then shows where it ended, not where it
+// passed. A directory gone or moved out of the share leaves the path of the event.
+func (w *ShareWatch) finalRel(op shareOp, ends map[string]place) string {
+	end, ok := ends[op.dirKey]
+	if !ok {
+		end = outside
+		if h, _, fsid, _, err := decodeFid([]byte(op.dirKey)); err == nil {
+			if pl, ok := w.resolve(fsid, h); ok {
+				end = pl
+			}
+		}
+		ends[op.dirKey] = end
+	}
+	if end.share != op.share {
+		return op.rel
+	}
+	rel := end.rel
+	if op.name != "." && op.name != "" {
+		rel = path.Join(rel, op.name)
+	}
+	if w.shares[op.share].file && rel != path.Base(w.shares[op.share].Host) {
+		return op.rel
+	}
+	return rel
+}
+
+// drain reads what is still queued after the reader ended.
+func (w *ShareWatch) drain() {
+	buf := make([]byte, shareReadSize)
+	for range 1 << 16 {
+		from := monotonic()
+		n, err := unix.Read(int(w.f.Fd()), buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			if err != nil && err != unix.EAGAIN {
+				w.problem(fmt.Sprintf("reading file events: %v", err))
+			}
+			return
+		}
+		w.batch(buf[:n], from)
+	}
+}
+
+// pathState is what the operations on one path add up to.
+type pathState struct {
+	before, exists, dir bool
+	host                shareOp
+}
+
+// list turns the paths' states into the lists, in the order the paths were first changed, with each
+// remaining entry's size and kind read without following a link.
+func (w *ShareWatch) list(out *ShareChanges, states map[string]*pathState, order []string) {
+	max := w.opts.MaxEntries
+	for _, p := range order {
+		st := states[p]
+		c := report.FileChange{Path: p, Kind: "file"}
+		if st.dir {
+			c.Kind = "dir"
+		}
+		var list *[]report.FileChange
+		switch {
+		case !st.before && st.exists:
+			c.Change, list = Created, &out.Created
+			out.Total.Created++
+		case st.before && st.exists:
+			c.Change, list = Modified, &out.Modified
+			out.Total.Modified++
+		case st.before && !st.exists:
+			c.Change, list = Deleted, &out.Deleted
+			out.Total.Deleted++
+		default:
+			continue // made and removed within the run
+		}
+		c.PathB64 = PathB64(p)
+		if c.Change != Deleted {
+			w.stat(&c, st.host)
+		}
+		if len(*list) >= max && (w.opts.Keep == nil || c.Change == Deleted || !w.opts.Keep(p) || len(*list) >= 2*max) {
+			out.Truncated = true
+			continue
+		}
+		*list = append(*list, c)
+	}
+	if w.dropped > 0 {
+		out.Truncated = true
+		out.Notes = append(out.Notes, fmt.Sprintf("%d more changes were not recorded past the bound of %d operations", w.dropped, 4*max))
+	}
+}
+
+// stat fills in a listed entry's size, kind, mode and times, read below the share's root handle with
+// no link followed. An entry gone meanwhile keeps what the event said.
+func (w *ShareWatch) stat(c *report.FileChange, op shareOp) {
+	dir, name := safefs.Split(op.rel)
+	d, err := safefs.Open(w.shares[op.share].root, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	var st unix.Statx_t
+	if unix.Statx(int(d.Fd()), name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC,
+		unix.STATX_TYPE|unix.STATX_MODE|unix.STATX_SIZE|unix.STATX_CTIME|unix.STATX_MTIME, &st) != nil {
+		return
+	}
+	c.Size, c.Mode = int64(st.Size), uint32(st.Mode)
+	c.CTime, c.ModTime = time.Unix(st.Ctime.Sec, int64(st.Ctime.Nsec)), time.Unix(st.Mtime.Sec, int64(st.Mtime.Nsec))
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		c.Kind = "file"
+	case unix.S_IFDIR:
+		c.Kind, c.Size = "dir", 0
+	case unix.S_IFLNK:
+		c.Kind = "symlink"
+	default:
+		c.Kind = "other"
+	}
+}
