@@ -380,19 +380,18 @@ func (r *run) snapshot() *observe.Snap {
 // wait): the command is in no snapshot, and a process that took its pid since is reported like any other.
 func (r *run) observe() {
 	r.sb.Settle(settleMax)
-	if r.sb.OnlyInit() {
-		// Only the supervisor is left, which can start nothing: no process to list, and no socket of
-		// the command's either (a socket lives only while a file refers to it, and every process that
-		// could hold one is gone). Most runs end so.
-		r.rep.Processes.LeftRunning = []report.Process{}
-		r.rep.Sockets.Listening, r.rep.Sockets.Established = []report.Socket{}, []report.Socket{}
-		return
-	}
-	switch err := r.sb.Freeze(); {
-	case errors.Is(err, sandbox.ErrNoFreezer):
-		r.rep.Notes = append(r.rep.Notes, "the sandbox has no cgroup freezer: it was observed while it ran on")
-	case err != nil:
-		r.rep.MarkIncomplete("freezing the sandbox", err)
+	// Only the supervisor left, which starts nothing (most runs end so): nothing to freeze. The sockets
+	// are read all the same: a socket lives while a file refers to it, and a file sent over a unix
+	// socket (SCM_RIGHTS) and never received is referred to by that socket's queue, which a cycle of
+	// such sockets keeps alive after every process is gone, until the kernel's collector happens to
+	// run. A TCP listener kept so still completes handshakes.
+	if !r.sb.OnlyInit() {
+		switch err := r.sb.Freeze(); {
+		case errors.Is(err, sandbox.ErrNoFreezer):
+			r.rep.Notes = append(r.rep.Notes, "the sandbox has no cgroup freezer: it was observed while it ran on")
+		case err != nil:
+			r.rep.MarkIncomplete("freezing the sandbox", err)
+		}
 	}
 	after := r.snapshot()
 	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after))
