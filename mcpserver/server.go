@@ -23,8 +23,10 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -176,6 +178,7 @@ func withDefaults(cfg Config) Config {
 
 // loadProfiles loads every allowed profile once, so that a broken one fails at start, not at a call.
 func (s *Server) loadProfiles() error {
+	var loaded []*policy.Profile
 	for _, arg := range s.cfg.Profiles {
 		p, err := policy.Load(arg)
 		if err != nil {
@@ -186,8 +189,44 @@ func (s *Server) loadProfiles() error {
 		}
 		s.profiles[p.Name] = arg
 		s.names = append(s.names, p.Name)
+		loaded = append(loaded, p)
+	}
+	return profilesOutOfReach(loaded)
+}
+
+// ErrProfileInShare is matched by the error of a server whose profile file lies in a writable share.
+var ErrProfileInShare = errors.New("a profile file lies in a writable share")
+
+// profilesOutOfReach refuses profile files (their own and those they extend) that lie in a writable
+// share of any offered profile. A file profile is read again on every call, so a command run with a
+// share over it could rewrite the profile of every later call: share the host's home read-write,
+// widen the network, run as the operator's uid. A caller may narrow a profile, never widen it.
+func profilesOutOfReach(ps []*policy.Profile) error {
+	for _, p := range ps {
+		for _, sh := range p.Filesystem.Share {
+			if sh.Mode != policy.ShareRW {
+				continue
+			}
+			host := realPath(sh.Host)
+			for _, q := range ps {
+				for _, f := range q.Files() {
+					if within(realPath(f), host) {
+						return fmt.Errorf("%w: %s (profile %s) lies in %s, which profile %s shares read-write: a command could rewrite the profile of later calls",
+							ErrProfileInShare, f, q.Name, sh.Host, p.Name)
+					}
+				}
+			}
+		}
 	}
 	return nil
+}
+
+// realPath is path with its links resolved where it exists, else path itself.
+func realPath(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	return filepath.Clean(path)
 }
 
 // openWorkspaces opens the workspaces and checks that the default cwd lies in one.

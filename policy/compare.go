@@ -68,6 +68,13 @@ func Compare(exp Expect, r *report.Report) {
 				}
 			}
 		}
+		if f := r.Files; f.Truncated {
+			// What is not kept cannot be vouched for: a flood of changes inside the globs pushed one
+			// outside them off the lists, and the run passed.
+			listed := len(f.Created) + len(f.Modified) + len(f.Deleted)
+			add(report.RuleFilesWrite, "%d file changes past the %d listed were not checked against expect.writes",
+				max(f.Total.Created+f.Total.Modified+f.Total.Deleted-listed, 0), listed)
+		}
 	}
 	persistenceViolations(exp, r, add)
 	if exp.Execs != nil {

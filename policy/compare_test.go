@@ -57,6 +57,11 @@ func TestCompare(t *testing.T) {
 			{Rule: report.RuleFilesWrite, Message: "/work/src/y created outside expect.writes"},
 			{Rule: report.RuleFilesWrite, Message: "/etc/hosts deleted outside expect.writes"},
 		}},
+		{name: "writes past the bound are not vouched for", exp: Expect{Writes: []string{"/tmp/**"}}, setup: func(r *report.Report) {
+			r.Files.Created = []string{"/tmp/a", "/tmp/b"}
+			r.Files.Total = report.Totals{Created: 10001, Deleted: 1}
+			r.Files.Truncated = true
+		}, want: []report.Violation{{Rule: report.RuleFilesWrite, Message: "10000 file changes past the 2 listed were not checked against expect.writes"}}},
 		{name: "execs outside allow list", exp: Expect{Execs: []string{"/usr/bin/python3*", "sh"}}, setup: func(r *report.Report) {
 			r.Processes.Execs = []report.Exec{{Pid: 2, Exe: "/bin/sh"}, {Pid: 3, Exe: "/usr/bin/python3.11"}, {Pid: 4, Exe: "/usr/bin/curl", Argv: []string{"curl", "-s", "x"}}}
 		}, want: []report.Violation{{Rule: report.RuleExec, Message: "pid 4 executed /usr/bin/curl (curl -s x), not in expect.execs"}}},

@@ -163,6 +163,17 @@ func sourceName(ref string) string {
 	return ref
 }
 
+// Files lists the profile files a resolved profile was read from, its own and those it extends (not
+// the built-ins, which are part of sbx), as absolute paths. Whoever may write one of them decides the
+// profile of the runs that load it next.
+func (p *Profile) Files() []string {
+	out := slices.Clone(p.sources)
+	if f := identity(p.file); f != "" && !strings.HasPrefix(f, "builtin:") && !slices.Contains(out, f) {
+		out = append(out, f)
+	}
+	return out
+}
+
 // identity makes two spellings of the same file compare equal.
 func identity(file string) string {
 	if strings.HasPrefix(file, "builtin:") || file == "" {
@@ -204,6 +215,7 @@ func merge(parent, child *Profile) *Profile {
 	out.Filesystem.Share = nilIfEmpty(out.Filesystem.Share)
 	out.Name, out.Description, out.Extends = child.Name, child.Description, ""
 	out.file = child.file
+	out.sources = parent.Files()
 	out.pos = map[string]Pos{}
 	for _, m := range []map[string]Pos{parent.pos, child.pos} {
 		for k, v := range m {

@@ -16,8 +16,11 @@ type Profile struct {
 	Expect      ExpectConfig     `yaml:"expect,omitempty" doc:"what the command may do and leave behind; anything else is a violation"`
 	User        *UserConfig      `yaml:"user,omitempty" doc:"user the command runs as inside the sandbox"`
 
-	file string         // where the profile came from, for errors
-	pos  map[string]Pos // field path ("network.allow", "network.allow[2]") → where it was written
+	file string // where the profile came from, for errors
+	// sources are the files read to make a resolved profile: its own and those it extends, built-ins
+	// left out (see Files).
+	sources []string
+	pos     map[string]Pos // field path ("network.allow", "network.allow[2]") → where it was written
 }
 
 // FilesystemConfig is the file-system section.

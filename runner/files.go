@@ -85,9 +85,12 @@ func (r *run) fileChanges() {
 		r.copyLayer(cp, l.Upper, nil, l.At, slices.Concat(fc.Created, fc.Modified))
 		collect(fc, l.At)
 	}
-	lim.Keep = persistenceIn("/dev/shm")
-	if fc := r.tmpfsChanges(cp, "/dev/shm", lim); fc != nil {
-		collect(fc, "/dev/shm")
+	lim.Keep = persistenceIn(shmMount)
+	switch {
+	case r.shm != nil:
+		collect(r.tmpfsChanges(cp, shmMount, r.shm, lim), shmMount)
+	case r.shmErr != nil:
+		r.rep.MarkIncomplete("file changes in "+shmMount, r.shmErr)
 	}
 	r.copyNotes(cp)
 	seen := map[string]bool{}
@@ -270,32 +273,39 @@ func under(at string, cs []report.FileChange) []report.FileChange {
 	return cs
 }
 
-// tmpfsChanges lists what the command left in one of the sandbox's own tmpfs mounts, which start empty
-// (everything there is created), and copies it out with the rest when asked. It reads the mount through
-// the sandbox's pid 1 (its /proc root, then no link below it), so only while the sandbox is up: a
-// sandbox sbx killed has nothing to show.
-func (r *run) tmpfsChanges(cp *observe.Copier, mount string, lim observe.Limits) *observe.FileChanges {
-	// The pid is the sandbox's init only while the sandbox's cgroup holds it: checked before and after
-	// the open, so that a reused pid never makes sbx read another process's files.
+// shmMount is the sandbox's own tmpfs whose changes are reported with the layers'.
+const shmMount = "/dev/shm"
+
+// openTmpfs opens the sandbox's tmpfs mount (its /dev/shm) through the sandbox's pid 1 (its /proc
+// root, then no link below it), once the command has started: the handle keeps the tmpfs, which lives
+// in the sandbox's mount namespace, readable after the sandbox is gone, so that a run sbx killed (a
+// timeout, a signal the command ignored) still reports what the command left there. Read at the end
+// through /proc instead, it was silently missing from such a run's report. The pid is the sandbox's
+// init only while the sandbox's cgroup holds it: checked before and after the open, so that a reused
+// pid never makes sbx read another process's files.
+func (r *run) openTmpfs(mount string) (*os.File, error) {
 	if !r.initAlive() {
-		return nil
+		return nil, errors.New("the sandbox's init is gone")
 	}
 	root, err := safefs.OpenRoot(fmt.Sprintf("/proc/%d/root", r.sb.InitPid()))
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	defer root.Close()
-	if !r.initAlive() {
-		return nil
-	}
 	dir, err := safefs.OpenDir(root, mount)
 	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			r.rep.MarkIncomplete("file changes in "+mount, err)
-		}
-		return nil
+		return nil, err
 	}
-	defer dir.Close()
+	if !r.initAlive() {
+		dir.Close()
+		return nil, errors.New("the sandbox's init is gone")
+	}
+	return dir, nil
+}
+
+// tmpfsChanges lists what the command left in the sandbox's tmpfs (dir, opened by openTmpfs), which
+// starts empty (everything there is created), and copies it out with the rest when asked.
+func (r *run) tmpfsChanges(cp *observe.Copier, mount string, dir *os.File, lim observe.Limits) *observe.FileChanges {
 	fc := observe.ChangesSinceDir(nil, dir, "", lim)
 	r.fileNotes(mount, fc, nil)
 	r.copyLayer(cp, "", dir, mount, fc.Created)

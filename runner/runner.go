@@ -217,6 +217,8 @@ type run struct {
 	denials     *observe.DenialsCollector
 	ran         bool      // the command ran and the report holds its observations
 	changesDir  *os.File  // --changes DIR, opened once before the command runs
+	shm         *os.File  // the sandbox's /dev/shm, opened once the command started (openTmpfs)
+	shmErr      error     // why shm is nil, when the command started
 	started     time.Time // just before the command started: what a writable share shows changed since is the run's
 	shareWatch  *observe.ShareWatch
 	// inTree says whether a pid was the sandbox's at some time of a window (exec stream), nil without it.
@@ -248,6 +250,11 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	}
 	if r.opts.OnStart != nil {
 		r.opts.OnStart(cmd.Pid)
+	}
+	if r.shm, r.shmErr = r.openTmpfs(shmMount); r.shm != nil {
+		defer r.shm.Close()
+	} else if errors.Is(r.shmErr, os.ErrNotExist) {
+		r.shmErr = nil // a sandbox without one
 	}
 	code, end, err := r.wait(ctx, cmd)
 	hits := r.sb.LimitHits()
@@ -386,19 +393,18 @@ func (r *run) snapshot() *observe.Snap {
 // wait): the command is in no snapshot, and a process that took its pid since is reported like any other.
 func (r *run) observe() {
 	r.sb.Settle(settleMax)
-	if r.sb.OnlyInit() {
-		// Only the supervisor is left, which can start nothing: no process to list, and no socket of
-		// the command's either (a socket lives only while a file refers to it, and every process that
-		// could hold one is gone). Most runs end so.
-		r.rep.Processes.LeftRunning = []report.Process{}
-		r.rep.Sockets.Listening, r.rep.Sockets.Established = []report.Socket{}, []report.Socket{}
-		return
-	}
-	switch err := r.sb.Freeze(); {
-	case errors.Is(err, sandbox.ErrNoFreezer):
-		r.rep.Notes = append(r.rep.Notes, "the sandbox has no cgroup freezer: it was observed while it ran on")
-	case err != nil:
-		r.rep.MarkIncomplete("freezing the sandbox", err)
+	// Only the supervisor left, which starts nothing (most runs end so): nothing to freeze. The sockets
+	// are read all the same: a socket lives while a file refers to it, and a file sent over a unix
+	// socket (SCM_RIGHTS) and never received is referred to by that socket's queue, which a cycle of
+	// such sockets keeps alive after every process is gone, until the kernel's collector happens to
+	// run. A TCP listener kept so still completes handshakes.
+	if !r.sb.OnlyInit() {
+		switch err := r.sb.Freeze(); {
+		case errors.Is(err, sandbox.ErrNoFreezer):
+			r.rep.Notes = append(r.rep.Notes, "the sandbox has no cgroup freezer: it was observed while it ran on")
+		case err != nil:
+			r.rep.MarkIncomplete("freezing the sandbox", err)
+		}
 	}
 	after := r.snapshot()
 	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after))

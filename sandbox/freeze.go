@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -138,9 +140,13 @@ const maxStopRounds = 200
 
 // stopAll stops every process of the sandbox's pid namespace but its init (which starts nothing after
 // the command) with SIGSTOP, listing them again until two listings in a row find none it has not
-// stopped and none of the sandbox's that vanished while listed (nsScan). A process with SIGSTOP
-// pending cannot fork (the kernel restarts a fork that a signal interrupts), so a chain of forks ends
-// at the process the last round stopped. Each process is signalled through a pidfd checked to be in the
+// stopped, none of the sandbox's that vanished while listed (nsScan) and none of those it stopped
+// running again. A process with SIGSTOP pending cannot fork (the kernel restarts a fork that a signal
+// interrupts), so a chain of forks ends at the process the last round stopped; but one not yet stopped
+// can send SIGCONT to one stopped before it, which then runs on through the observation (a process
+// spinning on kill(SIGCONT) kept its sibling running, state S in the report, 3 runs in 3), so every
+// stopped process is checked to be stopped, thread by thread, and stopped again when it is not. Each
+// process is signalled through a pidfd checked to be in the
 // sandbox's pid namespace, so that a reused pid is never hit. Destroy's SIGKILL ends stopped processes
 // as any other.
 func (s *Sandbox) stopAll() error {
@@ -153,7 +159,7 @@ func (s *Sandbox) stopAll() error {
 		}
 		fresh := vanished // what vanished may have left a successor this scan could not see
 		for _, pid := range pids {
-			if pid == s.initPid || stopped[pid] {
+			if pid == s.initPid || stopped[pid] && isStopped(pid) {
 				continue
 			}
 			fresh = true
@@ -164,12 +170,34 @@ func (s *Sandbox) stopAll() error {
 		calm++
 		if fresh {
 			calm = 0
+			// A stop takes effect when the process next returns to user space: let it.
+			time.Sleep(time.Millisecond)
 		}
 		if calm == 2 {
 			return nil
 		}
 	}
-	return fmt.Errorf("stopping the sandbox's processes: new ones still appeared after %d rounds of SIGSTOP", maxStopRounds)
+	return fmt.Errorf("stopping the sandbox's processes: new or resumed ones still appeared after %d rounds of SIGSTOP", maxStopRounds)
+}
+
+// isStopped tells whether every thread of process pid is stopped (T), traced (t) or dead (Z, X): a
+// process whose leader exited shows Z for it while its other threads run on.
+func isStopped(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tids, err := os.ReadDir(dir)
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist) // gone: nothing runs
+	}
+	for _, t := range tids {
+		stat, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			continue // this thread is gone
+		}
+		if st := statState(stat); st != 'T' && st != 't' && st != 'Z' && st != 'X' {
+			return false
+		}
+	}
+	return true
 }
 
 // stopOne sends SIGSTOP to pid if it is still a process of the sandbox's pid namespace; false when it
@@ -186,4 +214,14 @@ func (s *Sandbox) stopOne(pid int) bool {
 		return false
 	}
 	return unix.PidfdSendSignal(fd, unix.SIGSTOP, nil, 0) == nil
+}
+
+// statState is the state letter of a /proc stat file, 0 when it cannot be read. It follows the
+// parenthesised comm, which may itself hold parentheses.
+func statState(stat []byte) byte {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return 0
+	}
+	return stat[i+2]
 }

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -1126,12 +1125,11 @@ func processStates(pids []int) (string, bool) {
 		if err != nil {
 			continue
 		}
-		// The state is the first field after the parenthesised comm, which may itself hold parentheses.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 || i+2 >= len(stat) {
+		st := statState(stat)
+		if st == 0 {
 			continue
 		}
-		if st := stat[i+2]; st == 'R' || st == 'D' {
+		if st == 'R' || st == 'D' {
 			busy = true
 		}
 		exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")

@@ -119,7 +119,7 @@ func (s *Sandbox) stdio() ([]*os.File, error) {
 
 // passedTerminalNote says, for the report, when the command's stdout or stderr is the caller's terminal
 // itself: sbx gives the command a terminal of its own only when stdin and stdout both are one, and
-// otherwise passes the caller's, for writing only (writeOnly), so that isatty holds. Reopening it by
+// otherwise passes the caller's, for writing only (reopenTerminal), so that isatty holds. Reopening it by
 // name then fails (echo x > /dev/stderr: "Permission denied"), where on the host it works, and the
 // command's own error does not say why.
 func passedTerminalNote(out, errw *os.File) string {
@@ -144,13 +144,33 @@ type eof struct{}
 
 func (eof) Read([]byte) (int, error) { return 0, io.EOF }
 
+// pass is what the command gets of a reopenable f: f itself, or, for a terminal, the terminal reopened
+// for the one direction flag names (O_RDONLY for stdin, O_WRONLY for an output), whose modes are set
+// back at the end (ttyState): the caller's descriptor is open read-write, and the command's stty -echo
+// or N_NULL through a stdin passed as it was outlived sbx. false: relay f instead, a terminal that
+// cannot be reopened as itself (a pty master, /dev/tty of a caller with no controlling terminal).
+func (r *relays) pass(f *os.File, flag int) (*os.File, bool) {
+	if !isTerminal(f) {
+		return f, true
+	}
+	t, err := reopenTerminal(f, flag)
+	if err != nil {
+		return nil, false
+	}
+	r.child = append(r.child, t)
+	r.saveTTY(f)
+	return t, true
+}
+
 // input gives the command a pipe that sbx fills from r, unless the command may reopen r itself.
 func (r *relays) input(src io.Reader, ids IDMap) (*os.File, error) {
 	if src == nil {
 		src = eof{}
 	}
 	if f, ok := src.(*os.File); ok && reopenable(f, ids, 0o4) {
-		return f, nil
+		if pass, ok := r.pass(f, unix.O_RDONLY); ok {
+			return pass, nil
+		}
 	}
 	pr, pw, err := r.pipe(ids)
 	if err != nil {
@@ -171,15 +191,8 @@ func (r *relays) output(dst io.Writer, ids IDMap) (*os.File, error) {
 		dst = io.Discard
 	}
 	if f, ok := dst.(*os.File); ok && reopenable(f, ids, 0o2) {
-		if !isTerminal(f) {
-			return f, nil
-		}
-		// A terminal that cannot be reopened as itself (a pty master, /dev/tty of a caller with no
-		// controlling terminal) is relayed like a file: the command's output still reaches it.
-		if w, err := writeOnly(f); err == nil {
-			r.child = append(r.child, w)
-			r.saveTTY(f)
-			return w, nil
+		if pass, ok := r.pass(f, unix.O_WRONLY); ok {
+			return pass, nil
 		}
 	}
 	pr, pw, err := r.pipe(ids)
@@ -202,48 +215,49 @@ func isTerminal(f *os.File) bool {
 	return err == nil
 }
 
-// writeOnly opens the terminal behind f again for writing only. The caller's terminal passes to the
-// command as its stdout or stderr when its stdin is no terminal (it then gets none of its own), and the
-// caller's descriptor is usually open for reading too (a shell opens its terminal once, read-write, for
-// all three): through it the command could read what the user types while it runs, keystrokes meant for
-// the shell or the next program. A new open file description for writing alone lets it write, and
-// isatty and the window size still hold. Opened without blocking (a terminal's open can wait for its
-// carrier), then made blocking as the caller's is.
+// reopenTerminal opens the terminal behind f again, for reading only or writing only (flag O_RDONLY,
+// O_WRONLY). The caller's terminal passes to the command as its stdout or stderr when its stdin is no
+// terminal (it then gets none of its own), or as its stdin when its stdout is none, and the caller's
+// descriptor is usually open read-write (a shell opens its terminal once, for all three): through an
+// output's the command could read what the user types while it runs, keystrokes meant for the shell or
+// the next program. A new open file description for the one direction the command needs keeps the
+// rest from it, and isatty and the window size still hold. Opened without blocking (a terminal's open
+// can wait for its carrier), then made blocking as the caller's is.
 //
 // The open must reach the very terminal behind f, which its name does not always lead to: the name of a
 // pty master (/dev/ptmx) opens a new pty pair, where the command's output would go unseen and its writes
 // block once the new pair's buffer is full; /dev/tty opens sbx's controlling terminal, another one or
 // none (ENXIO under setsid) than the descriptor's. errOtherTerminal then: the device behind both
 // (TIOCGDEV, the slave's for a master) must be one.
-func writeOnly(f *os.File) (*os.File, error) {
+func reopenTerminal(f *os.File, flag int) (*os.File, error) {
 	dev, err := unix.IoctlGetUint32(int(f.Fd()), unix.TIOCGDEV)
 	if err != nil {
-		return nil, fmt.Errorf("reopening the terminal for writing only: TIOCGDEV: %w", err)
+		return nil, fmt.Errorf("reopening the terminal: TIOCGDEV: %w", err)
 	}
 	if isPtyMaster(f) {
-		return nil, fmt.Errorf("reopening the terminal for writing only: %w: a pty master", errOtherTerminal)
+		return nil, fmt.Errorf("reopening the terminal: %w: a pty master", errOtherTerminal)
 	}
-	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.O_WRONLY|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), flag|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("reopening the terminal for writing only: %w", err)
+		return nil, fmt.Errorf("reopening the terminal: %w", err)
 	}
 	w := os.NewFile(uintptr(fd), f.Name())
 	if !isTerminal(w) {
 		w.Close()
-		return nil, errors.New("reopening the terminal for writing only: it is no terminal any more")
+		return nil, errors.New("reopening the terminal: it is no terminal any more")
 	}
 	if got, err := unix.IoctlGetUint32(fd, unix.TIOCGDEV); err != nil || got != dev {
 		w.Close()
-		return nil, fmt.Errorf("reopening the terminal for writing only: %w", errOtherTerminal)
+		return nil, fmt.Errorf("reopening the terminal: %w", errOtherTerminal)
 	}
 	if err := unix.SetNonblock(fd, false); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("reopening the terminal for writing only: %w", err)
+		return nil, fmt.Errorf("reopening the terminal: %w", err)
 	}
 	return w, nil
 }
 
-// errOtherTerminal is writeOnly's error when the name of the caller's terminal leads to another one.
+// errOtherTerminal is reopenTerminal's error when the name of the caller's terminal leads to another one.
 var errOtherTerminal = errors.New("its name opens another terminal")
 
 // isPtyMaster tells whether f is the master side of a pty (its open by name makes a new pair).
@@ -342,21 +356,22 @@ func waitWritable(fd int) bool {
 	return true
 }
 
-// reopenable tells whether the command may open the file behind f again (perm 0o4 read, 0o2 write).
-// Landlock decides by path, and a host file's path is outside every rule of the sandbox: only anonymous
-// pipes of the command's user (pipefs has no path) qualify, and sockets and terminals pass as they are
-// (a socket cannot be reopened at all; relaying a terminal would hide it from isatty). An output's
-// terminal passes reopened for writing only (writeOnly).
+// reopenable tells whether f may pass to the command as it is (perm 0o4 read, 0o2 write): only what
+// the command could open again by name itself. Landlock decides by path, and a host file's path is
+// outside every rule of the sandbox: only anonymous pipes of the command's user (pipefs has no path)
+// qualify, and terminals (relaying one would hide it from isatty), which pass reopened for the one
+// direction the command needs (reopenTerminal). Everything else is relayed: a socket belongs to the
+// host's network namespace, whose interfaces and addresses its ioctls list (SIOCGIFCONF), and a stream
+// socket given as an output also reads what its peer sends (Node's child_process and systemd give
+// their children socket pairs for stdio); any other character device answers its own ioctls and mmap.
 func reopenable(f *os.File, ids IDMap, perm uint32) bool {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return false
 	}
 	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFSOCK:
-		return true
 	case unix.S_IFCHR:
-		return !isDevNull(&st)
+		return isTerminal(f)
 	case unix.S_IFIFO:
 		var fs unix.Statfs_t
 		if unix.Fstatfs(int(f.Fd()), &fs) != nil || fs.Type != unix.PIPEFS_MAGIC {
@@ -372,11 +387,6 @@ func reopenable(f *os.File, ids IDMap, perm uint32) bool {
 		return st.Mode>>3&perm != 0
 	}
 	return st.Mode&perm != 0
-}
-
-// isDevNull tells whether st is /dev/null (1:3).
-func isDevNull(st *unix.Stat_t) bool {
-	return st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == 1 && unix.Minor(st.Rdev) == 3
 }
 
 // sameTarget tells whether two writers are one: the same value, or files on the same inode.

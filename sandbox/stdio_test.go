@@ -12,7 +12,8 @@ import (
 )
 
 // TestReopenable: only what the command's user may open again by name passes as it is; the rest is
-// relayed.
+// relayed. A socket passed as it was listed the host's interfaces and addresses to a command without
+// network (SIOCGIFCONF), and as stdout read what its peer sent.
 func TestReopenable(t *testing.T) {
 	ids := IDMap{HostUID: 4242, HostGID: 4242}
 	pipe := func(uid int, mode uint32) *os.File {
@@ -48,6 +49,11 @@ func TestReopenable(t *testing.T) {
 	sock := os.NewFile(uintptr(fds[0]), "sock")
 	defer sock.Close()
 	defer unix.Close(fds[1])
+	zero, err := os.OpenFile("/dev/zero", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zero.Close()
 	cases := []struct {
 		name string
 		f    *os.File
@@ -57,7 +63,8 @@ func TestReopenable(t *testing.T) {
 		{"a pipe anyone may write", pipe(os.Geteuid(), 0o622), true},
 		{"a file: Landlock has no rule for the host's path", file, false},
 		{"/dev/null on the host: relayed and discarded", null, false},
-		{"a socket cannot be reopened at all", sock, true},
+		{"a socket: its ioctls answer in the host's network namespace, and it reads its peer", sock, false},
+		{"a character device other than a terminal: its ioctls are the device's", zero, false},
 	}
 	if os.Geteuid() == 0 {
 		cases = append(cases, struct {
@@ -236,45 +243,114 @@ func TestTerminalOutput(t *testing.T) {
 	}
 }
 
-// TestTerminalModesBack: what the command changed on the caller's terminal through its write-only
-// descriptor (echo off, exclusive mode, output stopped) is set back when the sandbox ends; it outlived sbx.
+// TestTerminalModesBack: what the command changed on the caller's terminal through the descriptor it
+// got (echo off, exclusive mode, output stopped, its line discipline) is set back when the sandbox ends;
+// it outlived sbx. The terminal as stdin (its stdout no terminal) passed as the caller's read-write
+// descriptor, whose changes were never set back; it passes for reading only now.
 func TestTerminalModesBack(t *testing.T) {
-	_, slave := openPty(t)
-	before, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name string
+		pass func(*relays, *os.File) (*os.File, error)
+		dir  string // what the command may not do with it
+	}{
+		{"stdout", func(r *relays, f *os.File) (*os.File, error) { return r.output(f, IDMap{}) }, "read"},
+		{"stdin", func(r *relays, f *os.File) (*os.File, error) { return r.input(f, IDMap{}) }, "write"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, slave := openPty(t)
+			before, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r relays
+			w, err := c.pass(&r, slave)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := unix.IoctlGetUint32(int(slave.Fd()), unix.TIOCGDEV)
+			if got, err := unix.IoctlGetUint32(int(w.Fd()), unix.TIOCGDEV); err != nil || got != want {
+				t.Fatalf("the command's %s is device %#x (%v), want the caller's terminal %#x", c.name, got, err, want)
+			}
+			if c.dir == "write" {
+				_, err = w.Write([]byte("x"))
+			} else {
+				_, err = w.Read(make([]byte, 1))
+			}
+			if err == nil {
+				t.Errorf("the command's %s is open to %s", c.name, c.dir)
+			}
+			tio := *before
+			tio.Lflag ^= unix.ECHO | unix.ISIG
+			if err := unix.IoctlSetTermios(int(w.Fd()), unix.TCSETS, &tio); err != nil {
+				t.Fatalf("the command's change of the terminal's modes: %v", err)
+			}
+			if err := unix.IoctlSetInt(int(w.Fd()), unix.TIOCEXCL, 0); err != nil {
+				t.Fatalf("the command's TIOCEXCL: %v", err)
+			}
+			if err := unix.IoctlSetInt(int(w.Fd()), unix.TCXONC, unix.TCOOFF); err != nil {
+				t.Fatalf("the command's TCXONC: %v", err)
+			}
+			const nNull = 27 // N_NULL, a line discipline that drops everything
+			nullSet := unix.IoctlSetPointerInt(int(w.Fd()), unix.TIOCSETD, nNull) == nil
+			r.close()
+			if d, err := unix.IoctlGetInt(int(slave.Fd()), unix.TIOCGETD); nullSet && (err != nil || d != 0) {
+				t.Errorf("the terminal's line discipline after the run: %d (%v), want N_TTY (0)", d, err)
+			}
+			unix.SetNonblock(int(slave.Fd()), true)
+			if _, err := unix.Write(int(slave.Fd()), []byte("x")); err != nil {
+				t.Errorf("writing to the terminal after the run: %v, want its output started again", err)
+			}
+			unix.SetNonblock(int(slave.Fd()), false)
+			if after, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil || *after != *before {
+				t.Errorf("the terminal's modes after the run: lflag %#x (%v), want %#x as before", after.Lflag, err, before.Lflag)
+			}
+			if excl, err := unix.IoctlGetInt(int(slave.Fd()), unix.TIOCGEXCL); err != nil || excl != 0 {
+				t.Errorf("the terminal after the run: exclusive %d (%v), want 0", excl, err)
+			}
+		})
 	}
+}
+
+// TestSocketRelayed: a socket given as stdin or stdout reaches the command as a pipe that sbx relays,
+// both ways of the data intact.
+func TestSocketRelayed(t *testing.T) {
+	pair := func() (*os.File, *os.File) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b")
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a, b
+	}
+	inCaller, inPeer := pair()
+	outCaller, outPeer := pair()
 	var r relays
-	w, err := r.output(slave, IDMap{})
+	in, err := r.input(inCaller, IDMap{HostUID: os.Geteuid(), HostGID: os.Getegid()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tio := *before
-	tio.Lflag ^= unix.ECHO | unix.ISIG
-	if err := unix.IoctlSetTermios(int(w.Fd()), unix.TCSETS, &tio); err != nil {
-		t.Fatalf("the command's change of the terminal's modes: %v", err)
+	out, err := r.output(outCaller, IDMap{HostUID: os.Geteuid(), HostGID: os.Getegid()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := unix.IoctlSetInt(int(w.Fd()), unix.TIOCEXCL, 0); err != nil {
-		t.Fatalf("the command's TIOCEXCL: %v", err)
+	for name, f := range map[string]*os.File{"stdin": in, "stdout": out} {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+			t.Errorf("the command's %s: mode %#o (%v), want a pipe", name, st.Mode&unix.S_IFMT, err)
+		}
 	}
-	if err := unix.IoctlSetInt(int(w.Fd()), unix.TCXONC, unix.TCOOFF); err != nil {
-		t.Fatalf("the command's TCXONC: %v", err)
+	inPeer.Write([]byte("question"))
+	buf := make([]byte, 64)
+	n, err := in.Read(buf)
+	if err != nil || string(buf[:n]) != "question" {
+		t.Errorf("the command read %q (%v) from its stdin, want the peer's question", buf[:n], err)
 	}
-	const nNull = 27 // N_NULL, a line discipline that drops everything
-	nullSet := unix.IoctlSetPointerInt(int(w.Fd()), unix.TIOCSETD, nNull) == nil
+	out.Write([]byte("answer"))
+	r.started()
 	r.close()
-	if d, err := unix.IoctlGetInt(int(slave.Fd()), unix.TIOCGETD); nullSet && (err != nil || d != 0) {
-		t.Errorf("the terminal's line discipline after the run: %d (%v), want N_TTY (0)", d, err)
-	}
-	unix.SetNonblock(int(slave.Fd()), true)
-	if _, err := unix.Write(int(slave.Fd()), []byte("x")); err != nil {
-		t.Errorf("writing to the terminal after the run: %v, want its output started again", err)
-	}
-	unix.SetNonblock(int(slave.Fd()), false)
-	if after, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil || *after != *before {
-		t.Errorf("the terminal's modes after the run: lflag %#x (%v), want %#x as before", after.Lflag, err, before.Lflag)
-	}
-	if excl, err := unix.IoctlGetInt(int(slave.Fd()), unix.TIOCGEXCL); err != nil || excl != 0 {
-		t.Errorf("the terminal after the run: exclusive %d (%v), want 0", excl, err)
+	n, err = outPeer.Read(buf)
+	if err != nil || string(buf[:n]) != "answer" {
+		t.Errorf("the peer read %q (%v), want the command's answer", buf[:n], err)
 	}
 }

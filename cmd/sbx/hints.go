@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sbx-dev/sbx/mcpserver"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/runner"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -45,6 +46,7 @@ var errorHints = []struct {
 	{sandbox.ErrShareTarget, anyCaller, "share the path a link leads to, not the link (readlink -f PATH), or give filesystem.share a path inside the sandbox that leads through no link"},
 	{sandbox.ErrLimitLow, anyCaller, "raise limits.nofile in the profile to 64 or more; a command that must hold fewer files can lower its own limit (ulimit -n N) as its first step"},
 	{sandbox.ErrLimit, anyCaller, "lower limits.nofile in the profile to at most sbx's hard limit (ulimit -Hn), or start sbx with a higher one (ulimit -Hn N as root; LimitNOFILE= for a service)"},
+	{mcpserver.ErrProfileInShare, anyCaller, "move the profile out of every read-write share of the offered profiles, or share that path read-only"},
 	{runner.ErrChangesDir, anyCaller, "give --changes a directory outside every --rw share and sbx's state root, e.g. a fresh one under /tmp"},
 	{sandbox.ErrNoCgroup, anyCaller, "run sbx as root, or drop limits.require from the profile to run with rlimits instead (the report's notes say which limit holds)"},
 	{sandbox.ErrRootless, anyCaller, "without root, pasta is the sandbox's uplink: drop --uplink-netns (network.uplink_netns), or run sbx as root"},

@@ -247,7 +247,7 @@ func TestDNSLogBounds(t *testing.T) {
 	var l dnsLog
 	const total = maxDNSEntries + 3*maxDNSCounted
 	for i := range total {
-		l.add(report.DNSQuery{Name: "n" + itoa(i%(maxDNSEntries+2*maxDNSCounted)), Type: "A"})
+		l.add(report.DNSQuery{Name: "n" + itoa(i%(maxDNSEntries+2*maxDNSCounted)), Type: "A", Allowed: true})
 	}
 	got := l.queries()
 	if len(got) != maxDNSEntries+maxDNSCounted {
@@ -259,6 +259,30 @@ func TestDNSLogBounds(t *testing.T) {
 	notes := strings.Join(l.notes(), "\n")
 	if !strings.Contains(notes, "counted per name") || !strings.Contains(notes, "further queries") {
 		t.Errorf("notes %q do not say the log was cut", notes)
+	}
+}
+
+// TestDNSLogKeepsRefused: a refused query stays in the log after a flood of distinct allowed ones
+// filled its bounds, so that it is judged (expect.dns_refused); it was only counted, and the run passed.
+func TestDNSLogKeepsRefused(t *testing.T) {
+	var l dnsLog
+	for i := range maxDNSEntries + 2*maxDNSCounted {
+		l.add(report.DNSQuery{Name: "allowed.test", Type: "TYPE" + itoa(i), Allowed: true})
+	}
+	exfil := report.DNSQuery{Name: "c2VjcmV0.evil.test", Type: "A"}
+	l.add(exfil)
+	var kept bool
+	for _, q := range l.queries() {
+		kept = kept || q.Name == exfil.Name && !q.Allowed
+	}
+	if !kept {
+		t.Errorf("the refused query is not in the log after %d allowed ones", maxDNSEntries+2*maxDNSCounted)
+	}
+	for i := range 3 * maxDNSCounted {
+		l.add(report.DNSQuery{Name: "r" + itoa(i) + ".evil.test", Type: "A"})
+	}
+	if n := len(l.queries()); n > maxDNSEntries+2*maxDNSCounted {
+		t.Errorf("%d entries, want at most %d", n, maxDNSEntries+2*maxDNSCounted)
 	}
 }
 
