@@ -707,7 +707,7 @@ func (s *Sandbox) supervisorConfig() supervisor.Config {
 	if s.rootfs != nil && s.rootfs.cwd != nil {
 		env = crossMountEnv(env)
 	}
-	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal,
+	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal, NoInput: s.cfg.late.noInput(),
 		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(env), UID: s.ids.UID, GID: s.ids.GID}
 }
 
