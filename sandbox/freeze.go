@@ -40,9 +40,17 @@ func (s *Sandbox) Freeze() error {
 }
 
 // OnlyInit reports whether nothing but the sandbox's init is left: every task of its cgroups is a thread
-// of the init. Nothing can then start any more (the init starts nothing after the command), so there is
-// nothing to freeze.
+// of the init, or, without root (no cgroup), the init is the only process of its pid namespace. Nothing
+// can then start any more (the init starts nothing after the command), so there is nothing to freeze,
+// and no socket of the command's is left: the kernel releases the files of a process that exited a
+// moment after it is gone (a daemon's listeners stayed in the namespace's socket table for a few ms
+// after gpgconf --kill ended gpg-agent), which a snapshot would list without an owner.
 func (s *Sandbox) OnlyInit() bool {
+	if Rootless() {
+		// A process that vanished while /proc was read may have left a successor the scan missed.
+		pids, vanished, err := nsScan(s.initPid)
+		return err == nil && !vanished && len(pids) == 1 && pids[0] == s.initPid
+	}
 	tasks, err := s.Tasks()
 	if err != nil {
 		return false
