@@ -270,10 +270,13 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	r.rep.ExitCode, r.rep.TimedOut = code, end == endTimedOut
 	r.rep.OOMKilled, r.rep.PidsLimitHit = hits.OOMKills > 0, hits.PidsMax > 0
 	if hits.OOMKills > 0 {
-		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("the memory limit was hit: the OOM killer killed %d process(es)", hits.OOMKills))
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("the memory limit was hit (limits.memory %s): the OOM killer killed %d process(es); give more with --memory SIZE or limits.memory in the profile",
+			policy.FormatSize(r.opts.Plan.Limits.MemoryBytes), hits.OOMKills))
 	}
 	if hits.PidsMax > 0 {
-		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("the pids limit was hit: %d fork(s) refused", hits.PidsMax))
+		// A refused fork is EAGAIN, which programs report as "Resource temporarily unavailable".
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf(`the pids limit was hit (limits.pids %d): %d fork(s) refused with EAGAIN ("Resource temporarily unavailable"); allow more with --pids N or limits.pids in the profile, or start fewer at once (make -j N)`,
+			r.opts.Plan.Limits.Pids, hits.PidsMax))
 	}
 	if note := diskNote(hits.Disk); note != "" {
 		r.rep.Notes = append(r.rep.Notes, note)
