@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strings"
@@ -267,6 +268,16 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
+// stdinOf is the command's stdin for the stdin argument: none (the sandbox's /dev/null) when it is
+// empty, as a program started with nothing to read gets on the host; an empty pipe is not the same to
+// programs that read stdin when it is a pipe and search their working directory otherwise (ripgrep).
+func stdinOf(text string) io.Reader {
+	if text == "" {
+		return nil
+	}
+	return strings.NewReader(text)
+}
+
 // execute runs the command with progress notifications; runner.Run tears the sandbox down when ctx
 // ends (a cancelled request), and its error then wraps ctx.Err().
 func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunInput, plan *policy.Plan, args []string, cwd, top string) (*RunOutput, error) {
@@ -276,7 +287,7 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, in RunIn
 	stderr := &capped{max: s.cfg.OutputCap}
 	stop := prog.tick(s.cfg.ProgressEvery)
 	rep, err := s.cfg.Run(ctx, runner.Options{
-		Plan: plan, Args: args, Cwd: cwd, CwdNoLinks: true, Top: top, Stdin: strings.NewReader(in.Stdin),
+		Plan: plan, Args: args, Cwd: cwd, CwdNoLinks: true, Top: top, Stdin: stdinOf(in.Stdin),
 		Stdout: stdout, Stderr: stderr, StateRoot: s.cfg.StateRoot,
 		OnStart: func(int) { prog.send(false, "the command started") },
 	})

@@ -283,10 +283,16 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	r.rep.ExitCode, r.rep.TimedOut = code, end == endTimedOut
 	r.rep.OOMKilled, r.rep.PidsLimitHit = hits.OOMKills > 0, hits.PidsMax > 0
 	if hits.OOMKills > 0 {
-		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("the memory limit was hit: the OOM killer killed %d process(es)", hits.OOMKills))
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("the memory limit was hit (limits.memory %s): the OOM killer killed %d process(es); give more with --memory SIZE or limits.memory in the profile",
+			policy.FormatSize(r.opts.Plan.Limits.MemoryBytes), hits.OOMKills))
 	}
 	if hits.PidsMax > 0 {
-		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("the pids limit was hit: %d fork(s) refused", hits.PidsMax))
+		// A refused fork is EAGAIN, which programs report as "Resource temporarily unavailable".
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf(`the pids limit was hit (limits.pids %d): %d fork(s) refused with EAGAIN ("Resource temporarily unavailable"); allow more with --pids N or limits.pids in the profile, or start fewer at once (make -j N)`,
+			r.opts.Plan.Limits.Pids, hits.PidsMax))
+	}
+	if note := diskNote(hits.Disk); note != "" {
+		r.rep.Notes = append(r.rep.Notes, note)
 	}
 	t2 := time.Now()
 	r.rep.Timings.Run = ms(t2.Sub(t1))
@@ -300,6 +306,20 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	r.rep.Timings.Observe = ms(time.Since(t2))
 	r.ran = true
 	return nil
+}
+
+// diskNote says, for the report, that the writable layer is full: the command's writes failed with
+// "No space left on device", which says nothing of the limit behind it.
+func diskNote(u sandbox.DiskUse) string {
+	if !u.Full {
+		return ""
+	}
+	what := fmt.Sprintf("%d MiB left", u.Free>>20)
+	if u.NoInodes {
+		what = fmt.Sprintf("no inode left for a new file (%d MiB free)", u.Free>>20)
+	}
+	return fmt.Sprintf(`the disk limit was hit: the writable layer (limits.disk %s) has %s, and writes past it fail with ENOSPC ("No space left on device"); give more with --disk SIZE or limits.disk in the profile`,
+		policy.FormatSize(u.Size), what)
 }
 
 // waitResult is what the command's Wait gave.

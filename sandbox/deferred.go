@@ -61,6 +61,21 @@ func (l *lateStdio) bind(in io.Reader, out, errw io.Writer) bool {
 	return bound
 }
 
+// noInput says whether Use bound no input (nil): the command's stdin is then /dev/null
+// (supervisor.Config.NoInput), not the relay. A sandbox built with its command says no: its stdio()
+// passes /dev/null itself.
+func (l *lateStdio) noInput() bool {
+	if l == nil {
+		return false
+	}
+	select {
+	case <-l.ready:
+		return l.in == nil
+	default:
+		return false
+	}
+}
+
 type lateReader struct{ l *lateStdio }
 
 func (r lateReader) Read(p []byte) (int, error) {

@@ -242,7 +242,7 @@ func layeredTops(plan *policy.Plan, writes []string, cwd string) func(top string
 			paths = append(paths, real)
 		}
 	}
-	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/passwd"} {
 		if _, err := os.Stat(f); err != nil {
 			paths = append(paths, f)
 			if target, err := os.Readlink(f); err == nil {

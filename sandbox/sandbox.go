@@ -526,8 +526,11 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if in.Hosts, err = hostsFile(s.run.dir); err != nil {
 		return nil, err
 	}
+	if in.Passwd, err = passwdFile(s.run.dir, s.ids.UID, envValue(s.cfg.Plan.Env, "HOME")); err != nil {
+		return nil, err
+	}
 	if !Rootless() {
-		for _, f := range []struct{ src, dst string }{{in.ResolvConf, "/etc/resolv.conf"}, {in.Hosts, "/etc/hosts"}} {
+		for _, f := range in.ownFiles() {
 			if f.src != "" && !shareCovers(s.cfg.Plan.Filesystem.Shares, f.dst) {
 				if err := plainFile(s.rootfs.root.merged, f.dst); err != nil {
 					return nil, err
@@ -706,7 +709,7 @@ func (s *Sandbox) supervisorConfig() supervisor.Config {
 	if s.rootfs != nil && s.rootfs.cwd != nil {
 		env = crossMountEnv(env)
 	}
-	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal,
+	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal, NoInput: s.cfg.late.noInput(),
 		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(env), UID: s.ids.UID, GID: s.ids.GID}
 }
 
@@ -731,6 +734,17 @@ func sessionEnv(env []string, cwd string, uid int) []string {
 		}
 	}
 	return out
+}
+
+// envValue is the value of name in env (KEY=VALUE, the last one wins as in a process's getenv of a
+// list built by appending); "" when absent.
+func envValue(env []string, name string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // gitAcrossMounts lets git look for a repository above the working directory across a mount point.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,7 @@ type SpecInput struct {
 	NetNS      string // path of a network namespace to join; "" = a new one with loopback only
 	ResolvConf string // host path bind-mounted at /etc/resolv.conf; "" = none
 	Hosts      string // host path bind-mounted at /etc/hosts (see hostsFile); "" = none
+	Passwd     string // host path bind-mounted at /etc/passwd (see passwdFile); "" = none
 	Args       []string
 	Cwd        string
 	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
@@ -106,7 +108,7 @@ func Spec(in SpecInput) *specs.Spec {
 	// sbx's own /etc/resolv.conf and /etc/hosts come after the shares, so that a share of /etc (--ro
 	// /etc) does not cover them: the network contract's resolver and the sandbox's host name hold
 	// whatever is shared (see ownFileMount for when they do not).
-	for _, f := range []struct{ src, dst string }{{in.ResolvConf, "/etc/resolv.conf"}, {in.Hosts, "/etc/hosts"}} {
+	for _, f := range in.ownFiles() {
 		if f.src != "" && ownFileMount(in.Plan.Filesystem.Shares, f.dst, in.IDs) {
 			s.Mounts = append(s.Mounts, specs.Mount{
 				Destination: f.dst, Type: "bind", Source: f.src,
@@ -145,6 +147,14 @@ func Spec(in SpecInput) *specs.Spec {
 		s.Linux.Seccomp = notifySeccomp(s.Linux.Seccomp, in.Plan.Record)
 	}
 	return s
+}
+
+// ownFile is a file of sbx's own (src, on the host) mounted over the sandbox's dst.
+type ownFile struct{ src, dst string }
+
+// ownFiles are sbx's own /etc files for the sandbox; src is "" for one it does not need.
+func (in *SpecInput) ownFiles() []ownFile {
+	return []ownFile{{in.ResolvConf, "/etc/resolv.conf"}, {in.Hosts, "/etc/hosts"}, {in.Passwd, "/etc/passwd"}}
 }
 
 // shmOptions sizes the sandbox's /dev/shm to its memory limit (the kernel's default, half the RAM, as
@@ -203,7 +213,8 @@ func localhost6(data []byte, err error) bool {
 	return false
 }
 
-// readHosts reads at most maxHostsFile bytes of the hosts file at path (the host's, hostHostsPath). It
+// readHosts reads at most maxHostsFile bytes of the hosts file at path (the host's, hostHostsPath; also
+// its passwd file, hostPasswdPath). It
 // opens it without blocking and reads only a regular file: a FIFO there (or a device) would otherwise
 // hang every run's setup, or feed it what it should not read.
 func readHosts(path string) ([]byte, error) {
@@ -228,6 +239,54 @@ func hostsFile(dir string) (string, error) {
 	p := filepath.Join(dir, "hosts")
 	if err := os.WriteFile(p, []byte(hostsContent(localhost6(readHosts(hostHostsPath)))), 0o644); err != nil {
 		return "", fmt.Errorf("writing the sandbox's /etc/hosts: %w", err)
+	}
+	return p, nil
+}
+
+// hostPasswdPath is the host's user database, read (root's, never the command's) for the sandbox's.
+const hostPasswdPath = "/etc/passwd"
+
+// passwdContent is the host's passwd file data with the home directory of the first entry of uid set to
+// home, and whether it changed anything. The command's HOME is /tmp (or the profile's), while its
+// entry names a home that is hidden or missing in the sandbox (nobody's /nonexistent, root's /root, a
+// user's /home/NAME): programs that take the home from the user database, not from HOME, failed
+// there (ssh-keygen's and ssh's ~/.ssh, Java's user.home and with it Maven's ~/.m2 and Gradle's
+// ~/.gradle). Every other line stays as it is.
+func passwdContent(data []byte, uid int, home string) ([]byte, bool) {
+	lines := strings.SplitAfter(string(data), "\n")
+	for i, line := range lines {
+		f := strings.Split(strings.TrimSuffix(line, "\n"), ":")
+		if len(f) != 7 || f[2] != strconv.Itoa(uid) {
+			continue
+		}
+		if f[5] == home {
+			return data, false
+		}
+		f[5] = home
+		lines[i] = strings.Join(f, ":") + line[len(strings.TrimSuffix(line, "\n")):]
+		return []byte(strings.Join(lines, "")), true
+	}
+	return data, false
+}
+
+// passwdFile writes the sandbox's /etc/passwd into dir for the command's uid and HOME, and returns its
+// path; "" when the host's serves as it is (the entry's home is HOME already, there is no entry, HOME
+// is no absolute path, or the host's file cannot be read whole).
+func passwdFile(dir string, uid int, home string) (string, error) {
+	if !filepath.IsAbs(home) || strings.ContainsAny(home, ":\n") {
+		return "", nil
+	}
+	data, err := readHosts(hostPasswdPath)
+	if err != nil || len(data) >= maxHostsFile {
+		return "", nil
+	}
+	data, changed := passwdContent(data, uid, home)
+	if !changed {
+		return "", nil
+	}
+	p := filepath.Join(dir, "passwd")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		return "", fmt.Errorf("writing the sandbox's /etc/passwd: %w", err)
 	}
 	return p, nil
 }

@@ -290,3 +290,32 @@ func TestCheckShares(t *testing.T) {
 		t.Errorf("shareSources of a link = %v, want ErrShareLink", err)
 	}
 }
+
+// TestPasswdContent checks the sandbox's user database: the command's entry gets HOME as its home,
+// the first entry of the uid only, every other line (comments, NIS lines, other users) byte for byte.
+func TestPasswdContent(t *testing.T) {
+	const host = "root:x:0:0:root:/root:/bin/bash\n# a comment\n+::::::\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\nalias:x:65534:65534::/other:/bin/sh\n"
+	for _, c := range []struct {
+		name        string
+		uid         int
+		home        string
+		want        string
+		wantChanged bool
+	}{
+		{"nobody", 65534, "/tmp", "root:x:0:0:root:/root:/bin/bash\n# a comment\n+::::::\nnobody:x:65534:65534:nobody:/tmp:/usr/sbin/nologin\nalias:x:65534:65534::/other:/bin/sh\n", true},
+		{"root", 0, "/tmp", "root:x:0:0:root:/tmp:/bin/bash\n# a comment\n+::::::\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\nalias:x:65534:65534::/other:/bin/sh\n", true},
+		{"home already", 0, "/root", host, false},
+		{"no entry", 1234, "/tmp", host, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, changed := passwdContent([]byte(host), c.uid, c.home)
+			if string(got) != c.want || changed != c.wantChanged {
+				t.Errorf("passwdContent(%d, %s) = %q, %v; want %q, %v", c.uid, c.home, got, changed, c.want, c.wantChanged)
+			}
+		})
+	}
+	// A last line without its newline keeps it so.
+	if got, _ := passwdContent([]byte("nobody:x:65534:65534::/nonexistent:/bin/sh"), 65534, "/tmp"); string(got) != "nobody:x:65534:65534::/tmp:/bin/sh" {
+		t.Errorf("last line without newline: %q", got)
+	}
+}

@@ -430,14 +430,29 @@ func removeCgroups(id string) {
 	}
 }
 
-// LimitHits counts what the sandbox's cgroup limits stopped: processes the OOM killer killed, and forks
-// the pids limit refused.
+// LimitHits counts what the sandbox's limits stopped: processes the OOM killer killed, forks the pids
+// limit refused, and whether the writable layer (limits.disk) is full.
 type LimitHits struct {
 	OOMKills int
 	PidsMax  int
+	Disk     DiskUse
 }
 
-// LimitHits reads the cgroup's counters (cgroup v1 and v2 alike). Read it before Destroy.
+// DiskUse is how full the writable layer is. Full means a write past it fails with ENOSPC ("No space
+// left on device"), which the command's own error does not say is sbx's limit, not the host's disk.
+type DiskUse struct {
+	Full       bool
+	Size, Free int64 // bytes: limits.disk, and what is left of it
+	NoInodes   bool  // full for want of inodes (many small files), not of blocks
+}
+
+// diskFullMargin: a layer with less than 1/diskFullMargin of its size free counts as full. A write
+// that hit the limit left the little that no block of its size fitted in; a file removed after its
+// failed write (a linker's output) gives its space back, and the layer shows no sign of it then.
+const diskFullMargin = 100
+
+// LimitHits reads the cgroup's counters (cgroup v1 and v2 alike) and the writable layer's free space.
+// Read it before Destroy.
 func (s *Sandbox) LimitHits() LimitHits {
 	var h LimitHits
 	for _, dir := range CgroupDirs(s.ID) {
@@ -446,7 +461,24 @@ func (s *Sandbox) LimitHits() LimitHits {
 		h.OOMKills += counter(filepath.Join(dir, "memory.events"), "oom_kill")
 		h.PidsMax += counter(filepath.Join(dir, "pids.events"), "max")
 	}
+	if s.rootfs != nil && !Rootless() {
+		// Without root the layer lies on the host's disk and the limit is per file (RLIMIT_FSIZE,
+		// whose SIGXFSZ the command's shell reports as "File size limit exceeded").
+		h.Disk = layerUse(s.rootfs.layer, layerSize(s.cfg.Plan.Limits.DiskBytes))
+	}
 	return h
+}
+
+// layerUse reads the use of the writable layer of size bytes (limits.disk) mounted at dir (sbx's own
+// run directory).
+func layerUse(dir string, size int64) DiskUse {
+	var fs unix.Statfs_t
+	if unix.Statfs(dir, &fs) != nil || fs.Blocks == 0 {
+		return DiskUse{}
+	}
+	u := DiskUse{Size: size, Free: int64(fs.Bavail) * fs.Bsize, NoInodes: fs.Files > 0 && fs.Ffree == 0}
+	u.Full = u.NoInodes || u.Free < int64(fs.Blocks)*fs.Bsize/diskFullMargin
+	return u
 }
 
 // counter reads "key N" from a cgroup's flat keyed file; 0 when absent.

@@ -139,10 +139,24 @@ func passedTerminalNote(out, errw *os.File) string {
 		strings.Join(names, " and "), names[0])
 }
 
-// eof is an input that ends at once.
-type eof struct{}
+// The null device passes as it is: the caller's /dev/null (sbx exec ... </dev/null, >/dev/null, and a
+// closed stdio, which Go's runtime opens on /dev/null at sbx's start), and /dev/null where the caller
+// gives nothing (the MCP server's runs without input, a library caller's nil). The supervisor replaces
+// it with the sandbox's own /dev/null (supervisor.ownNull), which the command may reopen by name. A pipe
+// in its place is not the same to programs: one that reads its input from stdin when stdin is a pipe
+// or a file and searches its working directory otherwise (ripgrep, ugrep) found nothing, and a check of
+// stdin's type ([ -c /dev/stdin ], fstat) told another story than on the host.
 
-func (eof) Read([]byte) (int, error) { return 0, io.EOF }
+// nullFile opens the host's /dev/null for the command's stdio with flags (O_RDONLY, O_WRONLY); sbx's
+// copy is closed once the sandbox holds it.
+func (r *relays) nullFile(flags int) (*os.File, error) {
+	f, err := os.OpenFile(os.DevNull, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("making the command's stdio: %w", err)
+	}
+	r.child = append(r.child, f)
+	return f, nil
+}
 
 // pass is what the command gets of a reopenable f: f itself, or, for a terminal, the terminal reopened
 // for the one direction flag names (O_RDONLY for stdin, O_WRONLY for an output), whose modes are set
@@ -162,10 +176,20 @@ func (r *relays) pass(f *os.File, flag int) (*os.File, bool) {
 	return t, true
 }
 
-// input gives the command a pipe that sbx fills from r, unless the command may reopen r itself.
+// isNullFile tells whether f is the null device.
+func isNullFile(f *os.File) bool {
+	var st unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &st) == nil && isDevNull(&st)
+}
+
+// input gives the command a pipe that sbx fills from r, unless the command may reopen r itself or r is
+// the null device (nil: none).
 func (r *relays) input(src io.Reader, ids IDMap) (*os.File, error) {
 	if src == nil {
-		src = eof{}
+		return r.nullFile(os.O_RDONLY)
+	}
+	if f, ok := src.(*os.File); ok && isNullFile(f) {
+		return f, nil
 	}
 	if f, ok := src.(*os.File); ok && reopenable(f, ids, 0o4) {
 		if pass, ok := r.pass(f, unix.O_RDONLY); ok {
@@ -185,10 +209,14 @@ func (r *relays) input(src io.Reader, ids IDMap) (*os.File, error) {
 	return pr, nil
 }
 
-// output gives the command a pipe that sbx empties into w, unless the command may reopen w itself.
+// output gives the command a pipe that sbx empties into w, unless the command may reopen w itself or w
+// is the null device (nil: none).
 func (r *relays) output(dst io.Writer, ids IDMap) (*os.File, error) {
 	if dst == nil {
-		dst = io.Discard
+		return r.nullFile(os.O_WRONLY)
+	}
+	if f, ok := dst.(*os.File); ok && isNullFile(f) {
+		return f, nil
 	}
 	if f, ok := dst.(*os.File); ok && reopenable(f, ids, 0o2) {
 		if pass, ok := r.pass(f, unix.O_WRONLY); ok {
@@ -387,6 +415,11 @@ func reopenable(f *os.File, ids IDMap, perm uint32) bool {
 		return st.Mode>>3&perm != 0
 	}
 	return st.Mode&perm != 0
+}
+
+// isDevNull tells whether st is /dev/null (1:3).
+func isDevNull(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == 1 && unix.Minor(st.Rdev) == 3
 }
 
 // sameTarget tells whether two writers are one: the same value, or files on the same inode.

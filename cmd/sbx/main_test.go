@@ -44,6 +44,12 @@ func scriptParams(dir, prefix string) testscript.Params {
 		Cmds: scriptCmds(),
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SBX_TEST_SECRET", "hunter2")
+			// Files the scripts share (testdata/compat: the everyday tools both compat_tools run).
+			testdata, err := filepath.Abs("testdata")
+			if err != nil {
+				return err
+			}
+			env.Setenv("TESTDATA", testdata)
 			root := filepath.Join(testStateParent(), prefix+filepath.Base(env.WorkDir))
 			env.Setenv(stateRootEnv, root)
 			env.Defer(func() {

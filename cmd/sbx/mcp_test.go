@@ -191,6 +191,23 @@ func TestMCP(t *testing.T) {
 		}
 	})
 
+	t.Run("stdin", func(t *testing.T) {
+		// Without the stdin argument the command's stdin is the sandbox's /dev/null, as a program
+		// started with nothing to read has on the host, which it may reopen by name: an empty pipe
+		// sent programs that read a piped stdin (ripgrep) to search nothing. With it, a pipe carries it.
+		probe := "stat -L -c %F /dev/stdin; cat /dev/stdin"
+		for _, c := range []struct{ stdin, want string }{{"", "character special file\n"}, {"given\n", "fifo\ngiven\n"}} {
+			args := map[string]any{"command": probe}
+			if c.stdin != "" {
+				args["stdin"] = c.stdin
+			}
+			res, out := callRun(ctx, t, sess, args)
+			if res.IsError || out["stdout"] != c.want {
+				t.Errorf("stdin %q: IsError %v stdout %q stderr %q, want %q", c.stdin, res.IsError, out["stdout"], out["stderr"], c.want)
+			}
+		}
+	})
+
 	t.Run("cancel tears down", func(t *testing.T) { checkCancel(ctx, t, sess, root) })
 	// The server keeps --warm 2 sandboxes built ahead; its shutdown destroys them and waits for the
 	// teardowns it left in the background.

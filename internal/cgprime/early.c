@@ -188,8 +188,25 @@ static int builds(const char *cmd)
 	return strcmp(cmd, "exec") == 0 || strcmp(cmd, "probe") == 0 || strcmp(cmd, "mcp") == 0;
 }
 
+// stdfds opens /dev/null on each of fds 0, 1 and 2 that is closed, as Go's runtime means to (checkfds)
+// but cannot here: it looks later, while kick may hold such a number for a file of its own, which it
+// closes after. The number was then free for whatever sbx opened next (the supervisor's control
+// socket, the seccomp listener), and os.Stdin, os.Stdout or os.Stderr named that: with its stdin
+// closed (sbx exec ... <&-), sbx passed its own end of a socket to the command as stdin.
+static void stdfds(void)
+{
+	for (int fd = 0; fd < 3; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		// The lowest free number, fd itself: the ones below it are open by now.
+		if (open("/dev/null", O_RDWR) < 0)
+			return;
+	}
+}
+
 __attribute__((constructor)) static void sbx_cgprime(int argc, char **argv)
 {
+	stdfds();
 	if (argc < 2 || !argv || !argv[1] || !builds(argv[1]))
 		return;
 	int server = strcmp(argv[1], "mcp") == 0;
