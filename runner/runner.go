@@ -418,7 +418,8 @@ func (r *run) observe() {
 	// socket (SCM_RIGHTS) and never received is referred to by that socket's queue, which a cycle of
 	// such sockets keeps alive after every process is gone, until the kernel's collector happens to
 	// run. A TCP listener kept so still completes handshakes.
-	if !r.sb.OnlyInit() {
+	onlyInit := r.sb.OnlyInit()
+	if !onlyInit {
 		switch err := r.sb.Freeze(); {
 		case errors.Is(err, sandbox.ErrNoFreezer):
 			r.rep.Notes = append(r.rep.Notes, "the sandbox has no cgroup freezer: it was observed while it ran on")
@@ -427,9 +428,33 @@ func (r *run) observe() {
 		}
 	}
 	after := r.snapshot()
+	if onlyInit {
+		after = r.lasting(after)
+	}
 	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after))
 	r.rep.Sockets.Listening = nonNil(r.notFilter(after.Listening))
 	r.rep.Sockets.Established = nonNil(r.notFilter(after.Established))
+}
+
+// lingerMax bounds how long the sockets of a sandbox with only its init left are read again until they
+// are gone (lasting).
+const lingerMax = 50 * time.Millisecond
+
+// lasting is snap, read again until its sockets are gone or lingerMax has passed, for a sandbox with only
+// its init left: the kernel releases the files of a process that exited a moment after it is gone (a
+// daemon's listeners stayed in the namespace's socket table for a few ms after gpgconf --kill ended
+// gpg-agent), and a snapshot taken then lists them with no owner. A socket still there at the end is
+// kept alive by something else (a unix socket's queue, see observe) and is reported. sbx's own DNS
+// filter's sockets do not count.
+func (r *run) lasting(snap *observe.Snap) *observe.Snap {
+	deadline := time.Now().Add(lingerMax)
+	// notFilter deletes in place: count on copies.
+	for len(r.notFilter(slices.Clone(snap.Listening)))+len(r.notFilter(slices.Clone(snap.Established))) > 0 &&
+		time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		snap = r.snapshot()
+	}
+	return snap
 }
 
 // notFilter drops the sockets of sbx's DNS filter, which sbx keeps in the sandbox's namespace without

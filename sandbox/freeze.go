@@ -42,13 +42,15 @@ func (s *Sandbox) Freeze() error {
 }
 
 // OnlyInit reports whether nothing but the sandbox's init is left: every task of its cgroups is a thread
-// of the init; without a cgroup (rootless), no thread of the init has a child, not even a zombie: every
-// other process of its pid namespace would descend from it (nsScan). Nothing can then start any more
-// (the init starts nothing after the command), so there is nothing to freeze.
+// of the init; without a cgroup (rootless), every child of the init's threads has ended or is ending
+// (ending): every other process of its pid namespace would descend from the init (nsScan). A daemon
+// the command stopped before it ended (gpgconf --kill all) can still be in its exit here, releasing its
+// files, or the init's zombie, not yet reaped. Nothing can then start any more (the init starts
+// nothing after the command), so there is nothing to freeze.
 func (s *Sandbox) OnlyInit() bool {
 	if Rootless() {
 		kids, gone, err := children(s.initPid)
-		return err == nil && !gone && len(kids) == 0
+		return err == nil && !gone && !slices.ContainsFunc(kids, func(pid int) bool { return !ending(pid) })
 	}
 	tasks, err := s.Tasks()
 	if err != nil {
@@ -214,6 +216,52 @@ func (s *Sandbox) stopOne(pid int) bool {
 		return false
 	}
 	return unix.PidfdSendSignal(fd, unix.SIGSTOP, nil, 0) == nil
+}
+
+// pfExiting is the kernel's PF_EXITING flag of a task in /proc/PID/stat: it is in its exit.
+const pfExiting = 0x4
+
+// ending tells whether process pid can run nothing more and start nothing: every thread of it has
+// exited (a zombie) or is in its exit (PF_EXITING, with no way back to the program), and none has a
+// child left (an exiting process gives its children to the init only at the end of its exit). A process
+// gone from /proc has ended.
+func ending(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	for _, t := range tasks {
+		stat, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			continue // this thread is gone
+		}
+		if err != nil {
+			return false
+		}
+		if state := statState(stat); state != 'Z' && state != 'X' && statFlags(stat)&pfExiting == 0 {
+			return false
+		}
+		if kids, err := os.ReadFile(dir + "/" + t.Name() + "/children"); err == nil && len(bytes.TrimSpace(kids)) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// statFlags is the flags field of a /proc stat file (the task's PF_* flags), 0 when it cannot be read.
+func statFlags(stat []byte) uint64 {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	// After the comm: state ppid pgrp session tty_nr tpgid flags.
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 7 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[6], 10, 64)
+	return v
 }
 
 // statState is the state letter of a /proc stat file, 0 when it cannot be read. It follows the
