@@ -50,7 +50,13 @@ func (s *Sandbox) Freeze() error {
 func (s *Sandbox) OnlyInit() bool {
 	if Rootless() {
 		kids, gone, err := children(s.initPid)
-		return err == nil && !gone && !slices.ContainsFunc(kids, func(pid int) bool { return !ending(pid) })
+		if err != nil || gone || slices.ContainsFunc(kids, func(pid int) bool { return !ending(pid) }) {
+			return false
+		}
+		// An ending child hands its own children to the init at the end of its exit, which may have
+		// come between the listing and its check (a fork chain): none may be new in a second listing.
+		again, gone, err := children(s.initPid)
+		return err == nil && !gone && !slices.ContainsFunc(again, func(pid int) bool { return !slices.Contains(kids, pid) })
 	}
 	tasks, err := s.Tasks()
 	if err != nil {
