@@ -427,34 +427,28 @@ func (r *run) observe() {
 			r.rep.MarkIncomplete("freezing the sandbox", err)
 		}
 	}
-	after := r.snapshot()
-	if onlyInit {
-		after = r.lasting(after)
+	if onlyInit && sandbox.Rootless() {
+		r.reaped()
 	}
+	after := r.snapshot()
 	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after))
 	r.rep.Sockets.Listening = nonNil(r.notFilter(after.Listening))
 	r.rep.Sockets.Established = nonNil(r.notFilter(after.Established))
 }
 
-// lingerMax bounds how long the sockets of a sandbox with only its init left are read again until they
-// are gone (lasting).
-const lingerMax = 50 * time.Millisecond
+// reapMax bounds how long a sandbox with only its init left waits for its init's ending children to be
+// gone (reaped).
+const reapMax = 50 * time.Millisecond
 
-// lasting is snap, read again until its sockets are gone or lingerMax has passed, for a sandbox with only
-// its init left: the kernel releases the files of a process that exited a moment after it is gone (a
-// daemon's listeners stayed in the namespace's socket table for a few ms after gpgconf --kill ended
-// gpg-agent), and a snapshot taken then lists them with no owner. A socket still there at the end is
-// kept alive by something else (a unix socket's queue, see observe) and is reported. sbx's own DNS
-// filter's sockets do not count.
-func (r *run) lasting(snap *observe.Snap) *observe.Snap {
-	deadline := time.Now().Add(lingerMax)
-	// notFilter deletes in place: count on copies.
-	for len(r.notFilter(slices.Clone(snap.Listening)))+len(r.notFilter(slices.Clone(snap.Established))) > 0 &&
-		time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-		snap = r.snapshot()
+// reaped waits, up to reapMax, until the init of a rootless sandbox with only its init left has no
+// child at all: one in its exit (OnlyInit lets such a child pass) may still hold sockets, which a
+// snapshot taken then lists with no owner (a daemon the command stopped, gpgconf --kill all ending
+// gpg-agent). Sockets left once the children are gone are kept alive by something else (a unix
+// socket's queue, see observe) and are reported.
+func (r *run) reaped() {
+	for deadline := time.Now().Add(reapMax); !r.sb.Childless() && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond)
 	}
-	return snap
 }
 
 // notFilter drops the sockets of sbx's DNS filter, which sbx keeps in the sandbox's namespace without

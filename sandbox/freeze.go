@@ -224,6 +224,15 @@ func (s *Sandbox) stopOne(pid int) bool {
 	return unix.PidfdSendSignal(fd, unix.SIGSTOP, nil, 0) == nil
 }
 
+// Childless reports whether the sandbox's init has no child at all, not even one in its exit or a
+// zombie: every process the command started is gone for good, its files released. Without a cgroup
+// (rootless) OnlyInit is true already while a child is in its exit, and the kernel may still hold that
+// child's sockets.
+func (s *Sandbox) Childless() bool {
+	kids, gone, err := children(s.initPid)
+	return err == nil && !gone && len(kids) == 0
+}
+
 // pfExiting is the kernel's PF_EXITING flag of a task in /proc/PID/stat: it is in its exit.
 const pfExiting = 0x4
 
