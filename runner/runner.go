@@ -214,11 +214,12 @@ type run struct {
 	filesBefore []*observe.FileChanges // one per sandbox.Layers entry
 	events      *observe.Events
 	denials     *observe.DenialsCollector
-	ran         bool      // the command ran and the report holds its observations
-	changesDir  *os.File  // --changes DIR, opened once before the command runs
-	shm         *os.File  // the sandbox's /dev/shm, opened once the command started (openTmpfs)
-	shmErr      error     // why shm is nil, when the command started
-	started     time.Time // just before the command started: what a writable share shows changed since is the run's
+	ran         bool            // the command ran and the report holds its observations
+	changesDir  *os.File        // --changes DIR, opened once before the command runs
+	shm         *os.File        // the sandbox's /dev/shm, opened once the command started (openTmpfs)
+	shmErr      error           // why shm is nil, when the command started
+	layerList   []sandbox.Layer // see layers
+	started     time.Time       // just before the command started: what a writable share shows changed since is the run's
 }
 
 func (r *run) execute(ctx context.Context, t0 time.Time) error {
