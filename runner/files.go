@@ -85,12 +85,14 @@ func (r *run) fileChanges() {
 		r.copyLayer(cp, l.Upper, nil, l.At, slices.Concat(fc.Created, fc.Modified))
 		collect(fc, l.At)
 	}
-	lim.Keep = r.keepIn(shmMount)
-	switch {
-	case r.shm != nil:
-		collect(r.tmpfsChanges(cp, shmMount, r.shm, lim), shmMount)
-	case r.shmErr != nil:
-		r.rep.MarkIncomplete("file changes in "+shmMount, r.shmErr)
+	for _, m := range r.mounts {
+		lim.Keep = r.keepIn(m.at)
+		switch {
+		case m.dir != nil:
+			collect(r.tmpfsChanges(cp, m.at, m.dir, lim), m.at)
+		case m.err != nil:
+			r.rep.MarkIncomplete("file changes in "+m.at, m.err)
+		}
 	}
 	r.copyNotes(cp)
 	if shares := r.writableShares(); len(shares) > 0 {
@@ -268,8 +270,36 @@ func under(at string, cs []report.FileChange) []report.FileChange {
 	return cs
 }
 
-// shmMount is the sandbox's own tmpfs whose changes are reported with the layers'.
-const shmMount = "/dev/shm"
+// ownMounts are the sandbox's own file systems, empty at the start, whose changes are reported with the
+// layers': its shared memory, and its POSIX message queues (mq_open, a file in /dev/mqueue), which
+// outlive the processes that made them until the sandbox goes.
+var ownMounts = []string{"/dev/shm", "/dev/mqueue"}
+
+// ownMount is one of ownMounts, opened once the command started (openTmpfs).
+type ownMount struct {
+	at  string
+	dir *os.File // nil: err says why, or the sandbox has none
+	err error
+}
+
+// openMounts opens ownMounts; the caller closes them with closeMounts.
+func (r *run) openMounts() {
+	for _, at := range ownMounts {
+		dir, err := r.openTmpfs(at)
+		if errors.Is(err, os.ErrNotExist) {
+			err = nil // a sandbox without one
+		}
+		r.mounts = append(r.mounts, ownMount{at: at, dir: dir, err: err})
+	}
+}
+
+func (r *run) closeMounts() {
+	for _, m := range r.mounts {
+		if m.dir != nil {
+			m.dir.Close()
+		}
+	}
+}
 
 // openTmpfs opens the sandbox's tmpfs mount (its /dev/shm) through the sandbox's pid 1 (its /proc
 // root, then no link below it), once the command has started: the handle keeps the tmpfs, which lives
