@@ -44,10 +44,12 @@ type Limits struct {
 	MaxPathBytes int             // bytes of paths kept in all lists together (DefaultMaxPathBytes)
 	ContentBytes int64           // bytes compared to find rewrites that size and mtime hide (DefaultContentBytes)
 	Stop         <-chan struct{} // closed: stop reading at once (a Problem says so)
-	// Keep, when set, says which created or modified paths (relative to the layer, with a leading
-	// slash) are kept past MaxEntries, up to MaxEntries more: those the report must judge whatever
-	// came before them (a persistence mechanism), so that a flood of other files cannot push them out.
-	Keep func(path string) bool
+	// Keep, when set, says which created or modified entries (paths relative to the layer, with a
+	// leading slash) are kept past MaxEntries, up to MaxEntries more: those the report must judge
+	// whatever came before them (a persistence mechanism), so that a flood of other files cannot push
+	// them out. It must keep only what the report will judge so: entries that merely look the part
+	// (a directory named .bashrc, a .pth file that runs nothing) would use up the allowance first.
+	Keep func(c report.FileChange) bool
 }
 
 // Defaults of Limits.
@@ -549,7 +551,7 @@ func (d *differ) add(c report.FileChange) {
 		(d.lim.MaxPathBytes >= 0 && d.bytes+len(c.Path) > d.lim.MaxPathBytes) {
 		d.out.Truncated = true
 		if c.Change == Deleted || d.lim.Keep == nil || d.kept >= d.lim.MaxEntries ||
-			d.lim.MaxPathBytes >= 0 && d.bytes+len(c.Path) > 2*d.lim.MaxPathBytes || !d.lim.Keep(c.Path) {
+			d.lim.MaxPathBytes >= 0 && d.bytes+len(c.Path) > 2*d.lim.MaxPathBytes || !d.lim.Keep(c) {
 			return
 		}
 		d.kept++

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -79,10 +80,20 @@ func (cp *Copier) WriteSkipped(dst *os.File) error {
 	return cp.writeList(dst, "NOT-COPIED.txt", lines)
 }
 
+// writeList writes lines to dst/name, one a line. A line with a control character (a path the command
+// chose: a FIFO named "x\n/etc/passwd: ...") is written Go-quoted ("x\n/etc/passwd..."), so that no
+// name can add lines of its own to what a reviewer, or a script applying DELETED.txt, reads.
 func (cp *Copier) writeList(dst *os.File, name string, lines []string) error {
 	f, err := safefs.Open(dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, 0o644)
 	if err == nil {
-		_, err = f.WriteString(strings.Join(lines, "\n") + "\n")
+		var b strings.Builder
+		for _, l := range lines {
+			if strings.ContainsFunc(l, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+				l = strconv.Quote(l)
+			}
+			b.WriteString(l + "\n")
+		}
+		_, err = f.WriteString(b.String())
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}

@@ -118,3 +118,37 @@ func TestCopySparseSpecialBudgetStop(t *testing.T) {
 		t.Errorf("stopped copy: err = %v, want ErrCopyStopped", err)
 	}
 }
+
+// TestCopyListsOneLinePerName: a name with a newline (a FIFO the command named so) adds no line of its
+// own to NOT-COPIED.txt or DELETED.txt: such a line is written quoted. It added "/etc/passwd" as a line.
+func TestCopyListsOneLinePerName(t *testing.T) {
+	base := t.TempDir()
+	src, dest := filepath.Join(base, "upper"), filepath.Join(base, "dest")
+	mustOK(t, os.MkdirAll(src, 0o755))
+	mustOK(t, os.MkdirAll(dest, 0o755))
+	evil := "x\n/etc/passwd" // a directory "x\n" holding etc/passwd
+	mustOK(t, os.MkdirAll(src+"/x\n/etc", 0o755))
+	mustOK(t, unix.Mkfifo(src+"/"+evil, 0o644))
+	cp := &Copier{Budget: 1 << 20}
+	mustOK(t, cp.Copy(openRoot(t, src), openRoot(t, dest), []report.FileChange{
+		{Path: "/" + evil, Kind: "other", Change: Created},
+		{Path: "/" + evil, Kind: "file", Change: Deleted},
+		{Path: "/plain", Kind: "file", Change: Deleted},
+	}))
+	mustOK(t, cp.WriteSkipped(openRoot(t, dest)))
+	for _, name := range []string{"NOT-COPIED.txt", "DELETED.txt"} {
+		b, err := os.ReadFile(filepath.Join(dest, name))
+		mustOK(t, err)
+		for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+			if strings.HasPrefix(line, "/etc/passwd") {
+				t.Errorf("%s has a line of the name's own: %q", name, b)
+			}
+		}
+		if !strings.Contains(string(b), `"/x\n/etc/passwd`) {
+			t.Errorf("%s = %q, want the name quoted", name, b)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dest, "DELETED.txt")); !strings.Contains(string(b), "\n/plain\n") {
+		t.Errorf("DELETED.txt = %q, want a plain name as it is", b)
+	}
+}

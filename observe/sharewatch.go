@@ -89,8 +89,13 @@ type ShareWatchOptions struct {
 	InitPid int
 	// MaxEntries bounds the operations recorded and each list of the result (DefaultMaxEntries).
 	MaxEntries int
-	// Keep, when set, says which sandbox paths are kept past MaxEntries (see Limits.Keep).
+	// Keep, when set, says which sandbox paths are kept past MaxEntries among the operations read, by
+	// path alone (their content is not final while the command runs).
 	Keep func(sandboxPath string) bool
+	// KeepChange, when set, says which changes are kept past MaxEntries in the lists Stop returns (see
+	// Limits.Keep: content included, so that look-alikes cannot use up the allowance); Keep decides
+	// when it is nil.
+	KeepChange func(report.FileChange) bool
 }
 
 type watchedShare struct {
@@ -611,6 +616,17 @@ func (w *ShareWatch) add1(op shareOp) {
 	w.ops = append(w.ops, op)
 }
 
+// keepChange says whether c (its sandbox path) is kept past the bound of Stop's lists.
+func (w *ShareWatch) keepChange(c report.FileChange) bool {
+	switch {
+	case w.opts.KeepChange != nil:
+		return w.opts.KeepChange(c)
+	case w.opts.Keep != nil:
+		return w.opts.Keep(c.Path)
+	}
+	return false
+}
+
 // pend keeps an operation whose directory is gone, to place when its handle shows up.
 func (w *ShareWatch) pend(p pendingOp) {
 	if len(w.unplaced) >= maxPending {
@@ -868,7 +884,7 @@ func (w *ShareWatch) list(out *ShareChanges, states map[string]*pathState, order
 		if c.Change != Deleted {
 			w.stat(&c, st.host)
 		}
-		if len(*list) >= max && (w.opts.Keep == nil || c.Change == Deleted || !w.opts.Keep(p) || len(*list) >= 2*max) {
+		if len(*list) >= max && (c.Change == Deleted || !w.keepChange(c) || len(*list) >= 2*max) {
 			out.Truncated = true
 			continue
 		}

@@ -77,20 +77,22 @@ func (r *run) fileChanges() {
 		total.Deleted += fc.Total.Deleted
 		truncated = truncated || fc.Truncated
 	}
-	for i, l := range r.sb.Layers() {
-		lim.Keep = persistenceIn(l.At)
+	for i, l := range r.layers() {
+		lim.Keep = r.keepIn(l.At)
 		fc, err := observe.ChangesSince(r.filesBefore[i], l.Upper, l.Lower, lim)
 		r.fileNotes(l.At, fc, err)
 		// Deletions of every layer go into one DELETED.txt at the top, with their sandbox paths (below).
 		r.copyLayer(cp, l.Upper, nil, l.At, slices.Concat(fc.Created, fc.Modified))
 		collect(fc, l.At)
 	}
-	lim.Keep = persistenceIn(shmMount)
-	switch {
-	case r.shm != nil:
-		collect(r.tmpfsChanges(cp, shmMount, r.shm, lim), shmMount)
-	case r.shmErr != nil:
-		r.rep.MarkIncomplete("file changes in "+shmMount, r.shmErr)
+	for _, m := range r.mounts {
+		lim.Keep = r.keepIn(m.at)
+		switch {
+		case m.dir != nil:
+			collect(r.tmpfsChanges(cp, m.at, m.dir, lim), m.at)
+		case m.err != nil:
+			r.rep.MarkIncomplete("file changes in "+m.at, m.err)
+		}
 	}
 	r.copyNotes(cp)
 	seen := map[string]bool{}
@@ -118,7 +120,7 @@ func (r *run) fileChanges() {
 	// Each layer's reading is bounded; so is the report, across layers.
 	for _, l := range []*[]report.FileChange{&created, &modified, &deleted} {
 		if len(*l) > observe.DefaultMaxEntries {
-			*l, truncated = keepFirst(*l, observe.DefaultMaxEntries), true
+			*l, truncated = keepFirst(*l, observe.DefaultMaxEntries, r.persistenceFinding), true
 		}
 	}
 	if r.changesDir != nil && len(deleted) > 0 {
@@ -135,6 +137,16 @@ func (r *run) fileChanges() {
 		}
 		r.rep.Notes = append(r.rep.Notes, note)
 	}
+}
+
+// layers are the sandbox's writable layers, read once: without root sbx.Layers opens up what the command
+// closed to its owner, a walk of every layer, and peek asks for them once per file it reads (10,000
+// look-alike persistence files cost 7 minutes).
+func (r *run) layers() []sandbox.Layer {
+	if r.layerList == nil {
+		r.layerList = r.sb.Layers()
+	}
+	return r.layerList
 }
 
 // writableShares are the run's writable shares.
@@ -170,17 +182,31 @@ func (r *run) shareNote() {
 	r.rep.Notes = append(r.rep.Notes, note)
 }
 
-// persistenceIn says which paths of a layer mounted at at could be persistence (observe.Limits.Keep).
-func persistenceIn(at string) func(string) bool {
-	return func(p string) bool { return policy.MaybePersistence(path.Join(at, p)) }
+// keepIn says which entries of a layer mounted at at plant persistence (observe.Limits.Keep).
+func (r *run) keepIn(at string) func(report.FileChange) bool {
+	return func(c report.FileChange) bool {
+		c.Path = path.Join(at, c.Path)
+		return r.persistenceFinding(c)
+	}
 }
 
-// keepFirst cuts cs to its first n entries, and keeps beyond them (up to n more) those that could be a
-// persistence mechanism: the report judges each of those, whatever came before it.
-func keepFirst(cs []report.FileChange, n int) []report.FileChange {
+// persistenceFinding says whether a change (a sandbox path) plants persistence as policy.FindPersistence
+// will judge it, content included: only those are kept past the bounds of the file lists. Kept by path
+// alone, 10,000 directories named .bashrc or .pth files that run nothing used up the allowance, and a
+// git hook planted after them was in no list, and the run passed.
+func (r *run) persistenceFinding(c report.FileChange) bool {
+	if c.Kind == "dir" || c.Change == observe.Deleted || !policy.MaybePersistence(c.Path) {
+		return false
+	}
+	return policy.PersistenceMechanism(c.Path, func() []byte { return r.peek(c.Path) }) != ""
+}
+
+// keepFirst cuts cs to its first n entries, and keeps beyond them (up to n more) those that plant
+// persistence (keep): the report judges each of those, whatever came before it.
+func keepFirst(cs []report.FileChange, n int, keep func(report.FileChange) bool) []report.FileChange {
 	out := cs[:n:n]
 	for _, c := range cs[n:] {
-		if len(out) < 2*n && c.Change != observe.Deleted && policy.MaybePersistence(c.Path) {
+		if len(out) < 2*n && keep(c) {
 			out = append(out, c)
 		}
 	}
@@ -273,8 +299,36 @@ func under(at string, cs []report.FileChange) []report.FileChange {
 	return cs
 }
 
-// shmMount is the sandbox's own tmpfs whose changes are reported with the layers'.
-const shmMount = "/dev/shm"
+// ownMounts are the sandbox's own file systems, empty at the start, whose changes are reported with the
+// layers': its shared memory, and its POSIX message queues (mq_open, a file in /dev/mqueue), which
+// outlive the processes that made them until the sandbox goes.
+var ownMounts = []string{"/dev/shm", "/dev/mqueue"}
+
+// ownMount is one of ownMounts, opened once the command started (openTmpfs).
+type ownMount struct {
+	at  string
+	dir *os.File // nil: err says why, or the sandbox has none
+	err error
+}
+
+// openMounts opens ownMounts; the caller closes them with closeMounts.
+func (r *run) openMounts() {
+	for _, at := range ownMounts {
+		dir, err := r.openTmpfs(at)
+		if errors.Is(err, os.ErrNotExist) {
+			err = nil // a sandbox without one
+		}
+		r.mounts = append(r.mounts, ownMount{at: at, dir: dir, err: err})
+	}
+}
+
+func (r *run) closeMounts() {
+	for _, m := range r.mounts {
+		if m.dir != nil {
+			m.dir.Close()
+		}
+	}
+}
 
 // openTmpfs opens the sandbox's tmpfs mount (its /dev/shm) through the sandbox's pid 1 (its /proc
 // root, then no link below it), once the command has started: the handle keeps the tmpfs, which lives

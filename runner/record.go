@@ -38,7 +38,7 @@ func (r *run) peek(p string) []byte {
 			return readInRoot(sh.Host, path.Clean(rel))
 		}
 	}
-	layers := r.sb.Layers()
+	layers := r.layers()
 	for i := len(layers) - 1; i >= 0; i-- { // the working directory's layer, then the root's
 		l := layers[i]
 		if rel, ok := strings.CutPrefix(p, strings.TrimSuffix(l.At, "/")+"/"); ok {

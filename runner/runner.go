@@ -215,11 +215,11 @@ type run struct {
 	filesBefore []*observe.FileChanges // one per sandbox.Layers entry
 	events      *observe.Events
 	denials     *observe.DenialsCollector
-	ran         bool      // the command ran and the report holds its observations
-	changesDir  *os.File  // --changes DIR, opened once before the command runs
-	shm         *os.File  // the sandbox's /dev/shm, opened once the command started (openTmpfs)
-	shmErr      error     // why shm is nil, when the command started
-	started     time.Time // just before the command started: what a writable share shows changed since is the run's
+	ran         bool            // the command ran and the report holds its observations
+	changesDir  *os.File        // --changes DIR, opened once before the command runs
+	mounts      []ownMount      // the sandbox's /dev/shm and /dev/mqueue, opened once the command started
+	layerList   []sandbox.Layer // see layers
+	started     time.Time       // just before the command started: what a writable share shows changed since is the run's
 	shareWatch  *observe.ShareWatch
 	// inTree says whether a pid was the sandbox's at some time of a window (exec stream), nil without it.
 	inTree func(pid int, from, to uint64) bool
@@ -251,11 +251,8 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	if r.opts.OnStart != nil {
 		r.opts.OnStart(cmd.Pid)
 	}
-	if r.shm, r.shmErr = r.openTmpfs(shmMount); r.shm != nil {
-		defer r.shm.Close()
-	} else if errors.Is(r.shmErr, os.ErrNotExist) {
-		r.shmErr = nil // a sandbox without one
-	}
+	r.openMounts()
+	defer r.closeMounts()
 	code, end, err := r.wait(ctx, cmd)
 	hits := r.sb.LimitHits()
 	switch {

@@ -13,10 +13,12 @@ import (
 
 	"github.com/moby/profiles/seccomp"
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 
+	"github.com/sbx-dev/sbx/internal/fakenet"
 	"github.com/sbx-dev/sbx/internal/testutil"
 )
 
@@ -172,4 +174,55 @@ func initOf(t *testing.T, pid int) int {
 	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
+}
+
+// TestSocketWithoutProcess: a listener of the sandbox's network namespace that no process holds is
+// reported when only the sandbox's init is left: sbx read no sockets then, and the run passed. A
+// command gets one by sending a listener over a unix socket pair into a cycle of queues that no process
+// holds (SCM_RIGHTS): it outlives every process and completes handshakes until the kernel's collector
+// happens to run. Here the test holds the listener in that namespace itself, so that no collector races
+// the check.
+func TestSocketWithoutProcess(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	lfd := -1
+	defer func() {
+		if lfd >= 0 {
+			unix.Close(lfd)
+		}
+	}()
+	rep, err := runValid(t, context.Background(), Options{
+		Plan: plan(t), Args: []string{"sleep", "0.2"}, Cwd: t.TempDir(), StateRoot: testutil.StateRoot(t),
+		OnStart: func(pid int) {
+			if pid <= 0 {
+				t.Error("no host pid for the command")
+				return
+			}
+			err := fakenet.RunIn("/proc/"+itoa(pid)+"/ns/net", func() error {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+				if err != nil {
+					return err
+				}
+				lfd = fd
+				if err := unix.Bind(fd, &unix.SockaddrInet4{Port: 8773, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+					return err
+				}
+				return unix.Listen(fd, 4)
+			})
+			if err != nil {
+				t.Errorf("listening in the sandbox's network namespace: %v", err)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rep.Processes.LeftRunning) != 0 {
+		t.Fatalf("left running: %+v, want nothing but the init", rep.Processes.LeftRunning)
+	}
+	if len(rep.Sockets.Listening) != 1 || rep.Sockets.Listening[0].Port != 8773 {
+		t.Errorf("listening = %+v, want the listener on 8773", rep.Sockets.Listening)
+	}
+	if rep.Verdict != report.VerdictViolation {
+		t.Errorf("verdict %s, want a violation for the listener", rep.Verdict)
+	}
 }

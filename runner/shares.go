@@ -182,7 +182,7 @@ func (r *run) startShareWatch() {
 		watched = append(watched, observe.WatchedShare{Host: sh.host, Sandbox: sh.sandbox})
 	}
 	w, err := observe.StartShareWatch(observe.ShareWatchOptions{Shares: watched, InitPid: r.sb.InitPid(),
-		Keep: policy.MaybePersistence})
+		Keep: policy.MaybePersistence, KeepChange: r.persistenceFinding})
 	if err != nil {
 		r.rep.MarkIncomplete("file changes in writable shares", err)
 		return

@@ -188,8 +188,11 @@ func (s *Sandbox) stopAll() error {
 	return fmt.Errorf("stopping the sandbox's processes: new or resumed ones still appeared after %d rounds of SIGSTOP", maxStopRounds)
 }
 
-// isStopped tells whether every thread of process pid is stopped (T), traced (t) or dead (Z, X): a
-// process whose leader exited shows Z for it while its other threads run on.
+// isStopped tells whether no thread of process pid can run the process's code before it stops: every
+// one is stopped (T), traced (t) or dead (Z, X; a process whose leader exited shows Z for it while its
+// other threads run on), or in uninterruptible sleep (D) with the SIGSTOP still pending, which it takes
+// before it returns to the process's code (a vfork parent waits so for its child, which may itself be
+// stopped before it executes: that parent never shows T).
 func isStopped(pid int) bool {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	tids, err := os.ReadDir(dir)
@@ -201,11 +204,28 @@ func isStopped(pid int) bool {
 		if err != nil {
 			continue // this thread is gone
 		}
-		if st := statState(stat); st != 'T' && st != 't' && st != 'Z' && st != 'X' {
+		switch statState(stat) {
+		case 'T', 't', 'Z', 'X':
+		case 'D':
+			if !stopPending(pid) {
+				return false
+			}
+		default:
 			return false
 		}
 	}
 	return true
+}
+
+// stopPending tells whether SIGSTOP is pending for process pid (its ShdPnd mask: stopAll signals the
+// process, not a thread). A SIGCONT since would have taken it away.
+func stopPending(pid int) bool {
+	v, ok := procField("/proc/"+strconv.Itoa(pid)+"/status", "ShdPnd")
+	if !ok {
+		return false
+	}
+	mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+	return err == nil && mask&(1<<(uint(unix.SIGSTOP)-1)) != 0
 }
 
 // stopOne sends SIGSTOP to pid if it is still a process of the sandbox's pid namespace; false when it
