@@ -108,7 +108,32 @@ func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top str
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
+	if err := r.stateRootShown(); err != nil {
+		return err
+	}
 	return r.cwdRootless(cwd, hidden)
+}
+
+// ErrStateRootShown is matched by the error of a rootless run whose state root lies below a top-level
+// directory the sandbox shows as the host has it.
+var ErrStateRootShown = errors.New("the state root lies in a directory the sandbox shows through an overlay")
+
+// stateRootShown refuses a run dir below a top-level directory shown through an overlay of the host's
+// (not hidden, no mounts below): the run dir holds that overlay's own layers (its empty lower one, its
+// upper), and the kernel refuses an overlay whose layers lie inside one another (ELOOP, "too many
+// levels of symbolic links"). A hidden top-level directory is an overlay of an empty one, and one with
+// mounts below a bind: neither has the host's directory as a layer.
+func (r *rootfs) stateRootShown() error {
+	dir, err := filepath.EvalSymlinks(r.runDir)
+	if err != nil {
+		dir = r.runDir
+	}
+	for _, l := range r.top {
+		if !l.hidden && !l.locked && within(dir, "/"+l.name) {
+			return fmt.Errorf("%w: the run dir %s is below /%s, which the sandbox shows through an overlay of the host's /%s, and an overlay cannot hold its own layers", ErrStateRootShown, dir, l.name, l.name)
+		}
+	}
+	return nil
 }
 
 // cwdRootless gives the working directory an overlay of its own when its top-level directory has none

@@ -49,6 +49,7 @@ var errorHints = []struct {
 	{mcpserver.ErrProfileInShare, anyCaller, "move the profile out of every read-write share of the offered profiles, or share that path read-only"},
 	{runner.ErrChangesDir, anyCaller, "give --changes a directory outside every --rw share and sbx's state root, e.g. a fresh one under /tmp"},
 	{sandbox.ErrNoCgroup, anyCaller, "run sbx as root, or drop limits.require from the profile to run with rlimits instead (the report's notes say which limit holds)"},
+	{sandbox.ErrStateRootShown, anyCaller, "without root, keep the state root (" + stateRootEnv + ", else $XDG_RUNTIME_DIR/sbx or ~/.local/state/sbx) below a directory the profile hides, as /home, /root and /tmp are in the built-in profiles, or below $XDG_RUNTIME_DIR"},
 	{sandbox.ErrRootless, anyCaller, "without root, pasta is the sandbox's uplink: drop --uplink-netns (network.uplink_netns), or run sbx as root"},
 	{netcontract.ErrNoPasta, anyCaller, "without root the network contract needs pasta (apt-get install passt) and /dev/net/tun open to the caller (mode 0666); 'sbx version' shows both"},
 	{sandbox.ErrStateRoot, anyCaller, "put the state root (" + stateRootEnv + ") where every directory on the way down is searchable (mode 0711 or 0755), as /run/sbx is"},
