@@ -141,11 +141,12 @@ func passedTerminalNote(out, errw *os.File) string {
 
 // The null device passes as it is: the caller's /dev/null (sbx exec ... </dev/null, >/dev/null, and a
 // closed stdio, which Go's runtime opens on /dev/null at sbx's start), and /dev/null where the caller
-// gives nothing (the MCP server's runs without input, a library caller's nil). The supervisor replaces
-// it with the sandbox's own /dev/null (supervisor.ownNull), which the command may reopen by name. A pipe
-// in its place is not the same to programs: one that reads its input from stdin when stdin is a pipe
-// or a file and searches its working directory otherwise (ripgrep, ugrep) found nothing, and a check of
-// stdin's type ([ -c /dev/stdin ], fstat) told another story than on the host.
+// gives nothing (the MCP server's runs without input, a library caller's nil; a warm sandbox's through
+// supervisor.Config.NoInput). The command may reopen it by name: the sandbox's /dev/null is a bind of
+// the same inode, which its Landlock rule covers. A pipe in its place is not the same to programs: one
+// that reads its input from stdin when stdin is a pipe or a file and searches its working directory
+// otherwise (ripgrep, ugrep) found nothing, and a check of stdin's type ([ -c /dev/stdin ], fstat)
+// told another story than on the host.
 
 // nullFile opens the host's /dev/null for the command's stdio with flags (O_RDONLY, O_WRONLY); sbx's
 // copy is closed once the sandbox holds it.

@@ -267,7 +267,6 @@ func startCommand(raw []byte, st *starter) Started {
 				stdio[0] = null
 			}
 		}
-		ownNull(stdio)
 	}
 	if st.fatal != nil {
 		// Before the command is looked up: a sandbox that cannot hold it is sbx's failure (125), not a
@@ -319,30 +318,6 @@ func startCommand(raw []byte, st *starter) Started {
 		return Started{Code: failure(code, msg, commandHint(code, args[0])), PidFD: -1}
 	}
 	return Started{Pid: p.Pid, PidFD: pidfd}
-}
-
-// ownNull replaces each of the command's stdio that is the null device (sbx passes the caller's
-// /dev/null as it is, see sandbox/stdio.go) by the sandbox's own /dev/null, opened with the same access
-// mode: the host's is outside the sandbox's paths, so the command could not reopen it by name
-// (/dev/stdin, /proc/self/fd/0: EACCES from Landlock), where the sandbox's may be. One that cannot be
-// opened keeps the caller's, which reads and writes the same.
-func ownNull(files []*os.File) {
-	for i, f := range files {
-		var st unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(1, 3) {
-			continue
-		}
-		flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
-		if err != nil {
-			continue
-		}
-		own, err := os.OpenFile(os.DevNull, flags&unix.O_ACCMODE|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue
-		}
-		f.Close()
-		files[i] = own
-	}
 }
 
 // detachStdio points the supervisor's own stdio at /dev/null, so that a pipe the caller reads reaches
