@@ -90,6 +90,8 @@ type Config struct {
 	// NoInput: the caller gave no input (a warm pool's run without stdin); the command's stdin is the
 	// sandbox's /dev/null, as on a host that starts a program with nothing to read, not an empty pipe.
 	NoInput bool `json:"no_input,omitempty"`
+	// Closed are the command's stdio fds (0, 1, 2) to leave closed, as the caller's were.
+	Closed [3]bool `json:"closed,omitempty"`
 }
 
 // Main runs the supervisor as pid 1 of the sandbox. It waits for sbx's go on the control socket (the
@@ -267,6 +269,7 @@ func startCommand(raw []byte, st *starter) Started {
 				stdio[0] = null
 			}
 		}
+		closeStdio(cfg.Closed)
 	}
 	if st.fatal != nil {
 		// Before the command is looked up: a sandbox that cannot hold it is sbx's failure (125), not a
@@ -318,6 +321,17 @@ func startCommand(raw []byte, st *starter) Started {
 		return Started{Code: failure(code, msg, commandHint(code, args[0])), PidFD: -1}
 	}
 	return Started{Pid: p.Pid, PidFD: pidfd}
+}
+
+// closeStdio leaves the command's stdio fds that closed says closed: a nil file is a closed descriptor
+// in the command (os.StartProcess), and the supervisor's own messages to it go nowhere.
+func closeStdio(closed [3]bool) {
+	for i, c := range closed {
+		if c && stdio[i] != nil {
+			stdio[i].Close()
+			stdio[i] = nil
+		}
+	}
 }
 
 // detachStdio points the supervisor's own stdio at /dev/null, so that a pipe the caller reads reaches
