@@ -139,8 +139,9 @@ func passedTerminalNote(out, errw *os.File) string {
 		strings.Join(names, " and "), names[0])
 }
 
-// The null device passes as it is: the caller's /dev/null (sbx exec ... </dev/null, >/dev/null, and a
-// closed stdio, which Go's runtime opens on /dev/null at sbx's start), and /dev/null where the caller
+// The null device passes as it is: the caller's /dev/null (sbx exec ... </dev/null, >/dev/null; a
+// closed stdio too, which sbx's start opens /dev/null on and the supervisor closes again in the
+// command, Command.Closed), and /dev/null where the caller
 // gives nothing (the MCP server's runs without input, a library caller's nil; a warm sandbox's through
 // supervisor.Config.NoInput). The command may reopen it by name: the sandbox's /dev/null is a bind of
 // the same inode, which its Landlock rule covers. A pipe in its place is not the same to programs: one
