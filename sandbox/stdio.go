@@ -92,9 +92,9 @@ func (r *relays) restoreTTYs() {
 	r.ttys = nil
 }
 
-// stdio returns the command's stdin, stdout and stderr: the caller's where the command may reopen them,
-// else relayed pipes of the command's user (which read nothing and discard everything where the caller
-// gave nothing).
+// stdio returns the command's stdin, stdout and stderr: the caller's where the command may reopen them
+// or they are the null device, /dev/null where the caller gave nothing, else relayed pipes of the
+// command's user.
 func (s *Sandbox) stdio() ([]*os.File, error) {
 	cmd, r := s.cfg.Command, &s.relays
 	in, err := r.input(cmd.Stdin, s.ids)
