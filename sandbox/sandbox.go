@@ -88,6 +88,7 @@ type Sandbox struct {
 	// shareLinks are the paths of shares that led through a link, moved to where it leads
 	// (resolveShares); hiding keeps the way down to them.
 	shareLinks []string
+	passwd     string // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
 	net        *netcontract.Net
 	container  runtimeContainer // libcontainer's, or a direct start's (direct.go)
 	prepared   chan error       // the supervisor's preparation was sent (nil) or could not be
@@ -534,6 +535,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if in.Passwd, err = passwdFile(s.run.dir, s.ids.UID, envValue(s.cfg.Plan.Env, "HOME")); err != nil {
 		return nil, err
 	}
+	s.passwd = in.Passwd
 	if !Rootless() {
 		for _, f := range in.ownFiles() {
 			if f.src != "" && !shareCovers(s.cfg.Plan.Filesystem.Shares, f.dst) {
