@@ -48,6 +48,7 @@ type Options struct {
 	Stdin      io.Reader
 	Stdout     io.Writer
 	Stderr     io.Writer
+	Closed     [3]bool       // stdio to close in the command, as the caller's were (sandbox.Command.Closed)
 	Timeout    time.Duration // 0: the plan's; both 0: none
 	// Top is the highest directory the report may name above Cwd (sandbox.Command.Top): an MCP
 	// caller's workspace; "" for no bound.
@@ -78,7 +79,7 @@ func Run(ctx context.Context, o Options) (*report.Report, error) {
 	create := func() (*sandbox.Sandbox, error) {
 		return sandbox.Create(sandbox.Config{Plan: o.Plan, StateRoot: o.StateRoot, Command: sandbox.Command{
 			Args: o.Args, Cwd: o.Cwd, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Terminal: o.Terminal,
-			CwdNoLinks: o.CwdNoLinks, Top: o.Top,
+			CwdNoLinks: o.CwdNoLinks, Top: o.Top, Closed: o.Closed,
 		}})
 	}
 	return runWith(ctx, o, create, nil, nil, nil, (*sandbox.Sandbox).Destroy)

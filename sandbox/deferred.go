@@ -117,6 +117,11 @@ func (s *Sandbox) Use(cmd Command, plan *policy.Plan) error {
 	if !s.cfg.late.bind(cmd.Stdin, cmd.Stdout, cmd.Stderr) {
 		return ErrNotDeferred
 	}
+	if home := envValue(plan.Env, "HOME"); s.passwd != "" && home != envValue(s.cfg.Plan.Env, "HOME") {
+		if err := rewritePasswd(s.passwd, s.ids.UID, home); err != nil {
+			return err
+		}
+	}
 	s.cfg.Command.Args = cmd.Args
 	s.cfg.Plan = plan
 	return nil

@@ -59,6 +59,10 @@ type Command struct {
 	Stdout   io.Writer
 	Stderr   io.Writer
 	Terminal bool // give the command a terminal of its own; Sandbox.Console is its master side
+	// Closed are the command's stdio (0, 1, 2) to close, as the caller's were (cmd <&-): writes to
+	// them fail with EBADF, and the command's first open takes the number, as on the host. Not with a
+	// terminal nor in a warm sandbox.
+	Closed [3]bool
 	// CwdNoLinks: the caller checked that Cwd is reached without a link (an MCP caller's cwd, inside a
 	// workspace, not below a hidden path): Create refuses it if it resolves elsewhere now (ErrCwdMoved),
 	// so that a link swapped in after the check cannot lead the sandbox somewhere the check refused.
@@ -83,6 +87,7 @@ type Sandbox struct {
 	// shareLinks are the paths of shares that led through a link, moved to where it leads
 	// (resolveShares); hiding keeps the way down to them.
 	shareLinks []string
+	passwd     string // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
 	net        *netcontract.Net
 	container  runtimeContainer // libcontainer's, or a direct start's (direct.go)
 	prepared   chan error       // the supervisor's preparation was sent (nil) or could not be
@@ -529,6 +534,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if in.Passwd, err = passwdFile(s.run.dir, s.ids.UID, envValue(s.cfg.Plan.Env, "HOME")); err != nil {
 		return nil, err
 	}
+	s.passwd = in.Passwd
 	if !Rootless() {
 		for _, f := range in.ownFiles() {
 			if f.src != "" && !shareCovers(s.cfg.Plan.Filesystem.Shares, f.dst) {
@@ -709,7 +715,8 @@ func (s *Sandbox) supervisorConfig() supervisor.Config {
 	if s.rootfs != nil && s.rootfs.cwd != nil {
 		env = crossMountEnv(env)
 	}
-	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal, NoInput: s.cfg.late.noInput(),
+	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal,
+		NoInput: s.cfg.late.noInput(), Closed: s.cfg.Command.Closed,
 		Argv: toBytes(s.cfg.Command.Args), Env: toBytes(env), UID: s.ids.UID, GID: s.ids.GID}
 }
 

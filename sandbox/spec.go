@@ -273,14 +273,7 @@ func passwdContent(data []byte, uid int, home string) ([]byte, bool) {
 // path; "" when the host's serves as it is (the entry's home is HOME already, there is no entry, HOME
 // is no absolute path, or the host's file cannot be read whole).
 func passwdFile(dir string, uid int, home string) (string, error) {
-	if !filepath.IsAbs(home) || strings.ContainsAny(home, ":\n") {
-		return "", nil
-	}
-	data, err := readHosts(hostPasswdPath)
-	if err != nil || len(data) >= maxHostsFile {
-		return "", nil
-	}
-	data, changed := passwdContent(data, uid, home)
+	data, changed := passwdData(uid, home)
 	if !changed {
 		return "", nil
 	}
@@ -289,6 +282,36 @@ func passwdFile(dir string, uid int, home string) (string, error) {
 		return "", fmt.Errorf("writing the sandbox's /etc/passwd: %w", err)
 	}
 	return p, nil
+}
+
+// passwdData is the host's passwd file with uid's home set to home, and whether that changed it.
+func passwdData(uid int, home string) ([]byte, bool) {
+	if !filepath.IsAbs(home) || strings.ContainsAny(home, ":\n") {
+		return nil, false
+	}
+	data, err := readHosts(hostPasswdPath)
+	if err != nil || len(data) >= maxHostsFile {
+		return nil, false
+	}
+	return passwdContent(data, uid, home)
+}
+
+// rewritePasswd gives the sandbox's /etc/passwd at path (passwdFile's, mounted already) the home of
+// another HOME: a warm sandbox's command may set its own (sbx_run's env), after the sandbox was built.
+// The file is written in place, so that the mount shows it; nothing runs in the sandbox yet.
+func rewritePasswd(path string, uid int, home string) error {
+	data, changed := passwdData(uid, home)
+	if !changed {
+		// HOME is the entry's home on the host (or unusable): the host's entry as it is.
+		var err error
+		if data, err = readHosts(hostPasswdPath); err != nil {
+			return fmt.Errorf("reading the host's /etc/passwd: %w", err)
+		}
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("writing the sandbox's /etc/passwd: %w", err)
+	}
+	return nil
 }
 
 // sysctls are set in the sandbox's own network namespace. Binding ports below 1024 needs no privilege

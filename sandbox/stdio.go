@@ -92,9 +92,9 @@ func (r *relays) restoreTTYs() {
 	r.ttys = nil
 }
 
-// stdio returns the command's stdin, stdout and stderr: the caller's where the command may reopen them,
-// else relayed pipes of the command's user (which read nothing and discard everything where the caller
-// gave nothing).
+// stdio returns the command's stdin, stdout and stderr: the caller's where the command may reopen them
+// or they are the null device, /dev/null where the caller gave nothing, else relayed pipes of the
+// command's user.
 func (s *Sandbox) stdio() ([]*os.File, error) {
 	cmd, r := s.cfg.Command, &s.relays
 	in, err := r.input(cmd.Stdin, s.ids)
@@ -139,13 +139,15 @@ func passedTerminalNote(out, errw *os.File) string {
 		strings.Join(names, " and "), names[0])
 }
 
-// The null device passes as it is: the caller's /dev/null (sbx exec ... </dev/null, >/dev/null, and a
-// closed stdio, which Go's runtime opens on /dev/null at sbx's start), and /dev/null where the caller
-// gives nothing (the MCP server's runs without input, a library caller's nil). The supervisor replaces
-// it with the sandbox's own /dev/null (supervisor.ownNull), which the command may reopen by name. A pipe
-// in its place is not the same to programs: one that reads its input from stdin when stdin is a pipe
-// or a file and searches its working directory otherwise (ripgrep, ugrep) found nothing, and a check of
-// stdin's type ([ -c /dev/stdin ], fstat) told another story than on the host.
+// The null device passes as it is: the caller's /dev/null (sbx exec ... </dev/null, >/dev/null; a
+// closed stdio too, which sbx's start opens /dev/null on and the supervisor closes again in the
+// command, Command.Closed), and /dev/null where the caller
+// gives nothing (the MCP server's runs without input, a library caller's nil; a warm sandbox's through
+// supervisor.Config.NoInput). The command may reopen it by name: the sandbox's /dev/null is a bind of
+// the same inode, which its Landlock rule covers. A pipe in its place is not the same to programs: one
+// that reads its input from stdin when stdin is a pipe or a file and searches its working directory
+// otherwise (ripgrep, ugrep) found nothing, and a check of stdin's type ([ -c /dev/stdin ], fstat)
+// told another story than on the host.
 
 // nullFile opens the host's /dev/null for the command's stdio with flags (O_RDONLY, O_WRONLY); sbx's
 // copy is closed once the sandbox holds it.

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	"github.com/sbx-dev/sbx/internal/cgprime"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/report/text"
@@ -117,7 +118,7 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	defer out.close()
 	opts := runner.Options{
 		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: commandStdout(io, f.jsonOut), Stderr: io.err, Signals: sigs,
-		StateRoot: stateRoot(), Changes: f.changes,
+		Closed: closedStdio(f.jsonOut), StateRoot: stateRoot(), Changes: f.changes,
 	}
 	restore := wireTerminal(&opts)
 	rep, err := runner.Run(context.WithoutCancel(ctx), opts)
@@ -143,6 +144,16 @@ func commandStdout(io stdio, jsonOut string) goio.Writer {
 		return io.err
 	}
 	return io.out
+}
+
+// closedStdio are the command's stdio to close, as sbx's caller closed them (cgprime.ClosedStdio); with
+// --json - the command's stdout is sbx's stderr.
+func closedStdio(jsonOut string) [3]bool {
+	c := cgprime.ClosedStdio()
+	if jsonOut == "-" {
+		c[1] = c[2]
+	}
+	return c
 }
 
 func workdir(dir string) (string, error) {

@@ -208,6 +208,21 @@ func TestMCP(t *testing.T) {
 		}
 	})
 
+	t.Run("home follows HOME", func(t *testing.T) {
+		// The user database gives the command's user the home HOME names, also when the call sets HOME
+		// itself and the run takes a sandbox built ahead for another.
+		for _, c := range []struct{ home, want string }{{"", "/tmp\n"}, {"/tmp/h", "/tmp/h\n"}, {"", "/tmp\n"}} {
+			args := map[string]any{"command": "getent passwd $(id -u) | cut -d: -f6"}
+			if c.home != "" {
+				args["env"] = map[string]string{"HOME": c.home}
+			}
+			res, out := callRun(ctx, t, sess, args)
+			if res.IsError || out["stdout"] != c.want {
+				t.Errorf("HOME %q: IsError %v stdout %q stderr %q, want %q", c.home, res.IsError, out["stdout"], out["stderr"], c.want)
+			}
+		}
+	})
+
 	t.Run("cancel tears down", func(t *testing.T) { checkCancel(ctx, t, sess, root) })
 	// The server keeps --warm 2 sandboxes built ahead; its shutdown destroys them and waits for the
 	// teardowns it left in the background.

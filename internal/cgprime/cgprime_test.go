@@ -2,6 +2,7 @@ package cgprime
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -80,6 +81,23 @@ func TestMain(m *testing.M) {
 		// TestTimerSlack: this process's timer slack, and its caller's as the constructor saw it.
 		b, err := os.ReadFile("/proc/self/timerslack_ns")
 		fmt.Println(strings.TrimSpace(string(b)), CallerTimerSlack(), err)
+		os.Exit(0)
+	}
+	if len(os.Args) > 2 && os.Args[2] == "stdio" {
+		// TestClosedStdio: which stdio the constructor found closed, and what fds 0-2 are now.
+		var kinds []string
+		for fd := range 3 {
+			var st unix.Stat_t
+			switch err := unix.Fstat(fd, &st); {
+			case err != nil:
+				kinds = append(kinds, "closed")
+			case st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(1, 3):
+				kinds = append(kinds, "null")
+			default:
+				kinds = append(kinds, "other")
+			}
+		}
+		fmt.Fprintln(os.NewFile(3, "out"), ClosedStdio(), kinds)
 		os.Exit(0)
 	}
 	if len(os.Args) > 3 && (os.Args[1] == "exec" || os.Args[1] == "mcp") && os.Args[2] == "mount" {
@@ -207,4 +225,52 @@ func TestTimerSlack(t *testing.T) {
 			t.Errorf("started as %q: slack, caller's = %s, want %s", role, got, want)
 		}
 	}
+}
+
+// TestClosedStdio: a stdio fd closed when sbx starts is /dev/null from then on, every time (the
+// constructor's thread held fd 0 for a moment while Go's runtime looked for closed stdio, so fd 0 was
+// left free, and sbx's next file, its control socket or seccomp listener, took it and passed to the
+// command as its stdin), and ClosedStdio names it, so that the command gets it closed.
+func TestClosedStdio(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the constructor's thread runs only as root")
+	}
+	for _, c := range []struct {
+		name   string
+		closed []bool
+		want   string
+	}{
+		{"stdin", []bool{true, false, false}, "[true false false] [null other other]"},
+		{"stdout and stderr", []bool{false, true, true}, "[false true true] [other null null]"},
+	} {
+		for range 20 {
+			if got := runWithClosed(t, c.closed); got != c.want {
+				t.Fatalf("%s closed: %s, want %s", c.name, got, c.want)
+			}
+		}
+	}
+}
+
+// runWithClosed runs the test binary as "exec stdio" with the stdio fds closed says closed (the others a
+// pipe's), and returns what it printed on fd 3.
+func runWithClosed(t *testing.T, closed []bool) string {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	files := []*os.File{w, w, w, w}
+	for i, c := range closed {
+		if c {
+			files[i] = nil
+		}
+	}
+	p, err := os.StartProcess(os.Args[0], []string{os.Args[0], "exec", "stdio"}, &os.ProcAttr{Files: files})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(r)
+	p.Wait()
+	return strings.TrimSpace(string(out))
 }

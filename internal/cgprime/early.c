@@ -188,6 +188,10 @@ static int builds(const char *cmd)
 	return strcmp(cmd, "exec") == 0 || strcmp(cmd, "probe") == 0 || strcmp(cmd, "mcp") == 0;
 }
 
+// sbx_closed_stdio has bit N set when fd N (0, 1, 2) was closed when sbx started: the command gets it
+// closed too (see stdfds).
+int sbx_closed_stdio;
+
 // stdfds opens /dev/null on each of fds 0, 1 and 2 that is closed, as Go's runtime means to (checkfds)
 // but cannot here: it looks later, while kick may hold such a number for a file of its own, which it
 // closes after. The number was then free for whatever sbx opened next (the supervisor's control
@@ -198,6 +202,7 @@ static void stdfds(void)
 	for (int fd = 0; fd < 3; fd++) {
 		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
 			continue;
+		sbx_closed_stdio |= 1 << fd;
 		// The lowest free number, fd itself: the ones below it are open by now.
 		if (open("/dev/null", O_RDWR) < 0)
 			return;

@@ -7,6 +7,7 @@ package cgprime
 // extern unsigned long sbx_timer_slack;
 // extern unsigned long long sbx_nofile_soft;
 // extern int sbx_nofile_known;
+// extern int sbx_closed_stdio;
 // #include <stdlib.h>
 // extern char sbx_cgprime_path[4352];
 // extern int sbx_cgprime_climbs(const char *rel);
@@ -22,6 +23,14 @@ func PrivateMounts() bool { return C.sbx_private_mounts != 0 }
 
 // earlyPath is the file early.c's thread found, "" until it has.
 func earlyPath() string { return C.GoString(&C.sbx_cgprime_path[0]) }
+
+// ClosedStdio says which of fds 0, 1 and 2 were closed when sbx started (sbx exec -- cmd <&-): the
+// constructor opened /dev/null on them, so that none of sbx's own files takes their numbers, and the
+// command gets them closed, as it would on the host.
+func ClosedStdio() [3]bool {
+	m := C.sbx_closed_stdio
+	return [3]bool{m&1 != 0, m&2 != 0, m&4 != 0}
+}
 
 // climbsC is early.c's test of a path, for the tests to hold it to climbs.
 func climbsC(path string) bool {

@@ -15,6 +15,10 @@ func PrivateMounts() bool { return false }
 // CallerTimerSlack: without cgo sbx keeps its caller's timer slack, and so does the command.
 func CallerTimerSlack() uint64 { return 0 }
 
+// ClosedStdio: without cgo Go's runtime opens /dev/null on a closed stdio before sbx can tell, and the
+// command gets /dev/null there.
+func ClosedStdio() [3]bool { return [3]bool{} }
+
 // CallerNoFile: without cgo there is no constructor to read the caller's soft limit of open files
 // before Go's runtime raised it.
 func CallerNoFile() (soft uint64, ok bool) { return 0, false }

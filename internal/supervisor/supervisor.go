@@ -90,6 +90,8 @@ type Config struct {
 	// NoInput: the caller gave no input (a warm pool's run without stdin); the command's stdin is the
 	// sandbox's /dev/null, as on a host that starts a program with nothing to read, not an empty pipe.
 	NoInput bool `json:"no_input,omitempty"`
+	// Closed are the command's stdio fds (0, 1, 2) to leave closed, as the caller's were.
+	Closed [3]bool `json:"closed,omitempty"`
 }
 
 // Main runs the supervisor as pid 1 of the sandbox. It waits for sbx's go on the control socket (the
@@ -267,7 +269,7 @@ func startCommand(raw []byte, st *starter) Started {
 				stdio[0] = null
 			}
 		}
-		ownNull(stdio)
+		closeStdio(cfg.Closed)
 	}
 	if st.fatal != nil {
 		// Before the command is looked up: a sandbox that cannot hold it is sbx's failure (125), not a
@@ -321,27 +323,14 @@ func startCommand(raw []byte, st *starter) Started {
 	return Started{Pid: p.Pid, PidFD: pidfd}
 }
 
-// ownNull replaces each of the command's stdio that is the null device (sbx passes the caller's
-// /dev/null as it is, see sandbox/stdio.go) by the sandbox's own /dev/null, opened with the same access
-// mode: the host's is outside the sandbox's paths, so the command could not reopen it by name
-// (/dev/stdin, /proc/self/fd/0: EACCES from Landlock), where the sandbox's may be. One that cannot be
-// opened keeps the caller's, which reads and writes the same.
-func ownNull(files []*os.File) {
-	for i, f := range files {
-		var st unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(1, 3) {
-			continue
+// closeStdio leaves the command's stdio fds that closed says closed: a nil file is a closed descriptor
+// in the command (os.StartProcess), and the supervisor's own messages to it go nowhere.
+func closeStdio(closed [3]bool) {
+	for i, c := range closed {
+		if c && stdio[i] != nil {
+			stdio[i].Close()
+			stdio[i] = nil
 		}
-		flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
-		if err != nil {
-			continue
-		}
-		own, err := os.OpenFile(os.DevNull, flags&unix.O_ACCMODE|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue
-		}
-		f.Close()
-		files[i] = own
 	}
 }
 

@@ -85,6 +85,26 @@ console.log(fs.readFileSync("nd/l", "utf8"), cp.execSync("echo sync").toString()
 fs.cpSync("nd", "nd2", {recursive: true}); console.log(fs.readdirSync("nd2").sort().join(","));
 '
 
+step java
+have java && cat > J.java <<'JAVA' && java J.java
+import java.nio.file.*;
+public class J {
+    public static void main(String[] a) throws Exception {
+        Files.createDirectories(Paths.get("jd/e"));
+        Files.writeString(Paths.get("jd/e/f"), "x");
+        Files.createSymbolicLink(Paths.get("jd/l"), Paths.get("e/f"));
+        Process p = new ProcessBuilder("sh", "-c", "echo child; exit 4").start();
+        System.out.println(Files.readString(Paths.get("jd/l")) + " " + new String(p.getInputStream().readAllBytes()).trim() + " " + p.waitFor());
+        Path t = Files.createTempFile("x", ".y");
+        System.out.println(Files.exists(t) + " " + Files.isWritable(Paths.get(System.getProperty("user.home"))));
+        var ss = new java.net.ServerSocket(0, 5, java.net.InetAddress.getLoopbackAddress());
+        new java.net.Socket(java.net.InetAddress.getLoopbackAddress(), ss.getLocalPort()).close();
+        ss.accept().close();
+        System.out.println("loopback " + java.net.InetAddress.getLocalHost().getHostName().isEmpty());
+    }
+}
+JAVA
+
 step archives
 mkdir z && seq 1 20000 > z/a && echo b > z/b && ln -s a z/l
 have zip && zip -qry z.zip z && unzip -qo z.zip -d u && ls u/z | tr '\n' ' ' && echo
