@@ -405,6 +405,23 @@ func (r *run) snapshot() *observe.Snap {
 	return snap
 }
 
+// socketsOnly reads the sockets of a sandbox with only its init left, and no process: the init holds
+// none in the sandbox's network namespace (its sock_diag socket is netlink, which no dump lists), so a
+// socket found there is no process's, and the init's own files need not be read. Most runs leave no
+// socket at all, which the kernel's socket tables say at a glance (NoSockets): the sock_diag dumps
+// cost 0.35 ms of every warm run.
+func (r *run) socketsOnly() *observe.Snap {
+	if r.sb.NoSockets() {
+		return &observe.Snap{}
+	}
+	opts := observe.SnapshotOptions{InitHostPid: r.sb.InitPid(), NetNS: r.sb.NetNSPath(), NetDiag: r.sb.NetDiag}
+	snap, err := observe.Snapshot(opts)
+	if err != nil {
+		r.rep.MarkIncomplete("socket snapshot", err)
+	}
+	return snap
+}
+
 // observe freezes the sandbox, takes the after snapshot and fills the report's observations. The
 // sandbox stays frozen until Destroy, so that nothing changes under the rest of the observation (file
 // changes, copies). It runs once the command was reaped (its exit status came from the supervisor's
@@ -428,7 +445,12 @@ func (r *run) observe() {
 	if onlyInit && sandbox.Rootless() {
 		r.reaped()
 	}
-	after := r.snapshot()
+	var after *observe.Snap
+	if onlyInit {
+		after = r.socketsOnly()
+	} else {
+		after = r.snapshot()
+	}
 	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after))
 	r.rep.Sockets.Listening = nonNil(r.notFilter(after.Listening))
 	r.rep.Sockets.Established = nonNil(r.notFilter(after.Established))

@@ -119,3 +119,41 @@ func threadsOf(t *testing.T, pid int) []int {
 	}
 	return tids
 }
+
+// TestNoSockets checks the glance at the sandbox's socket tables: none after a command that left
+// nothing, and some for each kind of socket a snapshot lists, held by a leftover process.
+func TestNoSockets(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	for _, c := range []struct {
+		name, script string
+		none         bool
+	}{
+		{"nothing", "true", true},
+		{"tcp", "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 8781)); s.listen(); time.sleep(300)", false},
+		{"tcp6", "import socket,time; s=socket.socket(socket.AF_INET6); s.bind(('::1', 8782)); s.listen(); time.sleep(300)", false},
+		{"udp", "import socket,time; s=socket.socket(type=socket.SOCK_DGRAM); s.bind(('127.0.0.1', 8783)); time.sleep(300)", false},
+		{"unix", "import socket,time; a,b=socket.socketpair(); time.sleep(300)", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := []string{"true"}
+			if c.script != "true" {
+				args = []string{"sh", "-c", "python3 -c \"$0\" & sleep 0.5", c.script}
+			}
+			sb, err := Create(Config{Plan: testPlan(t), StateRoot: testutil.StateRoot(t), Command: Command{Args: args, Cwd: t.TempDir()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy()
+			r, err := sb.Start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if got := sb.NoSockets(); got != c.none {
+				t.Errorf("NoSockets() = %v, want %v", got, c.none)
+			}
+		})
+	}
+}
