@@ -524,8 +524,8 @@ func (r *run) observeAfterward(cmdPid int) {
 		}
 		r.rep.Processes.ExecsTruncated = r.rep.Processes.ExecsTotal > len(execs)
 		r.rep.Processes.Execs = nonNil(execs)
-		if whole && r.events.Lost() == 0 {
-			// Only a whole log tells every process of the tree.
+		if r.shareWatch != nil && whole && r.events.Lost() == 0 {
+			// Only a whole log tells every process of the tree (for the share watch alone).
 			r.inTree = r.events.InTree([]int{r.sb.InitPid(), cmdPid})
 		}
 	}
