@@ -86,7 +86,7 @@ fs.cpSync("nd", "nd2", {recursive: true}); console.log(fs.readdirSync("nd2").sor
 '
 
 step java
-have java && cat > J.java <<'JAVA' && java J.java
+have java && cat > J.java <<'JAVA' && java -XX:-UsePerfData J.java
 import java.nio.file.*;
 public class J {
     public static void main(String[] a) throws Exception {
@@ -97,6 +97,7 @@ public class J {
         System.out.println(Files.readString(Paths.get("jd/l")) + " " + new String(p.getInputStream().readAllBytes()).trim() + " " + p.waitFor());
         Path t = Files.createTempFile("x", ".y");
         System.out.println(Files.exists(t) + " " + Files.isWritable(Paths.get(System.getProperty("user.home"))));
+        Files.delete(t);
         var ss = new java.net.ServerSocket(0, 5, java.net.InetAddress.getLoopbackAddress());
         new java.net.Socket(java.net.InetAddress.getLoopbackAddress(), ss.getLocalPort()).close();
         ss.accept().close();
