@@ -405,6 +405,18 @@ func (r *run) snapshot() *observe.Snap {
 	return snap
 }
 
+// snapshotAfter is the after snapshot: of the frozen sandbox, or, with only its init left, of its
+// sockets alone, once (without root) the init's ending children are gone.
+func (r *run) snapshotAfter(onlyInit bool) *observe.Snap {
+	if !onlyInit {
+		return r.snapshot()
+	}
+	if sandbox.Rootless() {
+		r.reaped()
+	}
+	return r.socketsOnly()
+}
+
 // socketsOnly reads the sockets of a sandbox with only its init left, and no process: the init holds
 // none in the sandbox's network namespace (its sock_diag socket is netlink, which no dump lists), so a
 // socket found there is no process's, and the init's own files need not be read. Most runs leave no
@@ -445,15 +457,7 @@ func (r *run) observe() {
 			r.rep.MarkIncomplete("freezing the sandbox", err)
 		}
 	}
-	if onlyInit && sandbox.Rootless() {
-		r.reaped()
-	}
-	var after *observe.Snap
-	if onlyInit {
-		after = r.socketsOnly()
-	} else {
-		after = r.snapshot()
-	}
+	after := r.snapshotAfter(onlyInit)
 	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after))
 	r.rep.Sockets.Listening = nonNil(r.notFilter(after.Listening))
 	r.rep.Sockets.Established = nonNil(r.notFilter(after.Established))

@@ -155,9 +155,8 @@ const maxStopRounds = 200
 // can send SIGCONT to one stopped before it, which then runs on through the observation (a process
 // spinning on kill(SIGCONT) kept its sibling running, state S in the report, 3 runs in 3), so every
 // stopped process is checked to be stopped, thread by thread, and stopped again when it is not. Each
-// process is signalled through a pidfd checked to be in the
-// sandbox's pid namespace, so that a reused pid is never hit. Destroy's SIGKILL ends stopped processes
-// as any other.
+// process is signalled through a pidfd checked to be in the sandbox's pid namespace, so that a reused
+// pid is never hit. Destroy's SIGKILL ends stopped processes as any other.
 func (s *Sandbox) stopAll() error {
 	stopped := map[int]bool{}
 	calm := 0
@@ -195,23 +194,32 @@ func (s *Sandbox) stopAll() error {
 // before it returns to the process's code (a vfork parent waits so for its child, which may itself be
 // stopped before it executes: that parent never shows T).
 func isStopped(pid int) bool {
+	return eachTask(pid, func(_ string, stat []byte) bool {
+		switch statState(stat) {
+		case 'T', 't', 'Z', 'X':
+			return true
+		case 'D':
+			return stopPending(pid)
+		}
+		return false
+	})
+}
+
+// eachTask calls f with the /proc directory and the stat file of every thread of process pid, and says
+// whether f returned true for all of them. A process gone from /proc has no thread left (true), and a
+// thread gone meanwhile is passed over; any other error reading one is false.
+func eachTask(pid int, f func(dir string, stat []byte) bool) bool {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	tids, err := os.ReadDir(dir)
 	if err != nil {
-		return errors.Is(err, os.ErrNotExist) // gone: nothing runs
+		return errors.Is(err, os.ErrNotExist)
 	}
 	for _, t := range tids {
 		stat, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
-		if err != nil {
-			continue // this thread is gone
-		}
-		switch statState(stat) {
-		case 'T', 't', 'Z', 'X':
-		case 'D':
-			if !stopPending(pid) {
-				return false
-			}
-		default:
+		switch {
+		case errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH):
+			continue
+		case err != nil || !f(dir+"/"+t.Name(), stat):
 			return false
 		}
 	}
@@ -262,7 +270,7 @@ func (s *Sandbox) NoSockets() bool {
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			fields := strings.Fields(line)
-			if len(fields) < 3 || !slices.Contains([]string{"TCP:", "UDP:", "UDPLITE:", "TCP6:", "UDP6:", "UDPLITE6:"}, fields[0]) {
+			if len(fields) < 3 || !listedProtocols[fields[0]] {
 				continue
 			}
 			if fields[1] != "inuse" || fields[2] != "0" {
@@ -274,19 +282,17 @@ func (s *Sandbox) NoSockets() bool {
 	return err == nil && bytes.Count(b, []byte{'\n'}) == 1
 }
 
-// readSmall reads at most 4 KiB of a /proc file.
+// listedProtocols are the lines of sockstat and sockstat6 that count sockets a snapshot lists.
+var listedProtocols = map[string]bool{"TCP:": true, "UDP:": true, "UDPLITE:": true, "TCP6:": true, "UDP6:": true, "UDPLITE6:": true}
+
+// readSmall reads at most 4 KiB of a /proc file: enough to tell an empty table from one that is not.
 func readSmall(name string) ([]byte, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	buf := make([]byte, 4096)
-	n, err := io.ReadFull(f, buf)
-	if err == io.ErrUnexpectedEOF || err == io.EOF {
-		err = nil
-	}
-	return buf[:n], err
+	return io.ReadAll(io.LimitReader(f, 4096))
 }
 
 // Childless reports whether the sandbox's init has no child at all, not even one in its exit or a
@@ -306,27 +312,13 @@ const pfExiting = 0x4
 // child left (an exiting process gives its children to the init only at the end of its exit). A process
 // gone from /proc has ended.
 func ending(pid int) bool {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	for _, t := range tasks {
-		stat, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-			continue // this thread is gone
-		}
-		if err != nil {
-			return false
-		}
+	return eachTask(pid, func(dir string, stat []byte) bool {
 		if state := statState(stat); state != 'Z' && state != 'X' && statFlags(stat)&pfExiting == 0 {
 			return false
 		}
-		if kids, err := os.ReadFile(dir + "/" + t.Name() + "/children"); err == nil && len(bytes.TrimSpace(kids)) > 0 {
-			return false
-		}
-	}
-	return true
+		kids, err := os.ReadFile(dir + "/children")
+		return err != nil || len(bytes.TrimSpace(kids)) == 0
+	})
 }
 
 // statFlags is the flags field of a /proc stat file (the task's PF_* flags), 0 when it cannot be read.
