@@ -186,8 +186,14 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	uids, gids := s.ids.mappings()
 	cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = sysIDMap(uids), sysIDMap(gids)
 	cmd.SysProcAttr.GidMappingsEnableSetgroups = true
-	// Root of its user namespace, with no supplementary group (the host's root has some).
-	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+	// Root of its user namespace, with no supplementary group (the host's root has some), and with the
+	// group it takes for good once the sandbox is built, when it takes ids of its own (Prepare.Creds):
+	// every thread it makes then has that group already (supervisor.buildAsRootGroup).
+	gid := 0
+	if s.ids.SupUID != 0 {
+		gid = s.ids.SupGID
+	}
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: uint32(gid), Groups: []uint32{}}
 	if err := s.launchSupervisor(c, cmd, netns, setup); err != nil {
 		return nil, err
 	}
@@ -316,9 +322,15 @@ func start(cmd *exec.Cmd, netns string) error {
 	return <-done
 }
 
-// starter serves start requests on a thread of its own, for good.
+// starter serves start requests on a thread of its own, for good. The thread sets no_new_privs first,
+// which every supervisor it forks is then born with, on every thread its runtime makes: the supervisor
+// need not set it on each of them (an all-thread call, whose wait for every thread to be scheduled cost
+// about 0.7 ms of CPU per run when many sandboxes start at once). The thread only ever forks
+// supervisors, which gain nothing at their exec either way.
 func starter(reqs <-chan startRequest) {
 	runtime.LockOSThread() // never unlocked: see starters
+	// Should this fail, the supervisor sets it on each of its threads itself.
+	unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 	for r := range reqs {
 		starters.mu.Lock()
 		starters.idle--

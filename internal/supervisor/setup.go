@@ -924,25 +924,88 @@ func dropCaps(caps []int, creds *Creds) error {
 			return fmt.Errorf("dropping capabilities: %w", err)
 		}
 	}
+	if bornNoNewPrivs {
+		return nil
+	}
 	if _, _, errno := psx.Syscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); errno != 0 {
 		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", errno)
 	}
 	return nil
 }
 
+// bornNoNewPrivs says whether the supervisor was started with no_new_privs (sbx's starter threads set
+// it before they fork): every thread then has it, as each descends from the first, and the flag is
+// never cleared. Read on the main thread before anything of the supervisor's own could set it on one.
+var bornNoNewPrivs = func() bool {
+	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	return err == nil && nnp == 1
+}()
+
 // takeCreds gives every thread of the supervisor the ids creds and no supplementary group. The calling
 // thread keeps its permitted capabilities across the change (PR_SET_KEEPCAPS, its own and reset after
 // it; dropCaps's capset brings the effective ones back); every other thread loses all of them, as a
-// change from root to other ids does. Each all-thread call costs about 75 us here: setgroups is left
-// out when there is no group to drop (a direct start's clone has none).
+// change from root to other ids does. Each all-thread call costs about 75 us on an idle machine, and
+// about 0.7 ms of CPU when many sandboxes start at once (the caller yields until every thread has been
+// scheduled to run its signal handler): setgroups is left out when there is no group to drop (a direct
+// start's clone has none), and setresgid when every thread has the group already (a direct start as
+// root: see buildAsRootGroup).
 func takeCreds(c *Creds) error {
 	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("taking the supervisor's own ids: prctl(PR_SET_KEEPCAPS): %w", err)
 	}
 	defer unix.Prctl(unix.PR_SET_KEEPCAPS, 0, 0, 0, 0)
 	groups, err := unix.Getgroups()
-	if err := setIDs(psx.Syscall3, c.UID, c.GID, err != nil || len(groups) > 0); err != nil {
+	dropGroups := err != nil || len(groups) > 0
+	if !dropGroups && bornGroup != 0 && bornGroup == c.GID {
+		if _, _, errno := psx.Syscall3(unix.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)); errno != 0 {
+			return fmt.Errorf("taking the supervisor's own ids: setresuid: %w", errno)
+		}
+		return nil
+	}
+	if err := setIDs(psx.Syscall3, c.UID, c.GID, dropGroups); err != nil {
 		return fmt.Errorf("taking the supervisor's own ids: %w", err)
+	}
+	return nil
+}
+
+// bornGroup is the group every thread of the supervisor has had since it started, other than 0: set by
+// buildAsRootGroup once the main thread has it back. 0: none known, takeCreds changes the group on each.
+var bornGroup int
+
+// buildAsRootGroup builds the sandbox (build) with group 0, the namespace root's, on the calling thread,
+// the main one, when the supervisor was started with a group of its own. sbx starts it with the group
+// it takes for good once the sandbox is built (Prepare.Creds), so that every thread its runtime makes
+// has that group from the start and takeCreds need not change it on each (bornGroup). Only this thread
+// ever has group 0, for the build: init locks it before the change, and the runtime makes no thread
+// from a locked one (its new threads come from the runtime's template thread, made at that lock, so
+// that whatever a locked thread changed about itself is never copied). What the build makes (mount
+// points, /dev's links) is root's, as before. Each change of group clears the thread's parent-death
+// signal: set again (sig) after each; sbx dying in between ends the supervisor's next read of the
+// control socket.
+func buildAsRootGroup(s *Setup, sig int) error {
+	gid := unix.Getgid()
+	if gid == 0 {
+		return build(s)
+	}
+	if err := setThreadGroup(0); err != nil {
+		return err
+	}
+	restorePdeathsig(sig)
+	err := build(s)
+	if gerr := setThreadGroup(gid); gerr != nil {
+		return errors.Join(err, gerr)
+	}
+	restorePdeathsig(sig)
+	if err == nil {
+		bornGroup = gid
+	}
+	return err
+}
+
+// setThreadGroup gives the calling thread gid as its real, effective and saved group.
+func setThreadGroup(gid int) error {
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); errno != 0 {
+		return fmt.Errorf("setresgid(%d) on the main thread: %w", gid, errno)
 	}
 	return nil
 }

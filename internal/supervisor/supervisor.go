@@ -139,7 +139,7 @@ func Main() int {
 		if err != nil {
 			return ExitSetup
 		}
-		if err := build(setup); err != nil {
+		if err := buildAsRootGroup(setup, pdeath); err != nil {
 			ctl.SendSetupFailed(err)
 			return ExitSetup
 		}
