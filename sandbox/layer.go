@@ -33,15 +33,18 @@ import (
 var LayerDir = "/var/lib/sbx/layers"
 
 // layerTemplateVersion names the mkfs options below: a change of options makes new templates.
-const layerTemplateVersion = "v3"
+const layerTemplateVersion = "v4"
 
 // mkfsArgs make an ext4 of 4 KiB blocks (the loop device's block size, whatever the size) without a
 // journal (the layer is thrown away, never recovered), without the blocks reserved for growing it online
 // (resize_inode: 127 blocks of a 1 GiB layer, three quarters of what every run copies and its loop
-// device's attach writes to the host's disk; a layer never grows), without reserved
-// blocks (the command gets the whole size), with one inode per 8 KiB (many small files, as in
-// node_modules) of 256 bytes (room for the overlay's xattrs), and with lazily initialized inode tables.
-var mkfsArgs = []string{"-q", "-F", "-t", "ext4", "-b", "4096", "-O", "^has_journal,^resize_inode", "-m", "0", "-i", "8192", "-I", "256",
+// device's attach writes to the host's disk; a layer never grows), with small directories and files
+// inside their inode (inline_data: every run makes a dozen directories on its layer, the overlays' upper
+// and work directories and the hidden paths' opaque ones, and each took a block from the allocator;
+// 20 runs at once 5% shorter), without reserved blocks (the command gets the whole size), with one
+// inode per 8 KiB (many small files, as in node_modules) of 256 bytes (room for the overlay's xattrs),
+// and with lazily initialized inode tables.
+var mkfsArgs = []string{"-q", "-F", "-t", "ext4", "-b", "4096", "-O", "^has_journal,^resize_inode,inline_data", "-m", "0", "-i", "8192", "-I", "256",
 	"-E", "nodiscard,lazy_itable_init=1"}
 
 // ErrNoDiskLayer is matched by errors of a disk-backed layer that cannot be made here.
