@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -93,19 +94,30 @@ func newCgroupManager(c *cgroups.Cgroup) (cgroups.Manager, error) {
 }
 
 // v1Bases are the directories of the sandboxControllers' hierarchies, where an absolute cgroup path
-// starts (libcontainer's /sys/fs/cgroup/cpu,cpuacct for cpu), learnt from the first manager sbx makes:
-// libcontainer finds them by reading mountinfo once per hierarchy, 0.3 ms of every manager, and a run
-// makes two (cgroupprep.go, the direct start's), a warm pool two per sandbox.
+// starts (libcontainer's /sys/fs/cgroup/cpu,cpuacct for cpu): read from the process's mountinfo
+// (mountinfoV1Bases) or, where that cannot tell, learnt from the first manager sbx makes. libcontainer
+// finds them by reading mountinfo once per hierarchy (0.3 ms of every manager; a run makes two, a warm
+// pool two per sandbox) and by looking at each hierarchy's root in /sys/fs/cgroup (an lstat, an lstat of
+// its parent and a statfs for each of the host's hierarchies). Those lookups wait for the cgroup file
+// systems' lock, which every other run's mkdir and rmdir of its cgroups takes: when 20 runs started at
+// once, they were the most common wait of all.
 var v1Bases struct {
 	sync.Mutex
 	dirs map[string]string
+	read bool // mountinfoV1Bases was tried
 }
 
 // v1Paths is the paths of the cgroup at absolute path p in every sandboxControllers hierarchy, from
-// v1Bases; nil before they are known.
+// v1Bases; nil when they are not known.
 func v1Paths(p string) map[string]string {
 	v1Bases.Lock()
 	defer v1Bases.Unlock()
+	if !v1Bases.read {
+		v1Bases.read = true
+		if v1Bases.dirs == nil {
+			v1Bases.dirs = mountinfoV1Bases()
+		}
+	}
 	if v1Bases.dirs == nil || !filepath.IsAbs(p) {
 		return nil
 	}
@@ -114,6 +126,39 @@ func v1Paths(p string) map[string]string {
 		paths[name] = filepath.Join(dir, p)
 	}
 	return paths
+}
+
+// mountinfoV1Bases reads v1Bases from /proc/self/mountinfo: the mount point of the cgroup v1 hierarchy
+// of each of the sandboxControllers, which is libcontainer's base too (the cgroup root, /sys/fs/cgroup,
+// and the mount point's name, a link such as cpu -> cpu,cpuacct resolved). nil when a controller has no
+// hierarchy directly below /sys/fs/cgroup, or two: libcontainer then finds them its own way.
+func mountinfoV1Bases() map[string]string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	dirs := map[string]string{}
+	for line := range strings.Lines(string(data)) {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 || g[0] != "cgroup" {
+			continue
+		}
+		for _, opt := range strings.Split(g[2], ",") {
+			if !sandboxControllers[opt] {
+				continue
+			}
+			if _, dup := dirs[opt]; dup || filepath.Dir(f[4]) != cgroupRoot || strings.Contains(f[4], "\\") {
+				return nil // mounted twice, elsewhere, or with an escaped name
+			}
+			dirs[opt] = f[4]
+		}
+	}
+	if len(dirs) != len(sandboxControllers) {
+		return nil
+	}
+	return dirs
 }
 
 // rememberV1Paths learns v1Bases from the paths libcontainer gave the cgroup at absolute path p.

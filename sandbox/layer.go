@@ -286,9 +286,15 @@ func attachLoop(img *os.File) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: finding a free loop device: %w", ErrNoDiskLayer, err)
 	}
+	free := n // unbound when the kernel said so: no other sbx binds it while this one holds its claim
 	for range maxLoopTries {
-		if loopBound(n) || !claimLoop(ctl, n) {
-			n++ // in use, or another sbx is attaching it
+		if !claimLoop(ctl, n) {
+			n++ // another sbx is attaching it
+			continue
+		}
+		if n != free && loopBound(n) {
+			unclaimLoop(ctl, n)
+			n++ // in use
 			continue
 		}
 		dev, err := openLoop(ctl, n)
@@ -304,8 +310,8 @@ func attachLoop(img *os.File) (*os.File, error) {
 			return nil, fmt.Errorf("%w: configuring loop%d: %w", ErrNoDiskLayer, n, err)
 		}
 		// Bound by someone else since: the next free one, unless that is one this sbx holds already.
-		free, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-		if err != nil {
+		unclaimLoop(ctl, n)
+		if free, err = unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE); err != nil {
 			return nil, fmt.Errorf("%w: finding a free loop device: %w", ErrNoDiskLayer, err)
 		}
 		n = max(free, n+1)
@@ -323,10 +329,19 @@ func claimLoop(ctl *os.File, n int) bool {
 	return unix.FcntlFlock(ctl.Fd(), unix.F_OFD_SETLK, &lk) == nil
 }
 
+// unclaimLoop drops this sbx's claim on loop device n.
+func unclaimLoop(ctl *os.File, n int) {
+	lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart, Start: int64(n), Len: 1}
+	unix.FcntlFlock(ctl.Fd(), unix.F_OFD_SETLK, &lk)
+}
+
 // loopBound says whether loop device n has a backing file, as sysfs shows it: such a device is passed
 // over without opening it, since an open waits on the device's open mutex, which its owner holds while
 // it mounts the device and the kernel holds while it detaches it. A device bound after this look
-// answers LOOP_CONFIGURE with EBUSY, and attachLoop moves on.
+// answers LOOP_CONFIGURE with EBUSY, and attachLoop moves on. attachLoop looks only at devices other
+// than the one the kernel named free, and only once it holds their claim: the look is a sysfs lookup,
+// which waits for sysfs's lock while any other run's loop device or ext4 adds or removes its entries
+// there (20 runs at once, each looking at every device up to its own, waited on it hundreds of times).
 func loopBound(n int) bool {
 	_, err := os.Stat("/sys/block/loop" + strconv.Itoa(n) + "/loop/backing_file")
 	return err == nil
