@@ -1,8 +1,9 @@
 // The child of sbx_vspawn shares sbx's memory (CLONE_VM) and runs on a stack of its own while the thread
 // that started it waits (CLONE_VFORK) until it has executed. It touches only the struct, the strings and
 // the stack it was given, and makes raw system calls: never a libc function that locks, allocates or
-// changes ids (glibc's setuid would signal every thread of sbx, whose memory this is). Its file table,
-// signal handlers and credentials are its own (no CLONE_FILES, CLONE_SIGHAND or CLONE_THREAD).
+// changes ids (glibc's setuid would signal every thread of sbx, whose memory this is). syscall(3) sets
+// errno in the waiting thread's TLS, which that thread never reads. Its file table, signal handlers and
+// credentials are its own (no CLONE_FILES, CLONE_SIGHAND or CLONE_THREAD).
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>

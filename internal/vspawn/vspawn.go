@@ -12,29 +12,23 @@ package vspawn
 import (
 	"errors"
 	"os/exec"
-	"syscall"
 )
 
 // ErrUnsupported is returned by Start for a command it does not start; cmd.Start then does.
 var ErrUnsupported = errors.New("vspawn: not supported")
 
-// supported says whether Start knows every setting of cmd: its files, and of SysProcAttr the clone
-// flags, Setsid, Pdeathsig, the id maps and Credential.
+// supported says whether Start knows every setting of cmd: its files (only ExtraFiles; stdio is
+// /dev/null), and of SysProcAttr the clone flags, Setsid, Pdeathsig, the id maps and a Credential
+// without groups.
 func supported(cmd *exec.Cmd) bool {
 	sys := cmd.SysProcAttr
 	if sys == nil || cmd.Process != nil || cmd.Stdin != nil || cmd.Stdout != nil || cmd.Stderr != nil ||
 		cmd.Cancel != nil || cmd.WaitDelay != 0 {
 		return false
 	}
-	rest := *sys
-	rest.Cloneflags, rest.Setsid, rest.Pdeathsig = 0, false, 0
-	rest.UidMappings, rest.GidMappings, rest.GidMappingsEnableSetgroups = nil, nil, false
-	if c := rest.Credential; c != nil && (len(c.Groups) > 0 || c.NoSetGroups) {
+	if c := sys.Credential; c != nil && (len(c.Groups) > 0 || c.NoSetGroups) {
 		return false
 	}
-	rest.Credential = nil
-	var zero syscall.SysProcAttr
-	return rest.Chroot == zero.Chroot && !rest.Ptrace && !rest.Setpgid && !rest.Setctty && !rest.Noctty &&
-		!rest.Foreground && rest.Unshareflags == 0 && len(rest.AmbientCaps) == 0 && !rest.UseCgroupFD &&
-		rest.PidFD == nil
+	return sys.Chroot == "" && !sys.Ptrace && !sys.Setpgid && !sys.Setctty && !sys.Noctty && !sys.Foreground &&
+		sys.Unshareflags == 0 && len(sys.AmbientCaps) == 0 && !sys.UseCgroupFD && sys.PidFD == nil
 }
