@@ -286,7 +286,7 @@ func attachLoop(img *os.File) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: finding a free loop device: %w", ErrNoDiskLayer, err)
 	}
-	free := n // unbound when the kernel said so: no other sbx binds it while this one holds its claim
+	free := n // unbound when the kernel said so: not worth a look (a bind since is LOOP_CONFIGURE's EBUSY)
 	for range maxLoopTries {
 		if !claimLoop(ctl, n) {
 			n++ // another sbx is attaching it
@@ -324,15 +324,14 @@ const maxLoopTries = 256
 
 // claimLoop takes, without waiting, this sbx's claim on loop device n: a write lock on byte n of
 // /dev/loop-control, held by the open file description ctl. It says whether the claim is taken.
-func claimLoop(ctl *os.File, n int) bool {
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(n), Len: 1}
-	return unix.FcntlFlock(ctl.Fd(), unix.F_OFD_SETLK, &lk) == nil
-}
+func claimLoop(ctl *os.File, n int) bool { return setClaim(ctl, n, unix.F_WRLCK) }
 
 // unclaimLoop drops this sbx's claim on loop device n.
-func unclaimLoop(ctl *os.File, n int) {
-	lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart, Start: int64(n), Len: 1}
-	unix.FcntlFlock(ctl.Fd(), unix.F_OFD_SETLK, &lk)
+func unclaimLoop(ctl *os.File, n int) { setClaim(ctl, n, unix.F_UNLCK) }
+
+func setClaim(ctl *os.File, n int, typ int16) bool {
+	lk := unix.Flock_t{Type: typ, Whence: io.SeekStart, Start: int64(n), Len: 1}
+	return unix.FcntlFlock(ctl.Fd(), unix.F_OFD_SETLK, &lk) == nil
 }
 
 // loopBound says whether loop device n has a backing file, as sysfs shows it: such a device is passed

@@ -39,9 +39,10 @@ static int child(void *arg) {
 
 	// The parent's ends, which this copy of the file table holds too: with them open here, the
 	// mapper's closing of sync_w would never reach the read below.
-	syscall(SYS_close, s->ready_r);
-	if (s->sync_w >= 0)
+	if (s->sync_r >= 0) {
+		syscall(SYS_close, s->ready_r);
 		syscall(SYS_close, s->sync_w);
+	}
 
 	// Caught signals back to their default, in this copy of the handlers: sbx's (the Go runtime's)
 	// must not run here. Ignored ones stay ignored, as across an exec. Every signal is blocked until

@@ -15,7 +15,7 @@ struct sbx_vspawn {
 	int set_creds;       // set the ids below (after the maps)
 	int drop_groups;     // setgroups(0, NULL) first
 	unsigned int uid, gid;
-	int ready_r, ready_w; // the child says it runs (its pid is in tid)
+	int ready_r, ready_w; // the child says it runs (its pid is in tid); -1 without maps
 	int sync_r, sync_w;   // the parent's mapper says the id maps are written; -1: no maps to wait for
 	int err_w;            // close-on-exec: the errno of a failed step, or EOF once the exec succeeded
 	unsigned long mask;   // the caller's signal mask, given back to the child before its exec

@@ -95,14 +95,9 @@ func Start(cmd *exec.Cmd) error {
 		}
 	}
 
-	// Pipes: the child's "I run" to the mapper, the mapper's "maps written" to the child, and the
-	// child's errno (close-on-exec, so EOF means it executed).
-	var ready, sync, errp [2]int
-	for _, p := range []*[2]int{&ready, &sync, &errp} {
-		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-			return fmt.Errorf("vspawn: %w", err)
-		}
-	}
+	// Pipes: the child's errno (close-on-exec, so EOF means it executed) and, with id maps, the child's
+	// "I run" to the mapper and the mapper's "maps written" to the child.
+	ready, sync, errp := [2]int{-1, -1}, [2]int{-1, -1}, [2]int{-1, -1}
 	closeAll := func(fds ...*int) {
 		for _, fd := range fds {
 			if *fd >= 0 {
@@ -112,16 +107,24 @@ func Start(cmd *exec.Cmd) error {
 		}
 	}
 	defer closeAll(&ready[0], &ready[1], &sync[0], &sync[1], &errp[0], &errp[1])
+	pipes := []*[2]int{&errp}
 	maps := sys.UidMappings != nil || sys.GidMappings != nil
-	sp.ready_r, sp.ready_w, sp.err_w = C.int(ready[0]), C.int(ready[1]), C.int(errp[1])
-	sp.sync_r, sp.sync_w = -1, -1
+	if maps {
+		pipes = append(pipes, &ready, &sync)
+	}
+	for _, p := range pipes {
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			return fmt.Errorf("vspawn: %w", err)
+		}
+	}
+	sp.err_w = C.int(errp[1])
+	sp.ready_r, sp.ready_w, sp.sync_r, sp.sync_w = C.int(ready[0]), C.int(ready[1]), C.int(sync[0]), C.int(sync[1])
 	mapped := make(chan error, 1)
 	if maps {
-		sp.sync_r, sp.sync_w = C.int(sync[0]), C.int(sync[1])
-		syncW := sync[1]
+		readyR, syncW := ready[0], sync[1]
 		sync[1] = -1 // the mapper's to close
 		go func() {
-			err := writeMaps(sp, ready[0], syncW, sys)
+			err := writeMaps(sp, readyR, syncW, sys)
 			unix.Close(syncW) // after an error, the child's read sees EOF and it gives up
 			mapped <- err
 		}()

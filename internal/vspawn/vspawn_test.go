@@ -147,3 +147,17 @@ func TestUnsupported(t *testing.T) {
 		t.Errorf("Stdout: %v, want ErrUnsupported", err)
 	}
 }
+
+// TestStartWithoutMaps starts a child without a user namespace: no id maps to wait for.
+func TestStartWithoutMaps(t *testing.T) {
+	out, st, err := child(t, `echo "pid $$" >&3`, func(c *exec.Cmd) {
+		c.SysProcAttr.Cloneflags = unix.CLONE_NEWPID
+		c.SysProcAttr.UidMappings, c.SysProcAttr.GidMappings, c.SysProcAttr.Credential = nil, nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ExitCode() != 0 || out != "pid 1\n" {
+		t.Errorf("exit %v, output %q", st, out)
+	}
+}
