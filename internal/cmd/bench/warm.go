@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -85,6 +86,10 @@ type burst struct {
 	ms    []float64
 }
 
+// settle is the least pause before each burst, so that every contender starts on a machine that has
+// finished the previous burst's deferred work.
+const settle = time.Second
+
 // parallelRuns is how many runs a burst starts at once.
 const parallelRuns = 20
 
@@ -146,8 +151,13 @@ func benchBursts(sbx, dir string, runcArgv func(i int) []string, rounds int) err
 		}},
 		{name: "bwrap --unshare-all", run: command([]string{"bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"})},
 	}
+	// Each round runs the contenders in a new random order, each burst after the same settling pause:
+	// a burst leaves work to the kernel after its last run has ended (network namespaces are freed by
+	// a worker, cgroups and mounts are released lazily), and in a fixed order the contender after a
+	// given one would always pay for it.
 	for i := -1; i < rounds; i++ { // one warm-up round
-		for _, b := range bs {
+		for _, j := range rand.Perm(len(bs)) {
+			b := bs[j]
 			d, err := retried(b)
 			if err != nil {
 				return fmt.Errorf("%s: %w", b.name, err)
@@ -173,7 +183,7 @@ func benchBursts(sbx, dir string, runcArgv func(i int) []string, rounds int) err
 func retried(b *burst) (float64, error) {
 	var err error
 	for range 3 {
-		time.Sleep(b.pause)
+		time.Sleep(max(b.pause, settle))
 		var d float64
 		if d, err = timeBurst(b.run); err == nil {
 			time.Sleep(b.after)
