@@ -55,9 +55,13 @@ var ErrNoDiskLayer = errors.New("no disk-backed writable layer")
 // know: that files count as memory (a tmpfs), or that the host's disk has less room than the layer's
 // size (the layer's blocks are taken from it as the command writes, and when it runs out first, writes
 // fail with I/O errors instead of ENOSPC).
+//
+// prepared nil attaches a device now, and drops its claim once the layer is mounted (a caller that
+// keeps no layerPrep to unclaim after the unmount).
 func mountLayer(dir string, size int64, prepared *layerPrep) (note string, err error) {
 	if prepared == nil {
 		prepared = prepareLayer(size)
+		defer prepared.unclaim()
 	}
 	derr := prepared.mount(dir)
 	if derr == nil {
@@ -86,9 +90,10 @@ func layerSize(diskBytes int64) int64 {
 // dir it is mounted in exists: the copy and the attach are most of a layer's 2 ms, and Create starts
 // them first (startLayer), beside its other steps.
 type layerPrep struct {
-	done chan struct{}
-	dev  *os.File // the loop device; nil after mount or release
-	err  error
+	done  chan struct{}
+	dev   *os.File // the loop device; nil after mount or release
+	claim *os.File // holds the device's claim (attachLoop) until unclaim, after the layer's unmount
+	err   error
 }
 
 // startLayer attaches the disk layer of size on a goroutine of its own; mount or release it.
@@ -96,7 +101,7 @@ func startLayer(size int64) *layerPrep {
 	p := &layerPrep{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.dev, p.err = attachDiskLayer(size)
+		p.dev, p.claim, p.err = attachDiskLayer(size)
 	}()
 	return p
 }
@@ -104,7 +109,7 @@ func startLayer(size int64) *layerPrep {
 // prepareLayer attaches the disk layer of size now.
 func prepareLayer(size int64) *layerPrep {
 	p := &layerPrep{done: make(chan struct{})}
-	p.dev, p.err = attachDiskLayer(size)
+	p.dev, p.claim, p.err = attachDiskLayer(size)
 	close(p.done)
 	return p
 }
@@ -139,14 +144,28 @@ func (p *layerPrep) release() {
 	}
 }
 
-// attachDiskLayer attaches a fresh copy of the template for size to a loop device.
-func attachDiskLayer(size int64) (*os.File, error) {
+// unclaim drops the device's claim, once the layer is unmounted (or was never mounted, after release):
+// other runs may take its index again. It is safe twice and on nil.
+func (p *layerPrep) unclaim() {
+	if p == nil {
+		return
+	}
+	<-p.done
+	if p.claim != nil {
+		p.claim.Close()
+		p.claim = nil
+	}
+}
+
+// attachDiskLayer attaches a fresh copy of the template for size to a loop device, and returns the
+// device and the claim that keeps other runs off its index (attachLoop), both open.
+func attachDiskLayer(size int64) (dev, claim *os.File, err error) {
 	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("%w: loop devices need root", ErrNoDiskLayer)
+		return nil, nil, fmt.Errorf("%w: loop devices need root", ErrNoDiskLayer)
 	}
 	img, err := newLayerImage(size)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer img.Close() // the loop device holds the file
 	return attachLoop(img)
@@ -263,7 +282,8 @@ func copySparse(dst, src *os.File, size int64) error {
 }
 
 // attachLoop attaches img to a free loop device that detaches itself when its last user goes, and
-// returns the device, open.
+// returns the device, open, and the claim on its index (claim), which the caller holds until the device
+// is unmounted.
 //
 // Runs started at once must not all take the device LOOP_CTL_GET_FREE names: it names the same one to
 // every caller until one of them has opened it, and the others then queue on that device's open mutex
@@ -271,52 +291,56 @@ func copySparse(dst, src *os.File, size int64) error {
 // about n²/2 times one after another (measured, 20 runs at once: 60 ms per run waiting in
 // blkdev_open). Each sbx first claims the index with an open file description lock on that byte of
 // /dev/loop-control (claimLoop) and, when another sbx holds it, moves on to the next index instead.
-// Locks go with the description: whatever happens to this process, the kernel drops them.
-func attachLoop(img *os.File) (*os.File, error) {
+// A run keeps its claim until its layer is unmounted, so that a device that sbx's runs use is always
+// claimed: the indices past the free one are told apart by their claims alone, without a look at each
+// device's sysfs entry (a lookup that waits for sysfs's lock while any other run's loop device or ext4
+// adds or removes its entries there: 20 runs at once waited on it 7 ms each). A device bound by anyone
+// else (losetup, a crashed run's) answers LOOP_CONFIGURE with EBUSY, and the search moves on. Locks go
+// with the description: whatever happens to this process, the kernel drops them.
+func attachLoop(img *os.File) (dev, claim *os.File, err error) {
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoDiskLayer, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrNoDiskLayer, err)
 	}
-	defer ctl.Close() // drops the claims
+	defer func() {
+		if err != nil {
+			ctl.Close() // drops the claims
+		}
+	}()
 	cfg := unix.LoopConfig{Fd: uint32(img.Fd()), Size: 4096}
 	// No direct I/O: it would spare a second cached copy of each page (reclaimable anyway), but every
 	// metadata read of ext4 would then go to the disk (measured: setup 30% slower).
 	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
 	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 	if err != nil {
-		return nil, fmt.Errorf("%w: finding a free loop device: %w", ErrNoDiskLayer, err)
+		return nil, nil, fmt.Errorf("%w: finding a free loop device: %w", ErrNoDiskLayer, err)
 	}
-	free := n // unbound when the kernel said so: not worth a look (a bind since is LOOP_CONFIGURE's EBUSY)
 	for range maxLoopTries {
 		if !claimLoop(ctl, n) {
-			n++ // another sbx is attaching it
-			continue
-		}
-		if n != free && loopBound(n) {
-			unclaimLoop(ctl, n)
-			n++ // in use
+			n++ // another sbx's
 			continue
 		}
 		dev, err := openLoop(ctl, n)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)
 		if err == nil {
-			return dev, nil
+			return dev, ctl, nil
 		}
 		dev.Close()
 		if !errors.Is(err, unix.EBUSY) {
-			return nil, fmt.Errorf("%w: configuring loop%d: %w", ErrNoDiskLayer, n, err)
+			return nil, nil, fmt.Errorf("%w: configuring loop%d: %w", ErrNoDiskLayer, n, err)
 		}
-		// Bound by someone else since: the next free one, unless that is one this sbx holds already.
+		// Bound by someone else: the next free one, unless that is one this sbx holds already.
 		unclaimLoop(ctl, n)
-		if free, err = unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE); err != nil {
-			return nil, fmt.Errorf("%w: finding a free loop device: %w", ErrNoDiskLayer, err)
+		free, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: finding a free loop device: %w", ErrNoDiskLayer, err)
 		}
 		n = max(free, n+1)
 	}
-	return nil, fmt.Errorf("%w: no free loop device", ErrNoDiskLayer)
+	return nil, nil, fmt.Errorf("%w: no free loop device", ErrNoDiskLayer)
 }
 
 // maxLoopTries bounds the indices attachLoop tries: more than the runs that start at once.
@@ -332,18 +356,6 @@ func unclaimLoop(ctl *os.File, n int) { setClaim(ctl, n, unix.F_UNLCK) }
 func setClaim(ctl *os.File, n int, typ int16) bool {
 	lk := unix.Flock_t{Type: typ, Whence: io.SeekStart, Start: int64(n), Len: 1}
 	return unix.FcntlFlock(ctl.Fd(), unix.F_OFD_SETLK, &lk) == nil
-}
-
-// loopBound says whether loop device n has a backing file, as sysfs shows it: such a device is passed
-// over without opening it, since an open waits on the device's open mutex, which its owner holds while
-// it mounts the device and the kernel holds while it detaches it. A device bound after this look
-// answers LOOP_CONFIGURE with EBUSY, and attachLoop moves on. attachLoop looks only at devices other
-// than the one the kernel named free, and only once it holds their claim: the look is a sysfs lookup,
-// which waits for sysfs's lock while any other run's loop device or ext4 adds or removes its entries
-// there (20 runs at once, each looking at every device up to its own, waited on it hundreds of times).
-func loopBound(n int) bool {
-	_, err := os.Stat("/sys/block/loop" + strconv.Itoa(n) + "/loop/backing_file")
-	return err == nil
 }
 
 // openLoop opens loop device n, creating it when it does not exist yet (LOOP_CTL_GET_FREE creates only

@@ -97,8 +97,11 @@ func TestLayerPrepRelease(t *testing.T) {
 	}
 	p.release()
 	p.release() // twice is harmless
+	p.unclaim()
+	p.unclaim()
 	waitDetached(t, dev)
 	(*layerPrep)(nil).release()
+	(*layerPrep)(nil).unclaim()
 
 	// A Create that fails at once (an unreachable state root) releases what it attached. The garbage
 	// collector is off meanwhile: a leaked device's file would otherwise be closed by its finalizer.
@@ -125,8 +128,9 @@ func TestLayerPrepRelease(t *testing.T) {
 
 // TestAttachLoopsAtOnce: layers attached at the same moment each get a device of their own, and an
 // index another sbx has claimed (a lock on its byte of /dev/loop-control, held by another open file
-// description) is passed over rather than opened, and so is one attached already (loopBound): runs
-// started at once do not queue on one device's open mutex.
+// description) is passed over rather than opened: runs started at once do not queue on one device's
+// open mutex. Each attach keeps its own claim, and an index bound without a claim (losetup's, a
+// crashed run's) is passed over too.
 func TestAttachLoopsAtOnce(t *testing.T) {
 	needRoot(t)
 	LayerDir = t.TempDir()
@@ -142,33 +146,47 @@ func TestAttachLoopsAtOnce(t *testing.T) {
 	if !claimLoop(other, free) {
 		t.Fatalf("claiming loop%d failed", free)
 	}
+	// An index bound without a claim: the first attach's, whose claim is dropped at once.
+	unclaimed, claim, err := attachDiskLayer(8 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unclaimed.Close()
+	claim.Close()
 	const n = 12
-	devs := make(chan *os.File, n)
+	type attached struct{ dev, claim *os.File }
+	devs := make(chan attached, n)
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			dev, err := attachDiskLayer(8 << 20)
+			dev, claim, err := attachDiskLayer(8 << 20)
 			if err != nil {
 				errs <- err
 				return
 			}
-			devs <- dev
+			devs <- attached{dev, claim}
 		}()
 	}
-	seen := map[string]bool{}
+	seen := map[string]bool{unclaimed.Name(): true}
 	for range n {
 		select {
 		case err := <-errs:
 			t.Error(err)
-		case dev := <-devs:
-			defer dev.Close()
-			if seen[dev.Name()] {
-				t.Errorf("%s attached twice", dev.Name())
+		case a := <-devs:
+			defer a.dev.Close()
+			defer a.claim.Close()
+			if seen[a.dev.Name()] {
+				t.Errorf("%s attached twice", a.dev.Name())
 			}
-			if n, _ := strconv.Atoi(strings.TrimPrefix(dev.Name(), "/dev/loop")); !loopBound(n) {
-				t.Errorf("%s is attached, loopBound says it is not", dev.Name())
+			if _, err := os.Stat("/sys/block/" + filepath.Base(a.dev.Name()) + "/loop/backing_file"); err != nil {
+				t.Errorf("%s is not attached: %v", a.dev.Name(), err)
 			}
-			seen[dev.Name()] = true
+			// The claim is held: another description cannot take the index.
+			if idx, _ := strconv.Atoi(strings.TrimPrefix(a.dev.Name(), "/dev/loop")); claimLoop(other, idx) {
+				t.Errorf("%s: its attach holds no claim on it", a.dev.Name())
+				unclaimLoop(other, idx)
+			}
+			seen[a.dev.Name()] = true
 		}
 	}
 	if seen["/dev/loop"+strconv.Itoa(free)] {

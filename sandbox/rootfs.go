@@ -104,7 +104,7 @@ type rootfs struct {
 	root   overlay
 	cwd    *overlay   // nil when the working directory is on the root file system
 	notes  []string   // what the rootfs could only partly do, for the report
-	prep   *layerPrep // the disk layer's device, attached ahead (Create); nil: attach it in mount
+	prep   *layerPrep // the disk layer's device, attached ahead (Create) or in mount, and its claim
 	// Rootless: the top level of / (see rootless.go) and hidden paths below read-only binds, which get
 	// an empty tmpfs (directories) or /dev/null (files) mounted over them.
 	top        []topLayer
@@ -183,8 +183,10 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		err  error
 	}
 	layer := make(chan made, 1)
-	prep := r.prep
-	r.prep = nil
+	if r.prep == nil {
+		r.prep = startLayer(diskBytes)
+	}
+	prep := r.prep // kept: unmount drops the device's claim once the layer is unmounted
 	go func() {
 		note, err := mountLayer(r.layer, diskBytes, prep)
 		layer <- made{note, err}
@@ -238,8 +240,10 @@ func (r *rootfs) mountCwd(cwd string) error {
 
 // unmount undoes mount; it is safe on a partly built or already removed rootfs.
 func (r *rootfs) unmount() error {
-	r.prep.release()
+	prep := r.prep
 	r.prep = nil
+	prep.release()
+	defer prep.unclaim() // once the layer is unmounted: until then its device is this run's
 	if Rootless() {
 		return nil // its mounts are in the sandbox's mount namespace only, gone with it
 	}

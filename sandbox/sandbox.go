@@ -126,6 +126,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	defer func() {
 		if sb == nil {
 			prep.release()
+			prep.unclaim()
 		}
 	}()
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
