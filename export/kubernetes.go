@@ -72,7 +72,7 @@ func Kubernetes(plan *policy.Plan, o KubeOptions) ([]byte, Fidelity, error) {
 func meta(plan *policy.Plan, o KubeOptions, name string) Meta {
 	return Meta{Name: name, Namespace: o.Namespace,
 		Labels:      map[string]string{profileLabel: labelValue(plan), sandboxLabelKey: "sbx"},
-		Annotations: map[string]string{"org.sbx.profile": plan.Profile, "org.sbx.profile.sha256": plan.Hash}}
+		Annotations: map[string]string{"org.sbx.profile": plan.Profile, "org.sbx.profile.sha256": plan.Hash()}}
 }
 
 func encode(objs []Object) ([]byte, error) {

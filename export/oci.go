@@ -34,6 +34,8 @@ func OCI(plan *policy.Plan, spec *specs.Spec, o OCIOptions) ([]byte, Fidelity, e
 	}
 	spec.Linux.CgroupsPath = ""
 	spec.Process.Terminal = false
+	spec.Annotations["org.sbx.profile"] = plan.Profile
+	spec.Annotations["org.sbx.profile.sha256"] = plan.Hash()
 	spec.Annotations["org.sbx.command"] = strings.Join(o.Command, " ")
 	if spec.Linux.Seccomp != nil && len(spec.Linux.Seccomp.Flags) > 0 {
 		// runc before 1.2 (Debian 12's) refuses any seccomp flag; the ones sbx sets only log denials.

@@ -103,12 +103,12 @@ func (s *Server) explain(name string) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Explanation{ProfileInfo: s.info(p), Hash: plan.Hash, Summary: explainPlan(plan), YAML: string(text)}, nil
+	return &Explanation{ProfileInfo: s.info(p), Hash: plan.Hash(), Summary: explainPlan(plan), YAML: string(text)}, nil
 }
 
 // explainPlan says in a few lines what a compiled profile allows and expects.
 func explainPlan(p *policy.Plan) []string {
-	out := []string{fmt.Sprintf("profile %s (sha256 %.12s)", p.Profile, p.Hash)}
+	out := []string{fmt.Sprintf("profile %s (sha256 %.12s)", p.Profile, p.Hash())}
 	fs := p.Filesystem
 	write := strings.Join(fs.Write, ", ")
 	if fs.WriteCwd {

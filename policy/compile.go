@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"path"
 	"slices"
 	"strconv"
@@ -28,30 +26,25 @@ const (
 var BaseEnvPass = []string{"PATH", "LANG", "LC_*", "TZ", "TERM"}
 
 // Compile turns a resolved profile (from Load) into the Plan sandbox runs, after laying the overrides
-// over it. Hash is the sha256 of the profile with the overrides applied, as Marshal writes it.
+// over it. Plan.Hash is the sha256 of the profile with the overrides applied, as Marshal writes it.
 func Compile(p *Profile, ctx CompileContext) (*Plan, error) {
 	q, err := ctx.Overrides.Apply(p, ctx.Cwd)
 	if err != nil {
 		return nil, err
 	}
-	text, err := q.Marshal()
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(text)
 	sc, err := compileSeccomp(q.Syscalls)
 	if err != nil {
 		return nil, err
 	}
 	plan := &Plan{
 		Profile:    q.Name,
-		Hash:       hex.EncodeToString(sum[:]),
 		Filesystem: compileFilesystem(q.Filesystem),
 		Seccomp:    sc,
 		Limits:     compileLimits(q.Limits),
 		Network:    compileNetwork(q.Network),
 		Expect:     compileExpect(q.Expect),
 		Record:     compileRecord(q),
+		resolved:   q,
 	}
 	plan.Env, plan.Notes = compileEnv(q.Env, ctx.CallerEnv, ctx.Overrides.Env, plan.Filesystem, ctx.Cwd)
 	if t := q.Limits.Timeout; t != nil {

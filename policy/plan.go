@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -10,7 +12,6 @@ import (
 // Compare needs to judge it. It holds no YAML and makes no syscalls.
 type Plan struct {
 	Profile    string // the profile's name
-	Hash       string // sha256 of the resolved profile, for annotations and reports
 	Filesystem Filesystem
 	Seccomp    *specs.LinuxSeccomp // nil: no seccomp filter (only when the profile says base: none and lists nothing)
 	Limits     Limits
@@ -21,6 +22,23 @@ type Plan struct {
 	Timeout    time.Duration // 0: none
 	UID, GID   int           // user the command runs as inside the sandbox
 	Notes      []string      // what compiling changed that the report should say (a PATH entry left out)
+
+	resolved *Profile // the profile with the overrides applied, for Hash
+}
+
+// Hash is the sha256 of the profile the plan was compiled from, with the overrides applied, as Marshal
+// writes it (what sbx profile show prints), in hex; "" for a plan not made by Compile. It is worked out
+// when asked: a run does not need it, and marshalling the profile was a tenth of Compile's time.
+func (p *Plan) Hash() string {
+	if p.resolved == nil {
+		return ""
+	}
+	text, err := p.resolved.Marshal()
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(text)
+	return hex.EncodeToString(sum[:])
 }
 
 // Filesystem is the file-system side of the sandbox.

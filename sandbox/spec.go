@@ -63,7 +63,6 @@ func Spec(in SpecInput) *specs.Spec {
 	s := specconv.Example()
 	s.Root = &specs.Root{Path: in.Rootfs}
 	s.Hostname = Hostname
-	s.Annotations = map[string]string{"org.sbx.profile": in.Plan.Profile, "org.sbx.profile.sha256": in.Plan.Hash}
 	s.Process = &specs.Process{
 		Args:            in.Args,
 		Env:             in.Plan.Env,

@@ -96,7 +96,7 @@ func runExportKube(io stdio, f exportKubeFlags) error {
 	if err := writeOutput(io.out, f.out, "the manifests", data); err != nil {
 		return setupError(err, "")
 	}
-	fmt.Fprintf(io.err, "sbx: profile %s (sha256 %.12s) for Kubernetes:\n", plan.Profile, plan.Hash)
+	fmt.Fprintf(io.err, "sbx: profile %s (sha256 %.12s) for Kubernetes:\n", plan.Profile, plan.Hash())
 	if err := fid.Write(io.err); err != nil {
 		return err
 	}
@@ -106,7 +106,7 @@ func runExportKube(io stdio, f exportKubeFlags) error {
 	if fid == nil {
 		fid = export.Fidelity{}
 	}
-	return writeJSON(io.out, f.jsonOut, "the fidelity report", exportFidelity{Profile: plan.Profile, SHA256: plan.Hash, Target: "kubernetes", Rows: fid})
+	return writeJSON(io.out, f.jsonOut, "the fidelity report", exportFidelity{Profile: plan.Profile, SHA256: plan.Hash(), Target: "kubernetes", Rows: fid})
 }
 
 // Report formats of exec --format: what --json writes.

@@ -82,7 +82,7 @@ func runSpec(io stdio, f specFlags, args []string) error {
 	if err := writeOutput(io.out, f.out, "the bundle config", data); err != nil {
 		return setupError(err, "")
 	}
-	fmt.Fprintf(io.err, "sbx: profile %s (sha256 %.12s) in an OCI bundle; not carried:\n", plan.Profile, plan.Hash)
+	fmt.Fprintf(io.err, "sbx: profile %s (sha256 %.12s) in an OCI bundle; not carried:\n", plan.Profile, plan.Hash())
 	for _, r := range fid {
 		fmt.Fprintf(io.err, "  %-16s %s\n", r.Feature, r.Detail)
 	}
