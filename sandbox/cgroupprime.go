@@ -1,11 +1,12 @@
 package sandbox
 
 import (
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sbx-dev/sbx/internal/cgprime"
 	"golang.org/x/sys/unix"
@@ -58,21 +59,23 @@ func (p *cgroupPrimer) prime(stateRoot string) {
 	if procs == "" {
 		return
 	}
-	// The shared time of the last write; without it every run primes on its own.
-	last, err := os.OpenFile(filepath.Join(stateRoot, "primed"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err == nil {
-		defer last.Close()
-	} else {
-		last = nil
+	// Opened once: a write by name looks the path up through /sys each time, and those lookups wait
+	// for the lock that every other run's cgroup and sysfs entries take while they are made.
+	fd, err := unix.Open(procs, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return // as a failed write: the grace period is left to Apply
 	}
+	defer unix.Close(fd)
+	last := openPrimed(stateRoot)
+	defer last.close()
 	pid := []byte(strconv.Itoa(os.Getpid()))
 	deadline := time.After(primeMax)
 	tick := time.NewTicker(primeEvery)
 	defer tick.Stop()
 	for {
-		if due(last) {
+		if last.due() {
 			// Best effort: a failed write only leaves the grace period to Apply, as without priming.
-			_ = os.WriteFile(procs, pid, 0)
+			_, _ = unix.Write(fd, pid)
 		}
 		select {
 		case <-p.stop:
@@ -84,21 +87,52 @@ func (p *cgroupPrimer) prime(stateRoot string) {
 	}
 }
 
-// due says whether no sbx primed within primeEvery, and if so notes the time of the write to come.
-func due(last *os.File) bool {
-	if last == nil {
+// primed is the time of the last write of any sbx under a state root (its primed file, mapped), in
+// nanoseconds: runs that see a recent one do not repeat it. Mapped, reading and setting it costs no
+// system call and no write to the state root's disk at each tick. nil: every run primes on its own.
+type primed struct {
+	mem []byte
+}
+
+// openPrimed maps the primed file of stateRoot; nil when it cannot.
+func openPrimed(stateRoot string) *primed {
+	f, err := os.OpenFile(filepath.Join(stateRoot, "primed"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil
+	}
+	defer f.Close() // the mapping stays
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil
+	}
+	if st.Size < 8 && f.Truncate(8) != nil {
+		return nil
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, 8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil
+	}
+	return &primed{mem: mem}
+}
+
+func (l *primed) close() {
+	if l != nil {
+		unix.Munmap(l.mem)
+	}
+}
+
+// due says whether no sbx primed within primeEvery, and if so takes the write to come for this one.
+func (l *primed) due() bool {
+	if l == nil {
 		return true
 	}
-	var b [8]byte
+	t := (*int64)(unsafe.Pointer(&l.mem[0])) // page-aligned
 	now := time.Now().UnixNano()
-	if n, _ := last.ReadAt(b[:], 0); n == len(b) {
-		if t := int64(binary.NativeEndian.Uint64(b[:])); now-t < int64(primeEvery) && now >= t {
-			return false
-		}
+	was := atomic.LoadInt64(t)
+	if now-was < int64(primeEvery) && now >= was {
+		return false
 	}
-	binary.NativeEndian.PutUint64(b[:], uint64(now))
-	last.WriteAt(b[:], 0)
-	return true
+	return atomic.CompareAndSwapInt64(t, was, now) // lost: another sbx writes now
 }
 
 // Stop ends the priming and waits for its last write.

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"maps"
 	"os"
 	"path/filepath"
@@ -26,12 +27,19 @@ func TestCgroupPrimerMovesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startCgroupPrimer(t.TempDir())
+	root := t.TempDir()
+	p := startCgroupPrimer(root)
 	if p == nil {
 		t.Fatal("no primer although a cgroup.procs file was found")
 	}
 	time.Sleep(5 * primeEvery)
 	p.Stop()
+	// It wrote, and noted the time of its last write for the other runs.
+	if b, err := os.ReadFile(filepath.Join(root, "primed")); err != nil || len(b) != 8 {
+		t.Errorf("primed file: %v %x", err, b)
+	} else if at := time.Unix(0, int64(binary.NativeEndian.Uint64(b))); time.Since(at) > time.Second {
+		t.Errorf("the last priming noted at %v", at)
+	}
 	after, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		t.Fatal(err)
@@ -46,24 +54,28 @@ func TestCgroupPrimerMovesNothing(t *testing.T) {
 // TestPrimeDue: the runs of a host share their priming: a write another run made less than primeEvery
 // ago is not repeated.
 func TestPrimeDue(t *testing.T) {
-	f, err := os.OpenFile(t.TempDir()+"/primed", os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	one, other := openPrimed(dir), openPrimed(dir) // two runs under one state root
+	if one == nil || other == nil {
+		t.Fatal("the primed file cannot be mapped")
 	}
-	defer f.Close()
-	if !due(f) {
+	defer one.close()
+	defer other.close()
+	if !one.due() {
 		t.Fatal("first write not due")
 	}
-	if due(f) {
+	if other.due() || one.due() {
 		t.Error("a second write right after the first is due")
 	}
 	time.Sleep(primeEvery + time.Millisecond)
-	if !due(f) {
+	if !other.due() {
 		t.Error("a write primeEvery after the last is not due")
 	}
-	if !due(nil) {
+	var none *primed
+	if !none.due() {
 		t.Error("without the shared file every write is due")
 	}
+	none.close()
 }
 
 // TestCgroupPrep: the run's cgroups are made ahead in every hierarchy, with no process in them, where
