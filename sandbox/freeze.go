@@ -119,7 +119,17 @@ func (s *Sandbox) tasksDir() (dir, name string) {
 	if s.tasks[0] != "" {
 		return s.tasks[0], s.tasks[1]
 	}
-	dirs := CgroupDirs(s.ID)
+	var dirs []string
+	if paths := s.cgroupPaths(); paths != nil {
+		// freezer (v1) or the one tree (v2): where the probes below find their file.
+		for _, name := range []string{"freezer", ""} {
+			if d, ok := paths[name]; ok {
+				dirs = append(dirs, d)
+			}
+		}
+	} else {
+		dirs = CgroupDirs(s.ID)
+	}
 	for _, list := range []struct{ probe, name string }{{"freezer.state", "tasks"}, {"cgroup.threads", "cgroup.threads"}} {
 		for _, d := range dirs {
 			if _, err := os.Stat(filepath.Join(d, list.probe)); err == nil {

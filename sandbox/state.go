@@ -423,6 +423,22 @@ func CgroupDirs(id string) []string {
 	return dirs
 }
 
+// cgroupPaths is the run's cgroup in each hierarchy it was made in, by controller ("" for cgroup v2's
+// single tree), as the cgroup manager of its Create has them; nil when unknown (no cgroups, rootless).
+// Looking them up instead (CgroupDirs: a listing of /sys/fs/cgroup and a lookup in every hierarchy)
+// waits for sysfs's lock whenever other runs' loop devices and network namespaces add or remove their
+// entries there.
+func (s *Sandbox) cgroupPaths() map[string]string {
+	if s.cgroups == nil {
+		return nil
+	}
+	s.cgroups.wait()
+	if s.cgroups.m == nil {
+		return nil
+	}
+	return s.cgroups.m.GetPaths()
+}
+
 // removeCgroups removes the run's (empty) cgroups.
 func removeCgroups(id string) {
 	for _, d := range CgroupDirs(id) {
@@ -455,11 +471,25 @@ const diskFullMargin = 100
 // Read it before Destroy.
 func (s *Sandbox) LimitHits() LimitHits {
 	var h LimitHits
-	for _, dir := range CgroupDirs(s.ID) {
-		// v1: memory.oom_control; v2: memory.events; both: pids.events.
-		h.OOMKills += counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
-		h.OOMKills += counter(filepath.Join(dir, "memory.events"), "oom_kill")
-		h.PidsMax += counter(filepath.Join(dir, "pids.events"), "max")
+	if paths := s.cgroupPaths(); paths != nil {
+		// The hierarchies the run's cgroups were made in: v1's memory and pids, or v2's one tree.
+		if dir, ok := paths["memory"]; ok {
+			h.OOMKills += counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
+		}
+		if dir, ok := paths["pids"]; ok {
+			h.PidsMax += counter(filepath.Join(dir, "pids.events"), "max")
+		}
+		if dir, ok := paths[""]; ok {
+			h.OOMKills += counter(filepath.Join(dir, "memory.events"), "oom_kill")
+			h.PidsMax += counter(filepath.Join(dir, "pids.events"), "max")
+		}
+	} else {
+		for _, dir := range CgroupDirs(s.ID) {
+			// v1: memory.oom_control; v2: memory.events; both: pids.events.
+			h.OOMKills += counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
+			h.OOMKills += counter(filepath.Join(dir, "memory.events"), "oom_kill")
+			h.PidsMax += counter(filepath.Join(dir, "pids.events"), "max")
+		}
 	}
 	if s.rootfs != nil && !Rootless() {
 		// Without root the layer lies on the host's disk and the limit is per file (RLIMIT_FSIZE,
