@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,7 +174,7 @@ func TestSeccompCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := seccompKey(sc)
+	key := seccompKey(sc)
 	file := filepath.Join(root, "cache", "seccomp-"+key+".bpf")
 	got := readSeccompFile(file, key)
 	if got == nil || !bytes.Equal(got.Filter, want.Filter) || got.Flags != want.Flags {
@@ -181,7 +183,7 @@ func TestSeccompCache(t *testing.T) {
 	// Another listener path is the same filter.
 	other := *sc
 	other.ListenerPath = "/elsewhere"
-	if k2, _ := seccompKey(&other); k2 != key {
+	if seccompKey(&other) != key {
 		t.Fatal("the listener path changed the key")
 	}
 	raw, _ := os.ReadFile(file)
@@ -196,7 +198,7 @@ func TestSeccompCache(t *testing.T) {
 			osc := *sc
 			errno := uint(unix.EXDEV) // another default errno: another program
 			osc.DefaultErrnoRet = &errno
-			k2, _ := seccompKey(&osc)
+			k2 := seccompKey(&osc)
 			p2, err := seccompProgram(root, &osc)
 			if err != nil {
 				t.Fatal(err)
@@ -253,5 +255,70 @@ func TestSeccompKeyBuild(t *testing.T) {
 	}
 	if !strings.Contains(seccompKeyBase(), exeBuildID()) {
 		t.Fatalf("key base %q lacks the build ID", seccompKeyBase())
+	}
+}
+
+// TestSeccompConfigBytes: the cache key's encoding covers every field of runtime-spec's seccomp types
+// (a field added there fails here until seccompConfigBytes encodes it), and a change of any one field,
+// or a name moved from one rule to the next, gives another encoding.
+func TestSeccompConfigBytes(t *testing.T) {
+	for typ, want := range map[reflect.Type][]string{
+		reflect.TypeFor[specs.LinuxSeccomp]():    {"DefaultAction", "DefaultErrnoRet", "Architectures", "Flags", "ListenerPath", "ListenerMetadata", "Syscalls"},
+		reflect.TypeFor[specs.LinuxSyscall]():    {"Names", "Action", "ErrnoRet", "Args"},
+		reflect.TypeFor[specs.LinuxSeccompArg](): {"Index", "Value", "ValueTwo", "Op"},
+	} {
+		var got []string
+		for f := range typ.Fields() {
+			got = append(got, f.Name)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%v has the fields %v; seccompConfigBytes encodes %v", typ, got, want)
+		}
+	}
+	one, two := uint(1), uint(2)
+	base := func() *specs.LinuxSeccomp {
+		return &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, DefaultErrnoRet: &one,
+			Architectures: []specs.Arch{specs.ArchX86_64}, Flags: []specs.LinuxSeccompFlag{"SECCOMP_FILTER_FLAG_LOG"},
+			Syscalls: []specs.LinuxSyscall{
+				{Names: []string{"read", "write"}, Action: specs.ActAllow},
+				{Names: []string{"kill"}, Action: specs.ActErrno, ErrnoRet: &one,
+					Args: []specs.LinuxSeccompArg{{Index: 1, Value: 9, ValueTwo: 0, Op: specs.OpEqualTo}}},
+			}}
+	}
+	seen := map[string]string{string(seccompConfigBytes(base())): "base"}
+	for name, change := range map[string]func(c *specs.LinuxSeccomp){
+		"default action":   func(c *specs.LinuxSeccomp) { c.DefaultAction = specs.ActKill },
+		"default errno":    func(c *specs.LinuxSeccomp) { c.DefaultErrnoRet = &two },
+		"no default errno": func(c *specs.LinuxSeccomp) { c.DefaultErrnoRet = nil },
+		"arch":             func(c *specs.LinuxSeccomp) { c.Architectures = append(c.Architectures, specs.ArchX86) },
+		"flag":             func(c *specs.LinuxSeccomp) { c.Flags = nil },
+		"name":             func(c *specs.LinuxSeccomp) { c.Syscalls[0].Names[1] = "writev" },
+		"name moved": func(c *specs.LinuxSeccomp) {
+			c.Syscalls[0].Names = c.Syscalls[0].Names[:1]
+			c.Syscalls[1].Names = []string{"write", "kill"}
+		},
+		"action":    func(c *specs.LinuxSeccomp) { c.Syscalls[0].Action = specs.ActLog },
+		"errno":     func(c *specs.LinuxSeccomp) { c.Syscalls[1].ErrnoRet = &two },
+		"no errno":  func(c *specs.LinuxSeccomp) { c.Syscalls[1].ErrnoRet = nil },
+		"arg index": func(c *specs.LinuxSeccomp) { c.Syscalls[1].Args[0].Index = 2 },
+		"arg value": func(c *specs.LinuxSeccomp) { c.Syscalls[1].Args[0].Value = 15 },
+		"arg two":   func(c *specs.LinuxSeccomp) { c.Syscalls[1].Args[0].ValueTwo = 1 },
+		"arg op":    func(c *specs.LinuxSeccomp) { c.Syscalls[1].Args[0].Op = specs.OpNotEqual },
+		"no args":   func(c *specs.LinuxSeccomp) { c.Syscalls[1].Args = nil },
+		"rule":      func(c *specs.LinuxSeccomp) { c.Syscalls = c.Syscalls[:1] },
+	} {
+		c := base()
+		change(c)
+		b := string(seccompConfigBytes(c))
+		if other, ok := seen[b]; ok {
+			t.Errorf("%s encodes as %s does", name, other)
+		}
+		seen[b] = name
+	}
+	// The listener's path and metadata are not the program's.
+	c := base()
+	c.ListenerPath, c.ListenerMetadata = "/x", "y"
+	if string(seccompConfigBytes(c)) != string(seccompConfigBytes(base())) {
+		t.Error("the listener's path changed the encoding")
 	}
 }
