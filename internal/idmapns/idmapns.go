@@ -4,7 +4,8 @@
 // A user namespace needs a process to create it: a child that calls PTRACE_TRACEME and so stops at its
 // execve before it runs anything (runc's own trick), long enough to write its maps and open its
 // namespace; then it is killed. Go forks the whole calling process for a child in a new user namespace
-// (no vfork), which costs 1.5-2.5 ms in a grown sbx on the critical path of every run as root. So for
+// (no vfork), which costs 1.5-2.5 ms in a grown sbx on the critical path of every run as root: the
+// child is cloned with internal/vspawn instead, sharing sbx's memory until its exec. And for
 // the subcommands that build a sandbox at once, the package's init starts that child while sbx is still
 // small, beside its start-up, with the maps left unwritten: the first New writes them and takes it.
 package idmapns
@@ -13,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"sync"
@@ -21,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/cgprime"
+	"github.com/sbx-dev/sbx/internal/vspawn"
 )
 
 // ErrStart is wrapped by the errors of a child that could not be started in a new user namespace (a
@@ -133,11 +136,17 @@ func start(m *Mapping) (*os.Process, error) {
 		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: m.FromUID, HostID: m.ToUID, Size: 1}}
 		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: m.FromGID, HostID: m.ToGID, Size: 1}}
 	}
-	p, err := os.StartProcess("/proc/self/exe", []string{"sbx-idmap"}, &os.ProcAttr{Sys: attr})
+	// Cloned sharing sbx's memory (vspawn) rather than forked with a copy of it, as os/exec does for a
+	// child in a new user namespace; os/exec when vspawn cannot (a build without cgo).
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{"sbx-idmap"}, Env: []string{}, SysProcAttr: attr}
+	err := vspawn.Start(cmd)
+	if errors.Is(err, vspawn.ErrUnsupported) {
+		cmd.Process, err = os.StartProcess(cmd.Path, cmd.Args, &os.ProcAttr{Env: cmd.Env, Sys: attr})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
-	return p, nil
+	return cmd.Process, nil
 }
 
 // open writes the child's maps when m is set and opens its user namespace.

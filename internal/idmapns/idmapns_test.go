@@ -27,11 +27,13 @@ func TestMain(m *testing.M) {
 			}
 			fmt.Println(uid, children())
 		case "drop":
-			// The child is started on a goroutine of the package's init: wait until it is there.
-			before := children()
+			// The child is started on a goroutine of the package's init: wait until it is there, stopped
+			// at its exec. (Go's os package forks a child of its own once, to see whether the kernel
+			// gives pidfds, which ends at once: only the stopped ones count.)
+			before := stoppedChildren()
 			for i := 0; before == 0 && i < 2000; i++ {
 				time.Sleep(time.Millisecond)
-				before = children()
+				before = stoppedChildren()
 			}
 			Drop()
 			fmt.Println(before, children())
@@ -48,6 +50,23 @@ func children() int {
 	for _, t := range tasks {
 		b, _ := os.ReadFile(t)
 		n += len(strings.Fields(string(b)))
+	}
+	return n
+}
+
+// stoppedChildren counts this process's children that are stopped by their tracer.
+func stoppedChildren() int {
+	n := 0
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, pid := range strings.Fields(string(b)) {
+			stat, _ := os.ReadFile("/proc/" + pid + "/stat")
+			// pid (comm) state ...: the state follows the comm's closing parenthesis.
+			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i:]), ") t") {
+				n++
+			}
+		}
 	}
 	return n
 }

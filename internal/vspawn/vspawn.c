@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <fcntl.h>
@@ -107,6 +108,8 @@ static int child(void *arg) {
 		}
 	}
 
+	if (s->ptrace)
+		TRY(syscall(SYS_ptrace, PTRACE_TRACEME, 0, 0, 0));
 	TRY(syscall(SYS_rt_sigprocmask, SIG_SETMASK, &s->mask, NULL, 8));
 	syscall(SYS_execve, s->path, s->argv, s->envp);
 	err = errno;

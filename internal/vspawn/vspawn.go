@@ -18,8 +18,9 @@ import (
 var ErrUnsupported = errors.New("vspawn: not supported")
 
 // supported says whether Start knows every setting of cmd: its files (only ExtraFiles; stdio is
-// /dev/null), and of SysProcAttr the clone flags, Setsid, Pdeathsig, the id maps and a Credential
-// without groups.
+// /dev/null), and of SysProcAttr the clone flags, Setsid, Pdeathsig, Ptrace (the child stops at its
+// exec, traced by the caller's thread, which should be locked), the id maps and a Credential without
+// groups.
 func supported(cmd *exec.Cmd) bool {
 	sys := cmd.SysProcAttr
 	if sys == nil || cmd.Process != nil || cmd.Stdin != nil || cmd.Stdout != nil || cmd.Stderr != nil ||
@@ -29,6 +30,6 @@ func supported(cmd *exec.Cmd) bool {
 	if c := sys.Credential; c != nil && (len(c.Groups) > 0 || c.NoSetGroups) {
 		return false
 	}
-	return sys.Chroot == "" && !sys.Ptrace && !sys.Setpgid && !sys.Setctty && !sys.Noctty && !sys.Foreground &&
+	return sys.Chroot == "" && !sys.Setpgid && !sys.Setctty && !sys.Noctty && !sys.Foreground &&
 		sys.Unshareflags == 0 && len(sys.AmbientCaps) == 0 && !sys.UseCgroupFD && sys.PidFD == nil
 }

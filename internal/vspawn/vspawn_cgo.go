@@ -87,6 +87,9 @@ func Start(cmd *exec.Cmd) error {
 		sp.setsid = 1
 	}
 	sp.pdeathsig = C.int(sys.Pdeathsig)
+	if sys.Ptrace {
+		sp.ptrace = 1
+	}
 	if c := sys.Credential; c != nil {
 		sp.set_creds, sp.uid, sp.gid = 1, C.uint(c.Uid), C.uint(c.Gid)
 		// As Go's start: groups are set unless setgroups is denied in the new namespace.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -159,5 +161,37 @@ func TestStartWithoutMaps(t *testing.T) {
 	}
 	if st.ExitCode() != 0 || out != "pid 1\n" {
 		t.Errorf("exit %v, output %q", st, out)
+	}
+}
+
+// TestStartTraced: with Ptrace the child stops at its exec, traced by the starting thread, before it
+// runs anything of the new program: what idmapns needs of a child that only holds a user namespace.
+func TestStartTraced(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a user namespace with maps")
+	}
+	runtime.LockOSThread() // the tracer
+	defer runtime.UnlockOSThread()
+	cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"sh", "-c", "exit 7"}, Env: []string{},
+		SysProcAttr: &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER, Ptrace: true, Pdeathsig: unix.SIGKILL,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}}}
+	if err := Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(cmd.Process.Pid, &ws, unix.WALL, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !ws.Stopped() || ws.StopSignal() != unix.SIGTRAP {
+		t.Fatalf("child %v, want stopped by SIGTRAP at its exec", ws)
+	}
+	// Its user namespace holds the maps written before it ran.
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/uid_map"); err != nil || len(strings.Fields(string(b))) != 3 {
+		t.Errorf("uid_map %q %v", b, err)
+	}
+	cmd.Process.Kill()
+	if _, err := unix.Wait4(cmd.Process.Pid, &ws, unix.WALL, nil); err != nil || !ws.Signaled() || ws.Signal() != unix.SIGKILL {
+		t.Errorf("after the kill: %v %v (the program never ran: it would have exited 7)", ws, err)
 	}
 }
