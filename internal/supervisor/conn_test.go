@@ -388,13 +388,14 @@ func prepareChild() int {
 		fmt.Fprintln(os.Stderr, "prepare:", st.fatal, st.readyErr)
 		return 1
 	}
-	p, err := st.start("/bin/true", []string{"true"}, &os.ProcAttr{})
+	pid, err := st.start("/bin/true", []string{"true"}, &os.ProcAttr{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if ps, err := p.Wait(); err != nil || !ps.Success() {
-		fmt.Fprintln(os.Stderr, "true under the filter:", ps, err)
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil || !ws.Exited() || ws.ExitStatus() != 0 {
+		fmt.Fprintln(os.Stderr, "true under the filter:", ws, err)
 		return 1
 	}
 	return 0

@@ -118,13 +118,6 @@ func Main() int {
 	}()
 	children := make(chan os.Signal, 16)
 	signal.Notify(children, unix.SIGCHLD)
-	// Go probes pidfd support, with a throwaway clone, at the first process start or lookup (0.5 ms
-	// here): probe now, beside the preparation, not after go.
-	go func() {
-		if self, err := os.FindProcess(os.Getpid()); err == nil {
-			self.Release()
-		}
-	}()
 	// Started by libcontainer's init: it built the sandbox and left the supervisor root with the
 	// capabilities to hand the command its user (sandbox.initProcess).
 	pre := fallbackThread
@@ -306,7 +299,7 @@ func startCommand(raw []byte, st *starter) Started {
 		// Dropping from root to another user clears every capability before the exec.
 		attr.Sys.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), Groups: []uint32{}}
 	}
-	p, err := st.start(path, args, attr)
+	pid, err := st.start(path, args, attr)
 	if st.creds != nil {
 		redump()
 	}
@@ -320,7 +313,7 @@ func startCommand(raw []byte, st *starter) Started {
 		}
 		return Started{Code: failure(code, msg, commandHint(code, args[0])), PidFD: -1}
 	}
-	return Started{Pid: p.Pid, PidFD: pidfd}
+	return Started{Pid: pid, PidFD: pidfd}
 }
 
 // closeStdio leaves the command's stdio fds that closed says closed: a nil file is a closed descriptor
