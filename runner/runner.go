@@ -245,16 +245,25 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	if c := r.sb.Console(); c != nil && r.opts.OnConsole != nil {
 		r.opts.OnConsole(c)
 	}
+	var code int
+	var end ending
 	cmd, err := r.sb.Start()
-	if err != nil {
+	switch {
+	case err == nil:
+		if r.opts.OnStart != nil {
+			r.opts.OnStart(cmd.Pid)
+		}
+		r.openMounts()
+		defer r.closeMounts()
+		code, end, err = r.wait(ctx, cmd)
+	case !errors.Is(err, sandbox.ErrGoneAfterGo) || r.sb.LimitHits().OOMKills == 0:
+		// Also a supervisor that ended between go and its answer on its own (a profile's filter that
+		// denies what its runtime needs): the command never ran, sbx's own failure.
 		return err
 	}
-	if r.opts.OnStart != nil {
-		r.opts.OnStart(cmd.Pid)
-	}
-	r.openMounts()
-	defer r.closeMounts()
-	code, end, err := r.wait(ctx, cmd)
+	// From here, err is the loss of the command: its wait failed, or the OOM killer ended the supervisor
+	// once told to start it, before it said it had: the command ran (the OOM killer picks pid 1 only when
+	// a command steered it there) and ended it.
 	hits := r.sb.LimitHits()
 	switch {
 	case err != nil && ctx.Err() == nil && hits.OOMKills > 0:
@@ -298,7 +307,11 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 		// A sandbox sbx killed has nothing left to look at.
 		r.observe()
 	}
-	r.observeAfterward(cmd.Pid)
+	cmdPid := 0 // none known: the supervisor ended before it said which
+	if cmd != nil {
+		cmdPid = cmd.Pid
+	}
+	r.observeAfterward(cmdPid)
 	r.judge()
 	bound(r.rep)
 	r.rep.Timings.Observe = ms(time.Since(t2))
@@ -510,7 +523,11 @@ func bound(rep *report.Report) {
 // observeAfterward collects what needs no live processes: execs, file changes, the network's records.
 func (r *run) observeAfterward(cmdPid int) {
 	if r.events != nil {
-		execs, err := r.events.Stop([]int{r.sb.InitPid(), cmdPid})
+		roots := []int{r.sb.InitPid()}
+		if cmdPid > 0 {
+			roots = append(roots, cmdPid)
+		}
+		execs, err := r.events.Stop(roots)
 		whole := err == nil
 		if err != nil {
 			r.rep.MarkIncomplete("exec events", err)
@@ -533,7 +550,7 @@ func (r *run) observeAfterward(cmdPid int) {
 		r.rep.Processes.Execs = nonNil(execs)
 		if r.shareWatch != nil && whole && r.events.Lost() == 0 {
 			// Only a whole log tells every process of the tree (for the share watch alone).
-			r.inTree = r.events.InTree([]int{r.sb.InitPid(), cmdPid})
+			r.inTree = r.events.InTree(roots)
 		}
 	}
 	r.fileChanges()

@@ -17,6 +17,13 @@ import (
 // (observe.incomplete), never a pass.
 var ErrSupervisorGone = errors.New("the sandbox's supervisor (pid 1) is gone")
 
+// ErrGoneAfterGo is matched, beside ErrSupervisorGone, by Start's error when the supervisor ended after
+// it was told to start the command and before it said it had: the command may have run (a command that
+// steers the OOM killer to pid 1 can end it at once, before its answer). The runner reports such a run,
+// when the OOM killer ended the supervisor, as one whose end was not observed, not as a start that
+// failed (sbx's own exit status, "the command never ran").
+var ErrGoneAfterGo = errors.New("after it was told to start the command")
+
 // initGone is the error for the supervisor's control socket failing with err: the supervisor is gone,
 // and how it ended when the kernel shows it within a moment (it is sbx's child: a zombie until
 // reaped).

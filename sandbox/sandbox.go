@@ -897,7 +897,7 @@ func (s *Sandbox) Start() (*Running, error) {
 		return nil, fmt.Errorf("starting the command: %w", err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("starting the command: %w", s.initGone(err))
+		return nil, fmt.Errorf("starting the command: %w (%w)", s.initGone(err), ErrGoneAfterGo)
 	}
 	s.diagFD, s.answered = st.DiagFD, true
 	if st.Pid == 0 && st.Code == ExitSetup {

@@ -76,6 +76,7 @@ func testStateParent() string {
 func scriptCmds() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
 	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"jsonhas":     cmdJSONHas,
+		"jsoneq":      cmdJSONEq,
 		"hostgone":    cmdHostGone,
 		"clean":       cmdClean,
 		"status":      cmdStatus,

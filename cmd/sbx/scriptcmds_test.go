@@ -608,6 +608,21 @@ func cmdJSONHas(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// jsoneq FILE PATH VALUE: the JSON value at the dotted PATH (as for jsonhas) is encoded exactly as VALUE
+// (a number: 0 is not 10).
+func cmdJSONEq(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 {
+		ts.Fatalf("usage: jsoneq FILE PATH VALUE")
+	}
+	var doc any
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile(args[0])), &doc))
+	v, ok := lookup(doc, strings.Split(args[1], "."))
+	enc, _ := json.Marshal(v)
+	if ok = ok && string(enc) == args[2]; ok == neg {
+		ts.Fatalf("jsoneq %s: %s is %s", strings.Join(args, " "), args[1], enc)
+	}
+}
+
 func lookup(v any, path []string) (any, bool) {
 	for _, key := range path {
 		switch node := v.(type) {
