@@ -36,7 +36,16 @@ type Mapping struct {
 	ToUID, ToGID     int
 }
 
+// childArg0 is the argv of the child that holds a namespace: it stops at its exec and is killed there.
+const childArg0 = "sbx-idmap"
+
 func init() {
+	if len(os.Args) == 1 && os.Args[0] == childArg0 {
+		// The child ran after all: its tracer (a thread of an sbx that died before it could kill it)
+		// let it go on. Its parent-death signal does not reach it, since its exec, which changed its
+		// credentials, cleared it. It has nothing to do: end before anything else of the program runs.
+		os.Exit(0)
+	}
 	if cgprime.StartsNow(os.Args, os.Geteuid()) {
 		early = make(chan request)
 		go serveEarly(early)
@@ -138,7 +147,7 @@ func start(m *Mapping) (*os.Process, error) {
 	}
 	// Cloned sharing sbx's memory (vspawn) rather than forked with a copy of it, as os/exec does for a
 	// child in a new user namespace; os/exec when vspawn cannot (a build without cgo).
-	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{"sbx-idmap"}, Env: []string{}, SysProcAttr: attr}
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{childArg0}, Env: []string{}, SysProcAttr: attr}
 	err := vspawn.Start(cmd)
 	if errors.Is(err, vspawn.ErrUnsupported) {
 		cmd.Process, err = os.StartProcess(cmd.Path, cmd.Args, &os.ProcAttr{Env: cmd.Env, Sys: attr})

@@ -19,6 +19,7 @@ func TestMain(m *testing.M) {
 		switch os.Args[2] {
 		case "early":
 			fmt.Println(early != nil)
+			Drop()
 		case "owner":
 			uid, err := ownerThrough(os.Args[3], Mapping{FromUID: 0, FromGID: 0, ToUID: 1234, ToGID: 4321})
 			if err != nil {
@@ -142,5 +143,15 @@ func TestDrop(t *testing.T) {
 	needRoot(t)
 	if got := run(t, "exec", "drop"); got != "1 0" {
 		t.Errorf("children before and after Drop = %q, want \"1 0\"", got)
+	}
+}
+
+// TestChildRunsNothing: the child that holds a namespace, if it ever runs (its tracer died before it
+// could kill it), ends at once: the test binary started as that child neither runs its tests nor prints.
+func TestChildRunsNothing(t *testing.T) {
+	cmd := &exec.Cmd{Path: os.Args[0], Args: []string{childArg0}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(out) != 0 {
+		t.Errorf("started as %s: %v, output %q", childArg0, err, out)
 	}
 }
