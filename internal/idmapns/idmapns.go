@@ -41,9 +41,8 @@ const childArg0 = "sbx-idmap"
 
 func init() {
 	if len(os.Args) == 1 && os.Args[0] == childArg0 {
-		// The child ran after all: its tracer (a thread of an sbx that died before it could kill it)
-		// let it go on. Its parent-death signal does not reach it, since its exec, which changed its
-		// credentials, cleared it. It has nothing to do: end before anything else of the program runs.
+		// The child ran after all: its tracer ended and let it go on, without killing it. It has
+		// nothing to do: end before anything else of the program runs.
 		os.Exit(0)
 	}
 	if cgprime.StartsNow(os.Args, os.Geteuid()) {
@@ -103,7 +102,7 @@ func takeEarly() chan request {
 
 // serveEarly starts a child in a new user namespace at once and, on the first request, maps it and
 // hands over its namespace. The child is traced by this goroutine's thread, locked to it until the
-// child is gone; it dies with that thread (Pdeathsig) if sbx ends first.
+// child is gone; the kernel kills it when that thread ends (exitKill) if sbx ends first.
 func serveEarly(reqs chan request) {
 	runtime.LockOSThread()
 	p, err := start(nil)
@@ -155,7 +154,38 @@ func start(m *Mapping) (*os.Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
+	if err := exitKill(cmd.Process); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStart, err)
+	}
 	return cmd.Process, nil
+}
+
+// exitKill waits for the child to stop at its exec and has the kernel kill it when its tracer, the
+// calling thread, ends (PTRACE_O_EXITKILL), beside its parent-death signal, which the kernel clears when
+// a change of credentials comes with the exec. Test runs left such a child behind, stopped at its exec,
+// traced, reparented to init, after the sbx that started it had gone. On an error the child is gone.
+func exitKill(p *os.Process) error {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(p.Pid, &ws, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			p.Kill()
+			return fmt.Errorf("waiting for the child's stop at its exec: %w", err)
+		}
+		break
+	}
+	if !ws.Stopped() {
+		return fmt.Errorf("the child did not stop at its exec: %v", ws) // and it was reaped
+	}
+	if err := unix.PtraceSetOptions(p.Pid, unix.PTRACE_O_EXITKILL); err != nil {
+		p.Kill()
+		p.Wait()
+		return fmt.Errorf("PTRACE_O_EXITKILL: %w", err)
+	}
+	return nil
 }
 
 // open writes the child's maps when m is set and opens its user namespace.

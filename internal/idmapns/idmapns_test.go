@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,12 @@ func TestMain(m *testing.M) {
 			}
 			Drop()
 			fmt.Println(before, children())
+		case "orphan":
+			// Ends without taking or dropping its child, as an sbx that fails early or is killed.
+			for i := 0; stoppedChildren() == 0 && i < 2000; i++ {
+				time.Sleep(time.Millisecond)
+			}
+			fmt.Println(strings.Join(stoppedPids(), " "))
 		}
 		os.Exit(0)
 	}
@@ -56,8 +63,11 @@ func children() int {
 }
 
 // stoppedChildren counts this process's children that are stopped by their tracer.
-func stoppedChildren() int {
-	n := 0
+func stoppedChildren() int { return len(stoppedPids()) }
+
+// stoppedPids lists this process's children that are stopped by their tracer.
+func stoppedPids() []string {
+	var pids []string
 	tasks, _ := filepath.Glob("/proc/self/task/*/children")
 	for _, t := range tasks {
 		b, _ := os.ReadFile(t)
@@ -65,11 +75,11 @@ func stoppedChildren() int {
 			stat, _ := os.ReadFile("/proc/" + pid + "/stat")
 			// pid (comm) state ...: the state follows the comm's closing parenthesis.
 			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i:]), ") t") {
-				n++
+				pids = append(pids, pid)
 			}
 		}
 	}
-	return n
+	return pids
 }
 
 // ownerThrough binds dir idmapped with the namespace New makes for m, and returns the owner of dir's
@@ -153,5 +163,41 @@ func TestChildRunsNothing(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || len(out) != 0 {
 		t.Errorf("started as %s: %v, output %q", childArg0, err, out)
+	}
+}
+
+// TestOrphanKilled: a process that ends while its child made ahead still stops at its exec (an sbx that
+// failed early, or was killed) takes the child with it: the kernel kills a tracee whose tracer ends
+// (PTRACE_O_EXITKILL), where the parent-death signal, cleared by the child's exec, does not reach. The
+// test is the subreaper of what the role leaves, so that it can see how the child ended.
+func TestOrphanKilled(t *testing.T) {
+	needRoot(t)
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	out := run(t, "exec", "orphan")
+	pid, err := strconv.Atoi(out)
+	if err != nil {
+		t.Fatalf("the role's child: %q", out)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(pid, &ws, unix.WALL|unix.WNOHANG, nil)
+		if err != nil {
+			t.Fatalf("waiting for the orphaned child %d: %v", pid, err)
+		}
+		if got == pid && ws.Signaled() && ws.Signal() == unix.SIGKILL {
+			return
+		}
+		if got == pid {
+			t.Fatalf("the orphaned child %d: %v, want killed", pid, ws)
+		}
+		if time.Now().After(deadline) {
+			unix.Kill(pid, unix.SIGKILL)
+			t.Fatalf("the orphaned child %d is still there, stopped at its exec", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
