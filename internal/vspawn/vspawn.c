@@ -76,8 +76,14 @@ static int child(void *arg) {
 	}
 	if (s->dir)
 		TRY(syscall(SYS_chdir, s->dir));
-	if (s->pdeathsig)
+	if (s->pdeathsig) {
 		TRY(syscall(SYS_prctl, PR_SET_PDEATHSIG, s->pdeathsig, 0, 0, 0));
+		// A parent that died before the signal was set sends none: the child has a new parent by now
+		// (init, a subreaper), and would go on, orphaned. It ends itself as the signal would have, as
+		// Go's own start does.
+		if (syscall(SYS_getppid) != s->ppid)
+			syscall(SYS_kill, syscall(SYS_getpid), s->pdeathsig);
+	}
 
 	// The fds into place as Go's own start does: first every fd that a lower slot would overwrite moves
 	// above all of them, then each goes down onto its slot, without close-on-exec.
@@ -127,6 +133,7 @@ pid_t sbx_vspawn(struct sbx_vspawn *s, void *stack, unsigned long stack_size) {
 	if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, 8) != 0)
 		return -errno;
 	s->mask = old;
+	s->ppid = (pid_t)syscall(SYS_getpid);
 	int flags = (int)s->flags | CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | SIGCHLD;
 	pid_t pid = clone(child, (char *)stack + stack_size, flags, s, &s->tid);
 	int e = errno;

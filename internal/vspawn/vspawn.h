@@ -12,6 +12,7 @@ struct sbx_vspawn {
 	unsigned long flags; // namespaces (CLONE_NEW*)
 	int setsid;
 	int pdeathsig;
+	pid_t ppid;          // the caller's pid, to tell whether it died before the parent-death signal was set
 	int ptrace;          // PTRACE_TRACEME before the exec: the child stops at it, traced by the caller's thread
 	int set_creds;       // set the ids below (after the maps)
 	int drop_groups;     // setgroups(0, NULL) first
