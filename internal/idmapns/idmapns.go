@@ -161,9 +161,10 @@ func start(m *Mapping) (*os.Process, error) {
 }
 
 // exitKill waits for the child to stop at its exec and has the kernel kill it when its tracer, the
-// calling thread, ends (PTRACE_O_EXITKILL), beside its parent-death signal, which the kernel clears when
-// a change of credentials comes with the exec. Test runs left such a child behind, stopped at its exec,
-// traced, reparented to init, after the sbx that started it had gone. On an error the child is gone.
+// calling thread, ends (PTRACE_O_EXITKILL): a second guard beside its parent-death signal, which the
+// kernel would clear should a change of credentials come with the exec. (The strays test runs once left,
+// stopped at their exec and traced by init, came from a parent that died before the child set that
+// signal: vspawn's child now checks for it.) On an error the child is gone.
 func exitKill(p *os.Process) error {
 	var ws unix.WaitStatus
 	for {

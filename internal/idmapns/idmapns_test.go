@@ -167,9 +167,9 @@ func TestChildRunsNothing(t *testing.T) {
 }
 
 // TestOrphanKilled: a process that ends while its child made ahead still stops at its exec (an sbx that
-// failed early, or was killed) takes the child with it: the kernel kills a tracee whose tracer ends
-// (PTRACE_O_EXITKILL), where the parent-death signal, cleared by the child's exec, does not reach. The
-// test is the subreaper of what the role leaves, so that it can see how the child ended.
+// failed early, or was killed) takes the child with it: its parent-death signal, and the kernel's kill of
+// a tracee whose tracer ends (PTRACE_O_EXITKILL), each end it. The test is the subreaper of what the
+// role leaves, so that it can see how the child ended.
 func TestOrphanKilled(t *testing.T) {
 	needRoot(t)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
