@@ -28,9 +28,12 @@ deps:
 # sbx itself is linked statically too (libseccomp and libc in the binary; netgo and osusergo keep Go's
 # resolver and user lookups off libc's NSS): every run starts the binary twice, as sbx and as
 # libcontainer's init, and the dynamic loader's 0.6 ms each time is gone.
+# bin/sbx-mcp is sbx whole, MCP server included; bin/sbx leaves the server out (tag nomcp) and hands
+# `sbx mcp` over to bin/sbx-mcp: the MCP SDK's packages cost every run of sbx exec their initialization.
 STATIC := -linkmode external -extldflags -static
 build: deps
-	$(GO) build -tags "$(TAGS) netgo osusergo" -ldflags "-w -X main.version=$(VERSION) $(STATIC)" -o $(BIN) ./cmd/sbx
+	$(GO) build -tags "$(TAGS) netgo osusergo nomcp" -ldflags "-w -X main.version=$(VERSION) $(STATIC)" -o $(BIN) ./cmd/sbx
+	$(GO) build -tags "$(TAGS) netgo osusergo" -ldflags "-w -X main.version=$(VERSION) $(STATIC)" -o $(BIN)-mcp ./cmd/sbx
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)-init ./internal/cmd/sbx-init
 
 # -p 1: packages one at a time. Their tests change host state that is shared on purpose (the host NAT
@@ -64,6 +67,7 @@ lint: deps
 	@# The report format, the profile format and the exports must stay importable without cgo (no libseccomp).
 	CGO_ENABLED=0 $(GO) build ./report/... ./policy/... ./export
 	$(GO) vet -tags $(TAGS) ./...
+	$(GO) vet -tags "$(TAGS) nomcp" ./cmd/sbx
 	$(GO) tool staticcheck -tags $(TAGS) ./...
 
 # The classic case: a command that exits 0 after leaving a listener and a nohup'd child behind.

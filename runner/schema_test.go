@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/report/schema"
 )
 
 // runValid is Run for the tests: every report a test gets is first checked against the report's JSON Schema.
@@ -27,7 +28,7 @@ func valid(t *testing.T) func(*report.Report, error) (*report.Report, error) {
 		if merr != nil {
 			t.Fatalf("encoding the report: %v", merr)
 		}
-		if verr := report.Validate(b); verr != nil {
+		if verr := schema.Validate(b); verr != nil {
 			t.Errorf("%v\n%s", verr, b)
 		}
 		return rep, err

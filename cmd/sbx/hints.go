@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sbx-dev/sbx/mcpserver"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/runner"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -33,20 +32,22 @@ const (
 	withoutRoot
 )
 
-// errorHints are the hints for errors of sbx's packages that the CLI did not attach one to; the first
-// match wins.
-var errorHints = []struct {
+// errorHint is the hint for errors that match is, for who.
+type errorHint struct {
 	is   error
 	who  caller
 	hint string
-}{
+}
+
+// errorHints are the hints for errors of sbx's packages that the CLI did not attach one to; the first
+// match wins.
+var errorHints = []errorHint{
 	{sandbox.ErrStateShare, anyCaller, "share a directory that neither contains nor lies in sbx's state root, or move the state root (" + stateRootEnv + ")"},
 	{sandbox.ErrShare, anyCaller, "a path shared with --ro, --rw or filesystem.share must exist on the host"},
 	{sandbox.ErrShareLink, anyCaller, "share the path a link leads to if you trust it (readlink -f PATH): sbx follows only root's links in a shared path, since a command of an earlier run may have planted any other"},
 	{sandbox.ErrShareTarget, anyCaller, "share the path a link leads to, not the link (readlink -f PATH), or give filesystem.share a path inside the sandbox that leads through no link"},
 	{sandbox.ErrLimitLow, anyCaller, "raise limits.nofile in the profile to 64 or more; a command that must hold fewer files can lower its own limit (ulimit -n N) as its first step"},
 	{sandbox.ErrLimit, anyCaller, "lower limits.nofile in the profile to at most sbx's hard limit (ulimit -Hn), or start sbx with a higher one (ulimit -Hn N as root; LimitNOFILE= for a service)"},
-	{mcpserver.ErrProfileInShare, anyCaller, "move the profile out of every read-write share of the offered profiles, or share that path read-only"},
 	{runner.ErrChangesDir, anyCaller, "give --changes a directory outside every --rw share and sbx's state root, e.g. a fresh one under /tmp"},
 	{sandbox.ErrNoCgroup, anyCaller, "run sbx as root, or drop limits.require from the profile to run with rlimits instead (the report's notes say which limit holds)"},
 	{sandbox.ErrStateRootShown, anyCaller, "without root, keep the state root (" + stateRootEnv + ", else $XDG_RUNTIME_DIR/sbx or ~/.local/state/sbx) below a directory the profile hides, as /home, /root and /tmp are in the built-in profiles, or below $XDG_RUNTIME_DIR"},

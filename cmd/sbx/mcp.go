@@ -1,22 +1,24 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	goio "io"
-	"net"
-	"net/http"
-	"os"
-	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+)
 
-	"github.com/sbx-dev/sbx/internal/selfexe"
-	"github.com/sbx-dev/sbx/mcpserver"
+// sbx mcp: the command and its flags are defined here for every build; the server itself
+// (mcp_serve.go) is linked into sbx-mcp, and bin/sbx (built with the tag nomcp) hands the command over
+// to that binary (mcp_forward.go). The MCP SDK and what it brings (net/http, encoding/gob, the JSON
+// Schema generator) cost every process that links them about 3 ms of package initialization (an
+// eighth of a cold sbx exec on a host where page faults are dear), which no run of sbx exec needs.
+
+// The defaults of the flags: mcpserver's (TestMCPFlagDefaults), named here so that a build without
+// the server has the same flags and help.
+const (
+	mcpDefaultKeep        = 32
+	mcpDefaultOutputCap   = 64 << 10
+	mcpDefaultConcurrency = 4
 )
 
 type mcpFlags struct {
@@ -58,7 +60,7 @@ Examples:
   sudo sbx mcp --http 127.0.0.1:8765 --token-file /etc/sbx/mcp-token`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return runMCP(c.Context(), io, f)
+			return serveMCP(c.Context(), io, f)
 		},
 	}, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 	fl := c.Flags()
@@ -69,128 +71,9 @@ Examples:
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands whose call names none (default: the first workspace)")
 	fl.StringArrayVar(&f.workspaces, "workspace", nil, "let callers work in `DIR` and below (repeatable; default: the -w directory, else the current one)")
 	fl.DurationVar(&f.maxTimeout, "max-timeout", 10*time.Minute, "cap every run at `DURATION` (0: no cap)")
-	fl.IntVar(&f.keep, "keep", mcpserver.DefaultKeepReports, "keep the last `N` reports for sbx_get_report")
-	fl.IntVar(&f.outputCap, "output-cap", mcpserver.DefaultOutputCap, "bytes of stdout and of stderr a result carries")
-	fl.IntVar(&f.concurrency, "concurrency", mcpserver.DefaultMaxConcurrent, "runs at a time; further calls wait")
+	fl.IntVar(&f.keep, "keep", mcpDefaultKeep, "keep the last `N` reports for sbx_get_report")
+	fl.IntVar(&f.outputCap, "output-cap", mcpDefaultOutputCap, "bytes of stdout and of stderr a result carries")
+	fl.IntVar(&f.concurrency, "concurrency", mcpDefaultConcurrency, "runs at a time; further calls wait")
 	fl.IntVar(&f.warm, "warm", 2, "keep `N` sandboxes built ahead for the default profile and working directory (or the last run's); 0 = every run starts cold")
 	return c
 }
-
-func runMCP(ctx context.Context, io stdio, f mcpFlags) error {
-	if err := checkBuild(nil); err != nil {
-		return err
-	}
-	if err := checkPrivileges("sbx mcp"); err != nil {
-		return err
-	}
-	// The server builds a sandbox per call: sealed once here, its binary need not be sealed for each.
-	selfexe.Seal()
-	if f.http != "" {
-		if err := checkLoopback(f.http, f.anyAddr); err != nil {
-			return err
-		}
-	}
-	if f.tokenFile != "" && f.http == "" {
-		return setupError(errors.New("--token-file needs --http"), "the stdio transport has no token: its caller is the process that started sbx")
-	}
-	cwd := ""
-	if f.workdir != "" || len(f.workspaces) == 0 {
-		var err error
-		if cwd, err = workdir(f.workdir); err != nil {
-			return setupError(err, "")
-		}
-	}
-	srv, err := mcpserver.New(mcpserver.Config{
-		Workspaces: f.workspaces, Profiles: f.profiles, Cwd: cwd, MaxTimeout: f.maxTimeout, KeepReports: f.keep, OutputCap: f.outputCap,
-		MaxConcurrent: f.concurrency, StateRoot: stateRoot(), Version: buildVersion(), Warm: f.warm,
-		OnPoolError: func(err error) { fmt.Fprintf(io.err, "sbx: warning: %v\n", err) },
-	})
-	if err != nil {
-		return setupError(err, "")
-	}
-	defer srv.Close()
-	if f.http == "" {
-		err = srv.Run(ctx, &mcp.IOTransport{Reader: readCloser{io.in}, Writer: writeCloser{io.out}})
-	} else {
-		err = serveHTTP(ctx, io, srv, f.http, f.tokenFile)
-	}
-	var ee *exitError
-	switch {
-	case errors.As(err, &ee):
-		return ee
-	case err != nil && ctx.Err() == nil:
-		return setupError(err, "")
-	}
-	return nil
-}
-
-// checkLoopback refuses a non-loopback listen address unless asked for: the endpoint runs commands
-// for whoever reaches it.
-func checkLoopback(addr string, anyAddr bool) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return setupError(fmt.Errorf("--http %q: %w", addr, err), "write --http 127.0.0.1:8765")
-	}
-	if host == "localhost" || anyAddr {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return setupError(fmt.Errorf("--http %s is not a loopback address", addr),
-		"the endpoint runs commands and its token travels in clear: use 127.0.0.1:PORT, or add --listen-any behind a TLS proxy")
-}
-
-func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr, tokenFile string) error {
-	token, err := httpToken(tokenFile)
-	if err != nil {
-		return setupError(err, "the file holds the token on one line; or leave --token-file out for a random one")
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	hs := &http.Server{Handler: srv.HTTPHandler(token), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(io.err, "sbx: serving MCP on http://%s/\n", ln.Addr())
-	if tokenFile == "" {
-		fmt.Fprintf(io.err, "sbx: bearer token: %s\n", token)
-	}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-	}()
-	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// httpToken reads the bearer token from file, or makes a random one when file is "".
-func httpToken(file string) (string, error) {
-	if file == "" {
-		return mcpserver.NewToken()
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("reading --token-file: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if len(token) < 16 || strings.ContainsAny(token, " \t\r\n") {
-		return "", fmt.Errorf("--token-file %s: want one token of at least 16 characters without spaces", file)
-	}
-	return token, nil
-}
-
-// readCloser and writeCloser let the server's stdio (or a test's buffers) serve as an IOTransport
-// without closing the process's own descriptors.
-type readCloser struct{ r goio.Reader }
-
-func (r readCloser) Read(p []byte) (int, error) { return r.r.Read(p) }
-func (readCloser) Close() error                 { return nil }
-
-type writeCloser struct{ w goio.Writer }
-
-func (w writeCloser) Write(p []byte) (int, error) { return w.w.Write(p) }
-func (writeCloser) Close() error                  { return nil }

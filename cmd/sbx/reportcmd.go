@@ -27,10 +27,7 @@ func newReportSchemaCmd() *cobra.Command {
 		Example: "  sbx report schema > sbx.report.schema.json",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			b, err := report.MarshalSchema()
-			if err != nil {
-				return err
-			}
+			b := report.MarshalSchema()
 			return writeOutput(c.OutOrStdout(), "-", "the report schema", b)
 		},
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
-	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/report/schema"
 )
 
 // TestExecReportsMatchSchema: the JSON report that sbx exec --json writes, for a pass, leftovers, file
@@ -43,7 +43,7 @@ func TestExecReportsMatchSchema(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := report.Validate(b); err != nil {
+			if err := schema.Validate(b); err != nil {
 				t.Errorf("%v\n%s", err, b)
 			}
 		})

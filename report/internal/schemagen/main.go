@@ -1,12 +1,12 @@
-// Command schemagen writes the report's JSON Schema, as `sbx report schema` prints it, to the file
-// named by its argument (report/schema.json through go generate).
+// Command schemagen writes the report's JSON Schema to the file named by its argument
+// (report/schema.json through go generate ./report/schema; sbx embeds that file and prints it).
 package main
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/report/schema"
 )
 
 func main() {
@@ -14,7 +14,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: schemagen FILE")
 		os.Exit(2)
 	}
-	b, err := report.MarshalSchema()
+	b, err := schema.Marshal()
 	if err == nil {
 		err = os.WriteFile(os.Args[1], b, 0o644)
 	}

@@ -1,4 +1,6 @@
-package report
+// Package schema generates and checks the JSON Schema of the sbx.report/v1 report (report/schema.json),
+// from the types of package report, so that it cannot drift from what sbx writes.
+package schema
 
 import (
 	"encoding/json"
@@ -7,22 +9,21 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/sbx-dev/sbx/report"
 )
 
-// schema.json beside this file is the report's JSON Schema as MarshalSchema gives it, committed for
-// tools that read the contract without running sbx. TestSchemaFile fails when it is stale; go generate
-// ./report writes it again.
-//go:generate go run ./internal/schemagen schema.json
+// report/schema.json is the report's JSON Schema as Marshal gives it, committed for tools that read the
+// contract without running sbx, and embedded in sbx (report.MarshalSchema). TestSchemaFile fails when
+// it is stale; go generate ./report/schema writes it again.
+//go:generate go run ../internal/schemagen ../schema.json
 
-// SchemaID is the $id of the report's JSON Schema.
-const SchemaID = "https://github.com/sbx-dev/sbx/report.schema.json"
-
-// JSONSchema returns the JSON Schema (draft 2020-12) of a report, generated from the types of this
-// package, so that it cannot drift from what sbx writes. It states the contract as written above: every
+// JSONSchema returns the JSON Schema (draft 2020-12) of a report, generated from the types of package
+// report, so that it cannot drift from what sbx writes. It states the report's contract: every
 // field without omitempty is required, every list is an array (never null), and objects may carry
 // fields the schema does not name (fields may be added, never removed or renamed).
 func JSONSchema() (*jsonschema.Schema, error) {
-	s, err := jsonschema.For[Report](&jsonschema.ForOptions{
+	s, err := jsonschema.For[report.Report](&jsonschema.ForOptions{
 		TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 			reflect.TypeFor[time.Time](): {Type: "string", Format: "date-time"},
 		},
@@ -31,9 +32,9 @@ func JSONSchema() (*jsonschema.Schema, error) {
 		return nil, fmt.Errorf("generating the report's JSON Schema: %w", err)
 	}
 	s.Schema = "https://json-schema.org/draft/2020-12/schema"
-	s.ID = SchemaID
-	s.Title = Schema
-	s.Properties["schema"].Const = jsonschema.Ptr[any](Schema)
+	s.ID = report.SchemaID
+	s.Title = report.Schema
+	s.Properties["schema"].Const = jsonschema.Ptr[any](report.Schema)
 	contract(s)
 	return s, nil
 }
@@ -56,8 +57,8 @@ func contract(s *jsonschema.Schema) {
 	contract(s.Items)
 }
 
-// MarshalSchema returns the report's JSON Schema, indented, as `sbx report schema` prints it.
-func MarshalSchema() ([]byte, error) {
+// Marshal returns the report's JSON Schema, indented, as report/schema.json holds it.
+func Marshal() ([]byte, error) {
 	s, err := JSONSchema()
 	if err != nil {
 		return nil, err
@@ -84,7 +85,7 @@ func Validate(doc []byte) error {
 		return fmt.Errorf("decoding the report: %w", err)
 	}
 	if err := rs.Validate(v); err != nil {
-		return fmt.Errorf("validating the report against %s: %w", SchemaID, err)
+		return fmt.Errorf("validating the report against %s: %w", report.SchemaID, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package report
+package schema
 
 import (
 	"bytes"
@@ -7,11 +7,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sbx-dev/sbx/report"
 )
 
 func TestSchemaAcceptsNewReport(t *testing.T) {
-	r := New("default", []string{"true"})
-	r.Processes.Execs = append(r.Processes.Execs, Exec{Pid: 2, Incomplete: true})
+	r := report.New("default", []string{"true"})
+	r.Processes.Execs = append(r.Processes.Execs, report.Exec{Pid: 2, Incomplete: true})
 	r.FillLists()
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -23,7 +25,7 @@ func TestSchemaAcceptsNewReport(t *testing.T) {
 }
 
 func TestSchemaRefuses(t *testing.T) {
-	b, err := json.Marshal(New("default", []string{"true"}))
+	b, err := json.Marshal(report.New("default", []string{"true"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,17 +57,21 @@ func TestSchemaRefuses(t *testing.T) {
 	}
 }
 
-// TestSchemaFile: the committed schema.json is what MarshalSchema (sbx report schema) gives.
+// TestSchemaFile: the committed report/schema.json, which sbx embeds and prints (sbx report schema), is
+// what the generator gives.
 func TestSchemaFile(t *testing.T) {
-	want, err := MarshalSchema()
+	want, err := Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile("schema.json")
+	got, err := os.ReadFile("../schema.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("schema.json is stale: run go generate ./report\n%s", cmp.Diff(string(want), string(got)))
+		t.Errorf("report/schema.json is stale: run go generate ./report/schema\n%s", cmp.Diff(string(want), string(got)))
+	}
+	if !bytes.Equal(report.MarshalSchema(), got) {
+		t.Error("report.MarshalSchema does not give report/schema.json")
 	}
 }

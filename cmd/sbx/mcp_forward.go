@@ -1,0 +1,35 @@
+//go:build nomcp
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/internal/selfexe"
+)
+
+// mcpName is the file name of the MCP server's binary, next to sbx's own (make build puts it there):
+// sbx whole, built without the tag nomcp.
+const mcpName = "sbx-mcp"
+
+// serveMCP hands sbx mcp over to sbx-mcp: the same command line, environment, descriptors and pid
+// (execve), so an MCP client that started sbx talks to sbx-mcp without knowing. The flags were
+// checked already, by the same definitions as sbx-mcp's.
+func serveMCP(context.Context, stdio, mcpFlags) error {
+	self, err := selfexe.Path()
+	if err != nil {
+		return setupError(fmt.Errorf("finding sbx's own binary: %w", err), "")
+	}
+	bin := filepath.Join(filepath.Dir(self), mcpName)
+	if st, err := os.Stat(bin); err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return setupError(fmt.Errorf("sbx mcp runs the MCP server's binary %s, which is missing or not executable", bin),
+			"make build puts bin/sbx-mcp next to bin/sbx; install both (and bin/sbx-init) in one directory")
+	}
+	err = unix.Exec(bin, os.Args, os.Environ())
+	return setupError(fmt.Errorf("starting the MCP server's binary %s: %w", bin, err), "")
+}
