@@ -63,3 +63,34 @@ func TestKillRecordedInit(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenWorkDirs: every directory that an overlay leaves with mode 0 in a rootless run dir's work
+// dirs (the volatile option's markers too) is opened for its owner, so that one pass of os.RemoveAll
+// removes the run dir without the permissions root has and an ordinary user has not.
+func TestOpenWorkDirs(t *testing.T) {
+	dir := t.TempDir()
+	var closed []string
+	for _, work := range []string{"layer/work/etc", "layer/work/tmp", "layer/work-cwd"} {
+		if err := os.MkdirAll(filepath.Join(dir, work, "work/incompat/volatile/dirty"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []string{"work", "work/incompat", "work/incompat/volatile"} {
+			closed = append(closed, filepath.Join(dir, work, w))
+		}
+	}
+	for i := len(closed) - 1; i >= 0; i-- {
+		if err := os.Chmod(closed[i], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openWorkDirs(dir)
+	for _, d := range closed {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o700 != 0o700 {
+			t.Errorf("%s: mode %v after openWorkDirs", d, st.Mode())
+		}
+	}
+}
