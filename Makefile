@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 # pasta is the network contract's uplink).
 DEBS := libseccomp-dev libc6-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc uidmap passt
 
-.PHONY: all deps build test test-k8s lint man demo bench soak compat compat-deps clean
+.PHONY: all deps build install test test-k8s lint man demo bench soak compat compat-deps clean
 all: build
 
 deps:
@@ -35,6 +35,13 @@ build: deps
 	$(GO) build -tags "$(TAGS) netgo osusergo nomcp" -ldflags "-w -X main.version=$(VERSION) $(STATIC)" -o $(BIN) ./cmd/sbx
 	$(GO) build -tags "$(TAGS) netgo osusergo" -ldflags "-w -X main.version=$(VERSION) $(STATIC)" -o $(BIN)-mcp ./cmd/sbx
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(BIN)-init ./internal/cmd/sbx-init
+
+# The three binaries side by side (sbx finds sbx-init and sbx-mcp next to itself): make install
+# PREFIX=/usr/local puts them in /usr/local/bin.
+PREFIX ?= /usr/local
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN) $(BIN)-mcp $(BIN)-init $(DESTDIR)$(PREFIX)/bin/
 
 # -p 1: packages one at a time. Their tests change host state that is shared on purpose (the host NAT
 # table and ip_forward of host-uplink runs) and check that it is restored, which another package's test
