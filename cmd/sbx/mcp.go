@@ -10,8 +10,8 @@ import (
 // sbx mcp: the command and its flags are defined here for every build; the server itself
 // (mcp_serve.go) is linked into sbx-mcp, and bin/sbx (built with the tag nomcp) hands the command over
 // to that binary (mcp_forward.go). The MCP SDK and what it brings (net/http, encoding/gob, the JSON
-// Schema generator) cost every process that links them about 3 ms of package initialization (an
-// eighth of a cold sbx exec on a host where page faults are dear), which no run of sbx exec needs.
+// Schema generator) cost every process that links them about 3 ms of package initialization (5-13%
+// of a cold sbx exec on a host where page faults are dear), which no run of sbx exec needs.
 
 // The defaults of the flags: mcpserver's (TestMCPFlagDefaults), named here so that a build without
 // the server has the same flags and help.

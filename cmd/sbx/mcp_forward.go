@@ -20,7 +20,10 @@ const mcpName = "sbx-mcp"
 // serveMCP hands sbx mcp over to sbx-mcp: the same command line, environment, descriptors and pid
 // (execve), so an MCP client that started sbx talks to sbx-mcp without knowing. The flags were
 // checked already, by the same definitions as sbx-mcp's.
-func serveMCP(context.Context, stdio, mcpFlags) error {
+func serveMCP(ctx context.Context, _ stdio, _ mcpFlags) error {
+	if ctx.Err() != nil {
+		return nil // a signal came before the hand-over: the server would have stopped on it
+	}
 	self, err := selfexe.Path()
 	if err != nil {
 		return setupError(fmt.Errorf("finding sbx's own binary: %w", err), "")
