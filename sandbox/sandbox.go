@@ -848,8 +848,7 @@ const InitName = "sbx-init"
 
 // initBinary is the supervisor binary to run: sbx-init next to self when it is there, else self.
 func initBinary(self string) string {
-	p := filepath.Join(filepath.Dir(self), InitName)
-	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+	if p, ok := selfexe.Beside(self, InitName); ok {
 		return p
 	}
 	return self

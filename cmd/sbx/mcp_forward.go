@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -28,8 +27,8 @@ func serveMCP(ctx context.Context, _ stdio, _ mcpFlags) error {
 	if err != nil {
 		return setupError(fmt.Errorf("finding sbx's own binary: %w", err), "")
 	}
-	bin := filepath.Join(filepath.Dir(self), mcpName)
-	if st, err := os.Stat(bin); err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+	bin, ok := selfexe.Beside(self, mcpName)
+	if !ok {
 		return setupError(fmt.Errorf("sbx mcp runs the MCP server's binary %s, which is missing or not executable", bin),
 			"make build puts bin/sbx-mcp next to bin/sbx; install both (and bin/sbx-init) in one directory")
 	}

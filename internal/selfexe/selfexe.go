@@ -4,6 +4,7 @@ package selfexe
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,4 +65,13 @@ func init() {
 	if os.Getenv(env) != "" && exeseal.IsSelfExeCloned() {
 		_ = os.WriteFile("/proc/self/comm", []byte("sbx"), 0)
 	}
+}
+
+// Beside is the file called name in the directory of sbx's binary self (from Path): the binaries that
+// make build puts next to sbx (sbx-init, sbx-mcp). ok says whether it is there, a regular file and
+// executable.
+func Beside(self, name string) (path string, ok bool) {
+	path = filepath.Join(filepath.Dir(self), name)
+	st, err := os.Stat(path)
+	return path, err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -57,5 +58,25 @@ func TestPathUnsealed(t *testing.T) {
 	self, _ := os.Executable()
 	if p, err := Path(); err != nil || p != self {
 		t.Errorf("Path() = %q, %v; want %q", p, err, self)
+	}
+}
+
+// TestBeside: a binary beside sbx counts only as an executable regular file.
+func TestBeside(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "sbx")
+	for name, mode := range map[string]os.FileMode{"exe": 0o755, "plain": 0o644} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "adir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"exe": true, "plain": false, "adir": false, "missing": false} {
+		p, ok := Beside(self, name)
+		if ok != want || p != filepath.Join(dir, name) {
+			t.Errorf("Beside(%s, %s) = %s, %v; want %v", self, name, p, ok, want)
+		}
 	}
 }
