@@ -490,6 +490,15 @@ func (e *Events) onExec(pid int, ts uint64) *report.Exec {
 	if b, err := e.r.readLimit(dir+"/cmdline", MaxArgvBytes); err == nil && len(b) > 0 {
 		cmdline = append(cmdline, b...)
 	}
+	if cmdline == nil {
+		// No command line (a process's has at least argv[0], "" when it passed none): the process is
+		// gone, or in the middle of a later exec, whose new image /proc shows from the switch of its
+		// memory on, and whose arguments come only once that image is set up. That exec's event is
+		// sent after that, so its time would be later than this read's end and settle would keep
+		// what was read: the later program, listed as this exec. Nothing read of it stands.
+		*x = report.Exec{HostPid: pid, Incomplete: true}
+		return x
+	}
 	b, err := e.r.read(dir + "/stat")
 	if err != nil {
 		return x
