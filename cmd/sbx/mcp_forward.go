@@ -30,7 +30,7 @@ func serveMCP(ctx context.Context, _ stdio, _ mcpFlags) error {
 	bin, ok := selfexe.Beside(self, mcpName)
 	if !ok {
 		return setupError(fmt.Errorf("sbx mcp runs the MCP server's binary %s, which is missing or not executable", bin),
-			"make build puts bin/sbx-mcp next to bin/sbx; install both (and bin/sbx-init) in one directory")
+			"make build puts bin/sbx-mcp next to bin/sbx; install the three binaries side by side (make install)")
 	}
 	err = unix.Exec(bin, os.Args, os.Environ())
 	return setupError(fmt.Errorf("starting the MCP server's binary %s: %w", bin, err), "")
