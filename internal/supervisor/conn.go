@@ -117,11 +117,7 @@ func (c *Conn) ReadSetup() (*Setup, error) {
 
 // SendSetupFailed says, in place of ready, why the sandbox could not be built (the supervisor's side).
 func (c *Conn) SendSetupFailed(err error) error {
-	hint := buildHint
-	if errors.Is(err, unix.EROFS) {
-		hint = roHint
-	}
-	b, jerr := json.Marshal(failReason{Reason: truncate("building the sandbox: " + err.Error()), Hint: hint})
+	b, jerr := json.Marshal(failReason{Reason: truncate("building the sandbox: " + err.Error()), Hint: buildHintFor(err)})
 	if jerr != nil {
 		return jerr
 	}

@@ -442,8 +442,9 @@ func continueAll(fd int) {
 }
 
 // TestSetupFailedHint: a build that failed on a read-only mount point says so in its hint (a share onto
-// a path the host lacks, below a read-only part of a rootless sandbox); any other failure points at the
-// shares' paths.
+// a path the host lacks, below a read-only part of a rootless sandbox); a share that failed points at
+// the shares' paths; a step of sbx's own that the kernel refused names the step and the kernel, never
+// the shares (stock 6.1 and 6.12 kernels refused the masking with EINVAL, and the hint spoke of --rw).
 func TestSetupFailedHint(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
@@ -451,6 +452,10 @@ func TestSetupFailedHint(t *testing.T) {
 	}{
 		{fmt.Errorf("mounting /mnt/a: opening the mount point: %w", unix.EROFS), roHint},
 		{fmt.Errorf("mounting /mnt/a: %w", unix.ENOTDIR), buildHint},
+		{stepFailed("mounting /mnt/a", true, unix.EINVAL), buildHint},
+		{stepFailed("masking /proc/acpi", false, fmt.Errorf("open_tree: %w", unix.EINVAL)), fmt.Sprintf(kernelHint, "masking /proc/acpi")},
+		{stepFailed("mounting /proc", false, unix.EPERM), fmt.Sprintf(lsmHint, "mounting /proc")},
+		{stepFailed("making /dev", false, unix.ENOENT), "building the sandbox failed at a step of sbx's own (making /dev), not at a share; run 'sbx gc' and try again, and report it with 'sbx version --json' if it stays"},
 	} {
 		sbx, sup := pair(t)
 		go sup.SendSetupFailed(tc.err)

@@ -125,7 +125,7 @@ func build(s *Setup) error {
 		return fmt.Errorf("making / a slave: %w", err)
 	}
 	if err := bindRoot(s); err != nil {
-		return fmt.Errorf("binding the root: %w", err)
+		return stepFailed("binding the root", false, err)
 	}
 	root, err := unix.Open(s.Rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -152,23 +152,23 @@ func build(s *Setup) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("mounting %s: %w", m.Destination, err)
+			return stepFailed("mounting "+m.Destination, m.NoLinks, err)
 		}
 	}
 	if err := setupDev(root, s.Devices); err != nil {
-		return err
+		return stepFailed("making /dev", false, err)
 	}
 	if err := pivotRoot(root); err != nil {
-		return err
+		return stepFailed("moving into the root", false, err)
 	}
 	for k, v := range s.Sysctl {
 		if err := writeSysctl(k, v); err != nil {
-			return err
+			return stepFailed("sysctl", false, err)
 		}
 	}
 	for _, p := range s.ReadOnly {
 		if err := readOnly(p); err != nil {
-			return fmt.Errorf("making %s read-only: %w", p, err)
+			return stepFailed("making "+p+" read-only", false, err)
 		}
 	}
 	if err := mask(s.Masked); err != nil {
@@ -181,7 +181,7 @@ func build(s *Setup) error {
 	}
 	if s.Console {
 		if err := setupConsole(); err != nil {
-			return fmt.Errorf("making the terminal: %w", err)
+			return stepFailed("making the terminal", false, err)
 		}
 	}
 	for _, r := range s.Rlimits {
@@ -813,14 +813,12 @@ func readOnly(path string) error {
 }
 
 // mask covers paths (in the sandbox's root, after the pivot): a file with /dev/null, a directory with
-// an empty read-only tmpfs (one, bound at each). Paths the kernel lacks are left alone.
+// an empty read-only tmpfs. Paths the kernel lacks are left alone.
+//
+// Each directory gets a tmpfs of its own, made for it: a clone of a detached mount (one tmpfs cloned
+// onto each path) is refused with EINVAL by kernels before 6.15, which is every stock distribution
+// kernel of today. A new tmpfs of one block and one inode costs about as much as a clone.
 func mask(paths []string) error {
-	var tmpfs int = -1
-	defer func() {
-		if tmpfs >= 0 {
-			unix.Close(tmpfs)
-		}
-	}()
 	done := map[string]bool{}
 	for _, p := range paths {
 		p = filepath.Clean(p)
@@ -833,28 +831,40 @@ func mask(paths []string) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("masking %s: %w", p, err)
+			return stepFailed("masking "+p, false, err)
 		}
-		var st unix.Stat_t
-		err = unix.Fstat(target, &st)
-		switch {
-		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
-			if tmpfs < 0 {
-				tmpfs, err = newFS(Mount{Type: "tmpfs", Source: "tmpfs", Flags: unix.MS_RDONLY, Data: "nr_blocks=1,nr_inodes=1"})
-			}
-			if err == nil {
-				err = cloneOnto(tmpfs, "", target)
-			}
-		case err == nil:
-			err = cloneOnto(unix.AT_FDCWD, "/dev/null", target)
-		}
+		err = maskOne(target)
 		unix.Close(target)
 		if err != nil {
-			return fmt.Errorf("masking %s: %w", p, err)
+			return stepFailed("masking "+p, false, err)
 		}
 	}
 	return nil
 }
+
+// maskOne covers the mount point target: a directory with a new empty read-only tmpfs, anything else
+// with /dev/null.
+func maskOne(target int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(target, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return cloneOnto(unix.AT_FDCWD, "/dev/null", target)
+	}
+	tmpfs, err := newFS(maskFS)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tmpfs)
+	if err := moveOnto(tmpfs, target); err != nil {
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
+}
+
+// maskFS is the file system that covers a masked directory.
+var maskFS = Mount{Type: "tmpfs", Source: "tmpfs", Flags: unix.MS_RDONLY, Data: "nr_blocks=1,nr_inodes=1"}
 
 // setupConsole makes the command's terminal in the sandbox's devpts: its master side goes to sbx on
 // the console socket, its slave becomes the supervisor's stdio, controlling terminal and /dev/console.
