@@ -57,8 +57,9 @@ type versionInfo struct {
 	Libcontainer string            `json:"libcontainer"`
 	Libseccomp   string            `json:"libseccomp"`
 	Kernel       string            `json:"kernel"`
-	Mode         string            `json:"mode"`       // "root", or "without root (uid N)"
-	StateRoot    string            `json:"state_root"` // where runs keep their state
+	Mode         string            `json:"mode"`                        // "root", or "without root (uid N)"
+	StateRoot    string            `json:"state_root"`                  // where runs keep their state
+	StateWhy     string            `json:"state_root_reason,omitempty"` // why there (without root)
 	Features     []sandbox.Feature `json:"features"`
 }
 
@@ -69,7 +70,7 @@ func currentVersion() versionInfo {
 		v.Mode = fmt.Sprintf("without root (uid %d)", os.Geteuid())
 	}
 	if v.StateRoot == "" {
-		v.StateRoot = sandbox.DefaultStateRootFor()
+		v.StateRoot, v.StateWhy = sandbox.DefaultStateRootFor(), sandbox.StateRootReason()
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
@@ -111,7 +112,12 @@ func (v versionInfo) write(w goio.Writer) error {
 	fmt.Fprintf(w, "sbx %s\n", v.Version)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "go\t%s\nlibcontainer\t%s\nlibseccomp\t%s\nkernel\t%s\n", v.Go, v.Libcontainer, v.Libseccomp, v.Kernel)
-	fmt.Fprintf(tw, "mode\t%s\nstate root\t%s\n", v.Mode, v.StateRoot)
+	fmt.Fprintf(tw, "mode\t%s\n", v.Mode)
+	if v.StateWhy != "" {
+		fmt.Fprintf(tw, "state root\t%s\t%s\n", v.StateRoot, v.StateWhy)
+	} else {
+		fmt.Fprintf(tw, "state root\t%s\n", v.StateRoot)
+	}
 	for _, f := range v.Features {
 		state := "yes"
 		if !f.Available {
