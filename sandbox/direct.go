@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/internal/vspawn"
 )
@@ -60,6 +61,11 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	}
 	if !newMountAPI() {
 		return nil, errors.New("the kernel has no mount_setattr (Linux 5.12)")
+	}
+	if self, err := selfexe.Path(); err == nil {
+		if why := directProbe(s.cfg.StateRoot, s.supervisorBinary(self)); why != "" {
+			return nil, fmt.Errorf("%w: %s", errProbe, why)
+		}
 	}
 	if config.Readonlyfs || len(config.NetDevices) > 0 || len(config.Hooks) > 0 {
 		return nil, errors.New("a config the supervisor does not build")

@@ -36,6 +36,7 @@ var features = []struct {
 	{"landlock", "filesystem rules (ABI 1), rename across dirs (ABI 2 needs refer), TCP rules (ABI 4), scoping (ABI 6)", probeLandlock, nil},
 	{"seccomp", "the syscall filter of every profile", probeSeccomp, nil},
 	{"cgroup", "limits: memory, pids, cpu", probeCgroup, callerCgroup},
+	{"mounts", "the supervisor's own build of the sandbox (else libcontainer's init builds it)", probeMountsFeature, nil},
 	{"idmapped mounts", "sharing host paths with the sandbox's user without chown", probeIDMap, callerIDMap},
 	{"pasta", "the network uplink of rootless runs", probePasta, nil},
 }

@@ -26,7 +26,7 @@ func Reexec() bool {
 	switch os.Args[1] {
 	case roleInit:
 		libcontainer.Init() // never returns
-	case roleSupervise:
+	case roleSupervise, supervisor.ProbeRole:
 		os.Exit(supervisor.Main())
 	case netcontract.HelperRole:
 		os.Exit(netcontract.HelperMain(os.Args[2:]))

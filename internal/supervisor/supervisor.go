@@ -103,6 +103,9 @@ type Config struct {
 // spares a whole libcontainer process start per run. sbx signals the command itself, from outside,
 // through a pidfd.
 func Main() int {
+	if len(os.Args) > 1 && os.Args[1] == ProbeRole {
+		return ProbeMain(os.Args[2:])
+	}
 	// The parent-death signal (sbx's: the sandbox dies with sbx), to set again once the supervisor has
 	// taken ids of its own, which clears it; main's, on which init locks main.
 	pdeath, pdeathErr := pdeathsig()
