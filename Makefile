@@ -10,9 +10,9 @@ export CGO_ENABLED := 1
 # benchmarks and the OCI bundle test (runc and crun); jq for the report-contract test; uidmap and
 # passt for sbx without root (newuidmap for maps of more than one id, not used yet: one id is mapped;
 # pasta is the network contract's uplink).
-DEBS := libseccomp-dev libc6-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc uidmap passt
+DEBS := libseccomp-dev libc6-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc uidmap passt apparmor
 
-.PHONY: all deps build install test test-k8s lint man demo bench soak compat compat-deps clean
+.PHONY: all deps build install install-apparmor test test-k8s lint man demo bench soak compat compat-deps clean
 all: build
 
 deps:
@@ -42,6 +42,27 @@ PREFIX ?= /usr/local
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN) $(BIN)-mcp $(BIN)-init $(DESTDIR)$(PREFIX)/bin/
+	@$(MAKE) --no-print-directory install-apparmor
+
+# sbx's AppArmor profile (contrib/apparmor/sbx) for the binaries in $(PREFIX)/bin, into
+# /etc/apparmor.d/sbx, loaded at once: where kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu
+# 24.04 and later) a program without a profile that grants userns gets no capabilities in its user
+# namespaces, and sbx without root could build no sandbox. Only where AppArmor is active and its parser
+# knows the profile's ABI 4.0 (apparmor 4, the first with the userns rule; Debian 12's 3.0 has neither
+# the rule nor a kernel with the restriction); elsewhere it says so and does nothing. With DESTDIR (a
+# package's tree) the file is installed, not loaded. The profiles attach by path: PREFIX=$PWD covers
+# a checkout's bin/. (apparmor is in DEBS for apparmor_parser: sandbox's test parses the profile.)
+APPARMOR_D := /etc/apparmor.d
+install-apparmor:
+	@if [ ! -d /sys/kernel/security/apparmor ] || ! command -v apparmor_parser >/dev/null; then \
+		echo "AppArmor is not active here (no /sys/kernel/security/apparmor or no apparmor_parser): no profile installed"; \
+	elif [ ! -e $(APPARMOR_D)/abi/4.0 ]; then \
+		echo "this apparmor_parser predates ABI 4.0 (no $(APPARMOR_D)/abi/4.0), which sbx's profile needs for userns: no profile installed"; \
+	else \
+		tmp=$$(mktemp) && sed 's|^@{PREFIX}=.*|@{PREFIX}=$(PREFIX)|' contrib/apparmor/sbx > $$tmp && \
+		install -d $(DESTDIR)$(APPARMOR_D) && install -m 0644 $$tmp $(DESTDIR)$(APPARMOR_D)/sbx && rm -f $$tmp && \
+		if [ -z "$(DESTDIR)" ]; then apparmor_parser -r $(APPARMOR_D)/sbx && echo "loaded $(APPARMOR_D)/sbx for $(PREFIX)/bin"; fi; \
+	fi
 
 # -p 1: packages one at a time. Their tests change host state that is shared on purpose (the host NAT
 # table and ip_forward of host-uplink runs) and check that it is restored, which another package's test

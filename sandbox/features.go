@@ -91,15 +91,25 @@ func probeUserns() (bool, string) {
 		return true, "root only: kernel.unprivileged_userns_clone is 0"
 	}
 	if v, ok := sysctl("kernel/apparmor_restrict_unprivileged_userns"); ok && v == 1 {
-		return true, "root only for unconfined programs: kernel.apparmor_restrict_unprivileged_userns is 1"
+		// Whether it holds for sbx depends on its AppArmor label: callerUserns.
+		return true, "root, or programs whose AppArmor profile grants userns: kernel.apparmor_restrict_unprivileged_userns is 1"
 	}
 	return true, fmt.Sprintf("unprivileged too (user.max_user_namespaces %d)", max)
 }
 
-// callerUserns: every run has a user namespace of its own, root's runs too.
+// callerUserns: every run has a user namespace of its own, root's runs too. Without root, AppArmor's
+// restriction (apparmor.go) leaves an unconfined sbx a namespace without capabilities, where no
+// sandbox can be built: no.
 func callerUserns() (bool, string) {
 	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
 		return false, "missing (CONFIG_USER_NS): sbx refuses to run"
+	}
+	restricted, why := hostAppArmor.restriction()
+	if restricted {
+		return false, why
+	}
+	if why != "" {
+		return true, "every run has its own; " + why
 	}
 	return true, "every run has its own"
 }

@@ -851,7 +851,8 @@ func (s *Sandbox) startDirectRootless(bin string, setup *supervisor.Setup, netns
 	// libcontainer's rootless init.
 	cmd.SysProcAttr.GidMappingsEnableSetgroups = false
 	if err := s.launchSupervisor(c, cmd, netns, setup); err != nil {
-		return err
+		// Its maps refused: AppArmor's restriction of user namespaces, the usual cause (apparmor.go).
+		return usernsRefusal(err)
 	}
 	return recordInit(s.run.dir, s.initPid)
 }

@@ -643,7 +643,7 @@ func (s *Sandbox) startInit(spec *specs.Spec, config *configs.Config, ctl, conso
 	s.init = p
 	s.relays.started()
 	if err != nil {
-		return fmt.Errorf("starting the sandbox init: %w", err)
+		return usernsRefusal(fmt.Errorf("starting the sandbox init: %w", err))
 	}
 	tr.mark("lc.run")
 	if s.initPid, err = p.Pid(); err != nil {
@@ -933,7 +933,9 @@ func (s *Sandbox) awaitReady() error {
 	// hint, not the one about mismatched builds of sbx and sbx-init.
 	var be *supervisor.BuildError
 	if errors.As(err, &be) {
-		return &SupervisorError{Reason: be.Reason, Hint: be.Hint}
+		// Without root, AppArmor's restriction of user namespaces refuses the supervisor its first
+		// mount or capability: that is said, not the build's guess (apparmor.go).
+		return usernsRefusal(&SupervisorError{Reason: be.Reason, Hint: be.Hint})
 	}
 	if prepErr != nil {
 		if fd >= 0 {

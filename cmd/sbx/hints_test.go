@@ -32,6 +32,7 @@ func TestHintFor(t *testing.T) {
 		{"profile", fmt.Errorf("loading: %w", perr), `did you mean "network"?`},
 		{"setup", fmt.Errorf("building: %w", sandbox.ErrSetup), "sbx gc"},
 		{"first match", errors.Join(sandbox.ErrNoCgroup, sandbox.ErrSetup), "limits.require"},
+		{"userns restricted", fmt.Errorf("%w: %w", sandbox.ErrSetup, sandbox.ErrUsernsRestricted), "sudo make install-apparmor"},
 		{"unknown", errors.New("something else"), ""},
 	}
 	for _, tt := range tests {
@@ -58,5 +59,21 @@ func TestPrintError(t *testing.T) {
 	printError(&b, errors.New("alone"), "")
 	if got, want := b.String(), "sbx: error: alone\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestHintUsernsRestricted: a rootless start refused by AppArmor's restriction of user namespaces is a
+// setup failure (125) of one error line, which names the cause, and one hint line, which names the fix.
+func TestHintUsernsRestricted(t *testing.T) {
+	err := fmt.Errorf("%w: %w: building the sandbox: making / a slave: permission denied", sandbox.ErrSetup, sandbox.ErrUsernsRestricted)
+	if ee := setupError(err, ""); ee.code != exitSetup {
+		t.Errorf("exit status %d, want %d", ee.code, exitSetup)
+	}
+	var b bytes.Buffer
+	printError(&b, err, hintFor(err))
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "sbx: error: ") || !strings.Contains(lines[0], "kernel.apparmor_restrict_unprivileged_userns=1") ||
+		!strings.HasPrefix(lines[1], "sbx: hint: ") || !strings.Contains(lines[1], "install-apparmor") || !strings.Contains(lines[1], "as root") {
+		t.Errorf("printed %q, want an error line naming the restriction and a hint naming the profile and root", b.String())
 	}
 }
