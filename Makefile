@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 # pasta is the network contract's uplink).
 DEBS := libseccomp-dev libc6-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc uidmap passt apparmor
 
-.PHONY: all deps build install install-apparmor test test-k8s lint man demo bench soak compat compat-deps clean
+.PHONY: all deps build install install-apparmor test test-vm test-vm-smoke test-k8s lint man demo bench soak compat compat-deps clean
 all: build
 
 deps:
@@ -69,6 +69,27 @@ install-apparmor:
 # running at the same time would disturb. Within a package, tests still run in parallel.
 test: deps
 	$(GO) test -tags $(TAGS) -count=1 -p 1 ./...
+
+# The tests in a Debian 12 VM (systemd, cgroup v2, Debian's stock kernels) under qemu: vm/image.sh
+# builds the image once (cached in $(SBX_VM_CACHE), keyed on the script), vm/run.sh boots it with no
+# network device and runs a job from vm/jobs. test-vm: the whole suite (every package's test binary, as
+# root, then sbx as an ordinary user in its delegated cgroup) on KERNEL: 6.1 (default), 6.12, or all
+# (6.1, 6.12, then 5.10, where sbx must refuse: no Landlock). test-vm-smoke: the CI subset on 6.1 and
+# 6.12, and the refusal on 5.10. TCG, slow: SBX_VM_ACCEL=kvm where KVM boots Debian's kernels.
+KERNEL       ?= 6.1
+SBX_VM_CACHE ?= /var/cache/sbx-vm
+export SBX_VM_CACHE
+test-vm: build
+	vm/payload.sh $(SBX_VM_CACHE)/payload --tests
+	@ks="$(KERNEL)"; [ "$$ks" = all ] && ks="6.1 6.12 5.10"; st=0; t=$$(date +%s); \
+	for k in $$ks; do \
+		if [ $$k = 5.10 ]; then vm/run.sh $$k vm/jobs/smoke.sh || st=1; \
+		else SBX_VM_TIMEOUT=$${SBX_VM_TIMEOUT:-14400} vm/run.sh $$k vm/jobs/suite.sh $(SBX_VM_CACHE)/payload || st=1; fi; \
+	done; echo "test-vm: $$(( $$(date +%s) - t )) s"; exit $$st
+
+test-vm-smoke: build
+	@st=0; t=$$(date +%s); for k in 6.1 6.12 5.10; do vm/run.sh $$k vm/jobs/smoke.sh || st=1; done; \
+	echo "test-vm-smoke: $$(( $$(date +%s) - t )) s"; exit $$st
 
 # Kubernetes' own code on every export of every built-in profile: strict decoding into k8s.io/api,
 # Cilium's and agent-sandbox's types, and the API server's validation. A module of its own

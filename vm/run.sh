@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# vm/run.sh KERNEL JOB [PAYLOAD]: boots the cached Debian 12 image (vm/image.sh) with KERNEL (6.1, 6.12
+# or 5.10), runs JOB (a bash script, vm/jobs/*.sh) in it as root and exits with the job's status.
+#
+# PAYLOAD is a directory from vm/payload.sh (default: a fresh one without test binaries). The guest
+# sees it through a 9p share (host0): sbx-vm-job.service copies PAYLOAD to /opt/sbx/work, runs JOB there
+# as job.sh and writes out/job.log (streamed here as it grows) and out/status back, then powers off.
+#
+# The VM: TCG (SBX_VM_ACCEL=kvm where KVM boots Debian's kernels; on this host's PVM it hangs), 2 vCPUs,
+# 4 GiB, NO network device (-nic none, always: nothing a test does can leave the VM), a fresh qcow2
+# overlay over the cached image (thrown away after), serial console to console.log, and a hard timeout
+# (SBX_VM_TIMEOUT seconds, default 3600) after which qemu is killed by its pid.
+# Logs: $SBX_VM_CACHE/logs/KERNEL-JOBNAME/ (console.log, job.log).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kernel=${1:?usage: vm/run.sh KERNEL JOB [PAYLOAD]} job=${2:?usage: vm/run.sh KERNEL JOB [PAYLOAD]} payload=${3:-}
+CACHE=${SBX_VM_CACHE:-/var/cache/sbx-vm}
+timeout=${SBX_VM_TIMEOUT:-3600}
+accel=${SBX_VM_ACCEL:-tcg}
+
+img=$(vm/image.sh | tail -1)
+vmlinuz=$(ls "$img"/vmlinuz-"$kernel".* 2>/dev/null | sort -V | tail -1)
+[ -n "$vmlinuz" ] || { echo "vm: no kernel $kernel in $img: $(cd "$img" && ls vmlinuz-*)" >&2; exit 2; }
+initrd=$img/initrd.img-${vmlinuz##*/vmlinuz-}
+
+name=$kernel-$(basename "$job" .sh)
+run=$CACHE/runs/$name logs=$CACHE/logs/$name
+rm -rf "$run" "$logs"
+mkdir -p "$run/share/out" "$logs"
+if [ -z "$payload" ]; then
+	payload=$run/payload
+	vm/payload.sh "$payload"
+fi
+# The job's tree, hard-linked (the guest copies it off the share and never writes to it).
+cp -al "$payload" "$run/share/job" 2>/dev/null || cp -a "$payload" "$run/share/job"
+cp "$job" "$run/share/job/job.sh"
+cp vm/jobs/lib.sh "$run/share/job/lib.sh"
+echo "$kernel" >"$run/share/kernel"
+# Variables for the job (SBX_VM_* from the caller's environment).
+env | grep '^SBX_VM_' | sed "s/^\([^=]*\)=\(.*\)/export \1='\2'/" >"$run/share/env" || true
+qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$run/overlay.qcow2"
+
+case $accel in
+kvm) accel_args=(-accel kvm -cpu host) ;;
+# -cpu max: every feature TCG has (Landlock, seccomp and the rest do not care; the kernels want x86-64-v1).
+*) accel_args=(-accel tcg,thread=multi -cpu max) ;;
+esac
+t0=$(date +%s)
+qemu-system-x86_64 "${accel_args[@]}" -machine q35 -smp 2 -m 4096 \
+	-nic none -nographic -no-reboot -serial "file:$logs/console.log" -monitor none \
+	-kernel "$vmlinuz" -initrd "$initrd" \
+	-append "root=/dev/vda rw console=ttyS0 panic=1 systemd.show_status=1 net.ifnames=0 mitigations=off" \
+	-drive "file=$run/overlay.qcow2,format=qcow2,if=virtio,cache=unsafe" \
+	-virtfs "local,path=$run/share,mount_tag=host0,security_model=none,id=host0" \
+	</dev/null >"$logs/qemu.log" 2>&1 &
+qemu=$!
+echo "vm: $name: kernel ${vmlinuz##*/vmlinuz-}, accel $accel, qemu pid $qemu, timeout ${timeout}s, logs $logs" >&2
+
+# Stream the job's output; note when the job starts (the guest's first line) to split boot from job time.
+tail -n +1 -F "$run/share/out/job.log" 2>/dev/null &
+tailer=$!
+booted=
+while kill -0 $qemu 2>/dev/null; do
+	if [ -z "$booted" ] && [ -s "$run/share/out/job.log" ]; then booted=$(date +%s); fi
+	if [ $(($(date +%s) - t0)) -ge "$timeout" ]; then
+		echo "vm: $name: timeout after ${timeout}s: killing qemu ($qemu)" >&2
+		kill "$qemu"; sleep 2; kill -9 "$qemu" 2>/dev/null || true
+		break
+	fi
+	sleep 1
+done
+wait $qemu 2>/dev/null || true
+sleep 1
+kill $tailer 2>/dev/null || true
+wait $tailer 2>/dev/null || true
+end=$(date +%s)
+cp "$run/share/out/job.log" "$logs/job.log" 2>/dev/null || true
+# Whatever else the job left in out/ (reports, per-package logs).
+cp -a "$run/share/out/." "$logs/" 2>/dev/null || true
+rm -f "$run/overlay.qcow2"
+
+if [ ! -s "$run/share/out/status" ]; then
+	echo "vm: $name: no job status (boot or job failed); last console lines:" >&2
+	tail -25 "$logs/console.log" >&2
+	exit 3
+fi
+status=$(cat "$run/share/out/status")
+echo "vm: $name: boot $((${booted:-$end} - t0)) s, job (with copy-in and shutdown) $((end - ${booted:-$end})) s, status $status (logs $logs)" >&2
+exit "$status"
