@@ -57,6 +57,7 @@ Examples:
   claude mcp add sbx -- sudo sbx mcp
   sudo sbx mcp -p default -p python-build -w ~/project --max-timeout 10m
   sudo sbx mcp --workspace ~/a --workspace ~/b -w ~/a
+  sudo sh -c 'umask 077 && mkdir -p /etc/sbx && openssl rand -hex 32 > /etc/sbx/mcp-token'
   sudo sbx mcp --http 127.0.0.1:8765 --token-file /etc/sbx/mcp-token`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -67,7 +68,7 @@ Examples:
 	fl.StringArrayVarP(&f.profiles, "profile", "p", nil, "offer this `PROFILE` (built-in name or YAML file); repeatable, the first is the default")
 	fl.StringVar(&f.http, "http", "", "serve streamable HTTP on `ADDR` (host:port, loopback unless --listen-any) instead of stdio")
 	fl.BoolVar(&f.anyAddr, "listen-any", false, "allow --http on a non-loopback address (behind a proxy with TLS: the token travels in clear)")
-	fl.StringVar(&f.tokenFile, "token-file", "", "with --http: the bearer token callers must send, read from `FILE` (default: a random one, printed at start)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "with --http: the bearer token callers must send, read from `FILE` (yours, mode 600; default: a random one, printed at start)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands whose call names none (default: the first workspace)")
 	fl.StringArrayVar(&f.workspaces, "workspace", nil, "let callers work in `DIR` and below (repeatable; default: the -w directory, else the current one)")
 	fl.DurationVar(&f.maxTimeout, "max-timeout", 10*time.Minute, "cap every run at `DURATION` (0: no cap)")

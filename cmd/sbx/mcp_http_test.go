@@ -3,12 +3,15 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -84,6 +87,7 @@ func TestMCPHTTP(t *testing.T) {
 		}
 	}
 	t.Run("refusals", func(t *testing.T) { checkHTTPRefusals(t, endpoint, token) })
+	t.Run("flood", func(t *testing.T) { checkHTTPFlood(t, cmd.Process.Pid, endpoint, token) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "sbx-test", Version: "1"}, nil)
@@ -158,5 +162,74 @@ func checkHTTPRefusals(t *testing.T, endpoint, token string) {
 		if resp.StatusCode != tt.want {
 			t.Errorf("%s: status %d, want %d", tt.name, resp.StatusCode, tt.want)
 		}
+	}
+}
+
+// checkHTTPFlood opens 300 connections that send nothing (what any local user can do without the
+// token): the server holds no more than its cap of them (its descriptors stay few), and a caller with
+// the token is answered during the flood. Before the caps each one held a descriptor with no timeout.
+func checkHTTPFlood(t *testing.T, pid int, endpoint, token string) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := countFds(pid)
+	for range 300 {
+		c, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatalf("connecting: %v", err)
+		}
+		defer c.Close()
+	}
+	req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("a request with the token during the flood: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a request with the token during the flood: status %d, want 200", resp.StatusCode)
+	}
+	if n := countFds(pid); n > before+40 {
+		t.Errorf("the server holds %d descriptors during a flood of 300 silent connections (%d before); want at most %d", n, before, before+40)
+	}
+}
+
+func countFds(pid int) int {
+	ents, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	return len(ents)
+}
+
+// TestMCPHTTPTokenFile: a --token-file that others may read (what the default umask gives) is refused
+// before the server builds anything, with a hint naming chmod 600; a private one is served.
+func TestMCPHTTPTokenFile(t *testing.T) {
+	testutil.RequireRoot(t, "sbx mcp needs CAP_SYS_ADMIN")
+	bin, err := exec.LookPath("sbx")
+	if err != nil {
+		t.Fatalf("sbx is not on PATH (testscript.Main puts it there): %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "mcp-token")
+	if err := os.WriteFile(file, []byte(strings.Repeat("ab", 32)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(file, 0o644)
+	cmd := exec.Command(bin, "mcp", "--warm", "0", "--http", "127.0.0.1:0", "--token-file", file, "-w", t.TempDir())
+	cmd.Env = append(os.Environ(), stateRootEnv+"="+filepath.Join(testStateParent(), "mcptok-"+filepath.Base(t.TempDir())))
+	done := make(chan struct{})
+	var out []byte
+	go func() { out, err = cmd.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("sbx mcp served a world-readable token file: %s", out)
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 125 || !strings.Contains(string(out), "chmod 600") || !strings.Contains(string(out), "group or others") {
+		t.Errorf("sbx mcp --token-file (mode 0644): %v: %s; want exit 125, the mode named and a hint with chmod 600", err, out)
 	}
 }

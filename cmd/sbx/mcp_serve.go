@@ -9,8 +9,6 @@ import (
 	goio "io"
 	"net"
 	"net/http"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -43,6 +41,14 @@ func serveMCP(ctx context.Context, io stdio, f mcpFlags) error {
 	if f.tokenFile != "" && f.http == "" {
 		return setupError(errors.New("--token-file needs --http"), "the stdio transport has no token: its caller is the process that started sbx")
 	}
+	// The token before anything is built: a token file others can read is refused up front.
+	token := ""
+	if f.http != "" {
+		var err error
+		if token, err = httpToken(f.tokenFile); err != nil {
+			return err
+		}
+	}
 	cwd := ""
 	if f.workdir != "" || len(f.workspaces) == 0 {
 		var err error
@@ -62,7 +68,7 @@ func serveMCP(ctx context.Context, io stdio, f mcpFlags) error {
 	if f.http == "" {
 		err = srv.Run(ctx, &mcp.IOTransport{Reader: readCloser{io.in}, Writer: writeCloser{io.out}})
 	} else {
-		err = serveHTTP(ctx, io, srv, f.http, f.tokenFile)
+		err = serveHTTP(ctx, io, srv, f.http, token, f.tokenFile == "")
 	}
 	var ee *exitError
 	switch {
@@ -91,18 +97,16 @@ func checkLoopback(addr string, anyAddr bool) error {
 		"the endpoint runs commands and its token travels in clear: use 127.0.0.1:PORT, or add --listen-any behind a TLS proxy")
 }
 
-func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr, tokenFile string) error {
-	token, err := httpToken(tokenFile)
-	if err != nil {
-		return setupError(err, "the file holds the token on one line; or leave --token-file out for a random one")
-	}
+// serveHTTP serves srv on addr with the caps of mcpserver.DefaultHTTPLimits; a random token (printed) when
+// the caller gave no --token-file.
+func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr, token string, printToken bool) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv.HTTPHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	hs, ln := srv.HTTPServer(ln, token, mcpserver.DefaultHTTPLimits())
 	fmt.Fprintf(io.err, "sbx: serving MCP on http://%s/\n", ln.Addr())
-	if tokenFile == "" {
+	if printToken {
 		fmt.Fprintf(io.err, "sbx: bearer token: %s\n", token)
 	}
 	go func() {
@@ -120,17 +124,20 @@ func serveHTTP(ctx context.Context, io stdio, srv *mcpserver.Server, addr, token
 // httpToken reads the bearer token from file, or makes a random one when file is "".
 func httpToken(file string) (string, error) {
 	if file == "" {
-		return mcpserver.NewToken()
+		tok, err := mcpserver.NewToken()
+		if err != nil {
+			return "", setupError(err, "")
+		}
+		return tok, nil
 	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("reading --token-file: %w", err)
+	tok, err := mcpserver.ReadTokenFile(file)
+	switch {
+	case errors.Is(err, mcpserver.ErrTokenFile):
+		return "", setupError(err, "make it the server's own and private: chown $(id -u) FILE && chmod 600 FILE (any other user who reads it can run commands as the server)")
+	case err != nil:
+		return "", setupError(err, "the file holds the token on one line; or leave --token-file out for a random one")
 	}
-	token := strings.TrimSpace(string(b))
-	if len(token) < 16 || strings.ContainsAny(token, " \t\r\n") {
-		return "", fmt.Errorf("--token-file %s: want one token of at least 16 characters without spaces", file)
-	}
-	return token, nil
+	return tok, nil
 }
 
 // readCloser and writeCloser let the server's stdio (or a test's buffers) serve as an IOTransport
