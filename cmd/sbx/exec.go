@@ -126,12 +126,16 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err != nil {
 		if rep != nil {
 			// The command ran and was observed; what failed afterwards (the teardown) does not hide it.
-			_ = writeReport(io, f, out, rep)
+			_, _ = writeReport(io, f, out, rep)
 		}
 		return setupError(err, "")
 	}
-	if err := writeReport(io, f, out, rep); err != nil {
+	displaced, err := writeReport(io, f, out, rep)
+	if err != nil {
 		return setupError(err, "")
+	}
+	if displaced {
+		return &exitError{code: exitDisplaced}
 	}
 	return &exitError{code: execStatus(rep, f.violationExit)}
 }
@@ -185,12 +189,14 @@ func compilePlan(profile, cwd string, callerEnv []string, ov policy.Overrides) (
 	return policy.Compile(p, policy.CompileContext{Cwd: cwd, CallerEnv: callerEnv, Overrides: ov})
 }
 
-func writeReport(io stdio, f execFlags, out *reportTarget, rep *report.Report) error {
+// writeReport writes the human report (unless quiet) and the --json one. displaced says the JSON report
+// was written elsewhere than FILE (see reportTarget.writeOrDisplace), and stderr names where.
+func writeReport(io stdio, f execFlags, out *reportTarget, rep *report.Report) (displaced bool, err error) {
 	if !f.quiet {
 		text.Write(io.err, rep, text.Options{Color: isTerminal(io.err)})
 	}
 	if f.jsonOut == "" {
-		return nil
+		return false, nil
 	}
 	what, data, err := "the report", []byte(nil), error(nil)
 	if f.format == formatOCSF {
@@ -200,9 +206,18 @@ func writeReport(io stdio, f execFlags, out *reportTarget, rep *report.Report) e
 		data, err = indentJSON(what, rep)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
-	return out.write(io.out, what, data)
+	to, why, err := out.writeOrDisplace(io.out, stateRoot(), what, data)
+	if err != nil {
+		return false, err
+	}
+	if to != "" {
+		fmt.Fprintf(io.err, "sbx: warning: %v\n", why)
+		fmt.Fprintf(io.err, "sbx: report displaced: %s is written to %s instead (exit status %d; the verdict and the command's status are in it)\n", what, to, exitDisplaced)
+		return true, nil
+	}
+	return false, nil
 }
 
 // probeFirst runs the network probe with the run's profile and flags; a breach stops the run.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/report/ocsf"
+	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // writeOutput writes a document to where a flag says: "-" is sbx's stdout, any other value a file,
@@ -145,27 +148,96 @@ func stream(abs string) bool {
 	return err == nil && st.Mode()&(fs.ModeNamedPipe|fs.ModeSocket|fs.ModeDevice|fs.ModeCharDevice) != 0
 }
 
-// write writes data to the target.
+// write writes data to the target. FILE was removed when the target was taken, so sbx creates it
+// anew (O_EXCL): whatever stands at FILE now (a link, a FIFO, a file another process made) was put
+// there since, and is neither followed, nor opened, nor overwritten.
 func (t *reportTarget) write(stdout io.Writer, what string, data []byte) error {
 	if t.dir == nil {
 		return writeRaw(stdout, t.path, what, data)
 	}
-	fd, err := unix.Openat(int(t.dir.Fd()), t.name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
-	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
-		return fmt.Errorf("writing %s to %s: a link or a pipe took its place during the run: %w", what, t.path, err)
+	fd, err := unix.Openat(int(t.dir.Fd()), t.name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
+	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENXIO) {
+		return fmt.Errorf("writing %s to %s: something took its place during the run (a link, a pipe, a file of another process's): %w", what, t.path, err)
 	}
 	if err != nil {
 		return fmt.Errorf("writing %s to %s: %w", what, t.path, err)
 	}
-	f := os.NewFile(uintptr(fd), t.path)
+	return writeFd(fd, t.path, what, data)
+}
+
+// writeFd writes data to the file sbx just created at fd, and closes it.
+func writeFd(fd int, path, what string, data []byte) error {
+	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return fmt.Errorf("writing %s to %s: not a regular file any more (something else took its place during the run)", what, t.path)
+		return fmt.Errorf("writing %s to %s: not a regular file (something else took its place during the run)", what, path)
 	}
 	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("writing %s: %w", what, err)
+		return fmt.Errorf("writing %s to %s: %w", what, path, err)
 	}
 	return nil
+}
+
+// writeOrDisplace writes data to the target, or, when that fails (something took FILE's place during
+// the run, a co-tenant of a shared directory say, or the directory refuses the write), to a file of
+// its own in the state root's reports directory, which no sandbox reaches: the report is not lost to
+// whatever stood at FILE. displaced is that file ("" when FILE was written), why what failed at FILE.
+func (t *reportTarget) writeOrDisplace(stdout io.Writer, stateRoot, what string, data []byte) (displaced string, why, err error) {
+	why = t.write(stdout, what, data)
+	if why == nil || t.dir == nil {
+		return "", nil, why
+	}
+	displaced, err = writeDisplaced(stateRoot, t.name, data)
+	if err != nil {
+		return "", why, fmt.Errorf("%w; and in the state root: %w", why, err)
+	}
+	return displaced, why, nil
+}
+
+// writeDisplaced creates a new file in stateRoot/reports (a directory of sbx's user, mode 0700, opened
+// without following a link) named for the time and name, and writes data to it (mode 0600).
+func writeDisplaced(stateRoot, name string, data []byte) (string, error) {
+	if stateRoot == "" {
+		stateRoot = sandbox.DefaultStateRootFor()
+	}
+	dir := filepath.Join(stateRoot, "reports")
+	if err := os.MkdirAll(stateRoot, 0o711); err != nil {
+		return "", err
+	}
+	if err := unix.Mkdir(dir, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return "", fmt.Errorf("creating %s: %w", dir, err)
+	}
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("opening %s: %w", dir, err)
+	}
+	defer unix.Close(dfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil {
+		return "", err
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		return "", fmt.Errorf("%s is not sbx's own (uid %d, mode %#o)", dir, st.Uid, st.Mode&0o777)
+	}
+	for try := 0; ; try++ {
+		file := fmt.Sprintf("%s-%s-%s", time.Now().UTC().Format("20060102T150405Z"), randomHex(4), name)
+		fd, err := unix.Openat(dfd, file, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if errors.Is(err, unix.EEXIST) && try < 8 {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("creating a report in %s: %w", dir, err)
+		}
+		path := filepath.Join(dir, file)
+		return path, writeFd(fd, path, "the report", data)
+	}
+}
+
+// randomHex is n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // close releases the directory's handle.

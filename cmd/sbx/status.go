@@ -16,6 +16,7 @@ const (
 	exitOK            = 0
 	exitFailure       = 1 // a subcommand's check failed (profile validate, probe)
 	exitViolation     = 100
+	exitDisplaced     = 122 // the --json report was written elsewhere than FILE (stderr names where)
 	exitTimeout       = runner.ExitTimeout
 	exitSetup         = runner.ExitSetup
 	exitNotExecutable = sandbox.ExitNotExecutable
@@ -30,6 +31,7 @@ var execStatuses = []struct {
 	when string
 }{
 	{exitViolation, "the verdict is violation (set another with --violation-exit)"},
+	{exitDisplaced, "the command ran, but its --json report could not be written to FILE safely (something took FILE's place): it was written to a file stderr names (wins over all below)"},
 	{exitTimeout, "the timeout fired; the whole sandbox was killed (wins over a violation)"},
 	{exitSetup, "sbx itself failed (usage, profile, setup)"},
 	{exitNotExecutable, "COMMAND is not executable"},
