@@ -368,7 +368,7 @@ const auditCovers = "syscalls the seccomp filter refused, accesses Landlock refu
 func MergeDenials(own, audit report.Denials) report.Denials {
 	out := report.Denials{Available: own.Available || audit.Available, Lost: own.Lost + audit.Lost, Seccomp: slices.Clone(own.Seccomp),
 		Landlock: []report.LandlockDenial{}, Writes: slices.Clone(own.Writes),
-		Sources: slices.Concat(own.Sources, audit.Sources)}
+		Sources: slices.Concat(own.Sources, audit.Sources), Recorder: own.Recorder}
 	type call struct {
 		pid  int
 		name string

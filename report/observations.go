@@ -113,6 +113,8 @@ type Denials struct {
 	// Writes are writes outside the profile's write paths that sbx recorded (refused by Landlock).
 	Writes  []WriteDenial  `json:"writes"`
 	Sources []DenialSource `json:"sources"`
+	// Recorder is the cost of sbx's own recording, when it ran.
+	Recorder *RecorderCost `json:"recorder,omitempty"`
 }
 
 // Names of the sources of denials (DenialSource.Name, SeccompDenial.Source).
@@ -152,6 +154,21 @@ type WriteDenial struct {
 	Path    string `json:"path"`    // absolute, cleaned, as seen inside the sandbox
 	Flags   string `json:"flags,omitempty"`
 	Count   int    `json:"count"`
+	// Unresolved says why sbx could not resolve the write as the kernel does (an unreadable path, a
+	// walk past its bounds or past 40 links, ...): Path is then as far as sbx got (the bytes it could
+	// read), and the run is incomplete.
+	Unresolved string `json:"unresolved,omitempty"`
+	Dir        string `json:"dir,omitempty"` // the directory a relative path starts from (its dirfd's or cwd's target)
+}
+
+// RecorderCost is what sbx's own recording of refused attempts cost and what it could not resolve.
+type RecorderCost struct {
+	Notifications int     `json:"notifications"` // answered
+	CPUMs         float64 `json:"cpu_ms"`        // sbx's CPU time answering them
+	WorstUs       int64   `json:"worst_us"`      // wall time of the costliest one
+	WorstCPUUs    int64   `json:"worst_cpu_us"`  // CPU time of the costliest one
+	Unresolved    int     `json:"unresolved"`    // writes sbx could not resolve as the kernel does (each recorded)
+	OverBudget    int     `json:"over_budget"`   // writes answered unread: sbx's CPU was past its budget
 }
 
 // LandlockDenial is one access Landlock refused, with how many times.

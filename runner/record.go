@@ -24,6 +24,10 @@ func (r *run) judge() {
 		// A record dropped could be the one that names persistence: the run was not fully observed.
 		r.rep.MarkIncomplete("refused attempts", fmt.Errorf("%d distinct records of sbx's own recording over its bound dropped", own.Lost))
 	}
+	if c := own.Recorder; c != nil && c.Unresolved+c.OverBudget > 0 {
+		// A write sbx could not resolve as the kernel does may be the one that plants persistence.
+		r.rep.MarkIncomplete("refused attempts", fmt.Errorf("%d writes sbx's own recording could not resolve as the kernel does and %d it did not read past its CPU budget (listed in denials.writes with the reason)", c.Unresolved, c.OverBudget))
+	}
 	r.rep.Denials = observe.MergeDenials(own, r.stopDenials())
 	policy.FindPersistence(r.rep, r.peek)
 	policy.Compare(r.opts.Plan.Expect, r.rep)

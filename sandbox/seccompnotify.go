@@ -26,12 +26,13 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -68,6 +69,8 @@ var writeSyscalls = map[string]writeSyscall{
 	"link":      {paths: [][2]int{{-1, 1}}, flags: -1}, "linkat": {paths: [][2]int{{2, 3}}, flags: -1},
 	"symlink": {paths: [][2]int{{-1, 1}}, flags: -1}, "symlinkat": {paths: [][2]int{{1, 2}}, flags: -1},
 	"mknod": {paths: [][2]int{{-1, 0}}, flags: -1}, "mknodat": {paths: [][2]int{{0, 1}}, flags: -1},
+	// truncate writes a file by its path (Landlock's truncate right refuses it outside the write paths).
+	"truncate": {paths: [][2]int{{-1, 0}}, flags: -1},
 }
 
 // openWriteFlags are the open flags that make an open a write.
@@ -166,6 +169,15 @@ type notifyListener struct {
 	order   []notifyKey
 	lost    int
 	bytes   int // of the strings of the kept records
+	cost    report.RecorderCost
+
+	// sandboxCPU reads the CPU time the sandbox has used (its cgroup; nil: none known); cpuChecked is
+	// the recorder's CPU time at the last reading, sbxCPU what it read.
+	sandboxCPU func(pid int) (time.Duration, bool)
+	cpuChecked time.Duration
+	sbxCPU     time.Duration
+	recCPU     time.Duration // the recorder's own CPU time, over every notification
+	over       bool          // past its budget: writes are answered unresolved, unread
 }
 
 type notifyKey struct {
@@ -175,6 +187,8 @@ type notifyKey struct {
 	detail     string // decoded arguments, or the path
 	flags      string
 	write      bool
+	unresolved string // why sbx could not resolve the path as the kernel does; detail is as far as it got
+	dir        string // the directory a relative path starts from
 }
 
 // newNotify prepares the listener of sc's notifications; attach starts it. writePaths are the Landlock
@@ -244,6 +258,9 @@ func writeRoots(paths []string) []string {
 // serve answers the notifications of fd until stop.
 func (l *notifyListener) serve(fd int) {
 	defer close(l.done)
+	// One thread serves, so that its CPU time is the recorder's own (threadCPU).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	// The notifying task hands its CPU straight to this listener and back (kernel 6.6+; an older
 	// kernel refuses the flag and wakes the listener the ordinary way).
 	_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
@@ -306,221 +323,138 @@ func (l *notifyListener) handle(fd int) {
 	if err := notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
 		return
 	}
+	start, cpu0 := time.Now(), threadCPU()
 	resp := seccompNotifResp{ID: req.ID}
 	if errno, ok := l.errnos[req.Nr]; ok {
 		resp.Error = -errno
-		l.record(fd, &req, false, l.names[req.Nr], decodeArgs(l.names[req.Nr], &req), "")
+		l.record(fd, &req, false, l.names[req.Nr], decodeArgs(l.names[req.Nr], &req), "", "", "")
 	} else if ws, ok := l.writes[req.Nr]; ok {
 		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
-		l.recordWrite(fd, &req, ws)
+		if l.overBudget(int(req.Pid)) {
+			l.mu.Lock()
+			l.cost.OverBudget++
+			l.mu.Unlock()
+			l.record(fd, &req, true, l.names[req.Nr], "", "", fmt.Sprintf("not resolved: sbx's recording used more CPU than its budget (%v plus %d times the sandbox's)", recorderAllowance, recorderRatio), "")
+		} else {
+			l.recordWrite(fd, &req, ws, newBudget())
+		}
 	} else {
 		resp.Error = -int32(unix.EPERM) // nothing else notifies: fail closed
 	}
 	_ = notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
+	l.charge(time.Since(start), threadCPU()-cpu0)
 }
 
-// recordWrite records each path of a write syscall that lies outside the write paths.
-func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall) {
+// The recorder's budget: its CPU time may pass recorderAllowance only while it stays within
+// recorderRatio times the sandbox's own (its cgroup's usage). Past that, a write is answered without
+// being read or resolved (recorded unresolved: the run is incomplete), which costs about what the
+// syscall cost the sandbox, so that a flood of costly paths cannot make sbx spend more host CPU than a
+// bounded multiple of the sandbox's, charged to nobody.
+const (
+	recorderAllowance = 250 * time.Millisecond
+	recorderRatio     = 2
+	recorderRecheck   = 10 * time.Millisecond // of the recorder's CPU time between readings of the sandbox's
+)
+
+// charge counts one notification's cost.
+func (l *notifyListener) charge(wall, cpu time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cost.Notifications++
+	l.recCPU += cpu
+	l.cost.CPUMs = float64(l.recCPU) / float64(time.Millisecond)
+	if us := wall.Microseconds(); us > l.cost.WorstUs {
+		l.cost.WorstUs = us
+	}
+	if us := cpu.Microseconds(); us > l.cost.WorstCPUUs {
+		l.cost.WorstCPUUs = us
+	}
+}
+
+// overBudget says whether the recorder is past its budget, reading the sandbox's CPU time again once
+// the recorder has spent recorderRecheck since the last reading.
+func (l *notifyListener) overBudget(pid int) bool {
+	l.mu.Lock()
+	rec, checked, over := l.recCPU, l.cpuChecked, l.over
+	l.mu.Unlock()
+	if rec <= recorderAllowance {
+		return false
+	}
+	if rec-checked < recorderRecheck && checked > 0 {
+		return over
+	}
+	var sb time.Duration
+	ok := false
+	if l.sandboxCPU != nil {
+		sb, ok = l.sandboxCPU(pid)
+	}
+	over = !ok || rec > recorderAllowance+recorderRatio*sb
+	l.mu.Lock()
+	l.cpuChecked, l.sbxCPU, l.over = rec, sb, over
+	l.mu.Unlock()
+	return over
+}
+
+// threadCPU is the CPU time of the calling thread (serve locks its goroutine to one).
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// recordWrite records each path of a write syscall that lies outside the write paths, and each that
+// sbx could not resolve as the kernel does (seccompresolve.go), whatever it spells.
+func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall, b *budget) {
 	name := l.names[req.Nr]
 	f, hasFlags := uint64(0), ws.flags >= 0
+	inRoot, why := false, ""
 	if hasFlags {
 		f = req.Args[ws.flags]
 	} else if name == "openat2" {
-		// Its flags are the first field of struct open_how: an openat2 for reading is no write. What
-		// cannot be read is taken as a write.
-		if f, hasFlags = readUint64(int(req.Pid), req.Args[2]); hasFlags && f&openWriteFlags == 0 {
+		// Its flags and how it resolves are in struct open_how: an openat2 for reading is no write;
+		// RESOLVE_IN_ROOT and RESOLVE_BENEATH make its dirfd the root. What cannot be read is unresolved.
+		flags, resolve, err := readOpenHow(int(req.Pid), req.Args[2], req.Args[3])
+		if err == nil && flags&openWriteFlags == 0 {
 			return
+		}
+		if err != nil {
+			why = err.Error()
+		} else {
+			f, hasFlags, inRoot = flags, true, resolve&resolveInRootish != 0
 		}
 	}
 	flags := ""
 	if hasFlags {
 		flags = openFlags(f)
 	}
-	// open, openat, creat and openat2 follow a link in the last component unless told not to; the
-	// others act on the last name itself.
-	follow := (hasFlags || name == "creat" || name == "openat2") &&
+	// open, openat, creat, openat2 and truncate follow a link in the last component unless told not
+	// to; the others act on the last name itself.
+	follow := (hasFlags || name == "creat" || name == "openat2" || name == "truncate") &&
 		f&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL && f&unix.O_NOFOLLOW == 0
+	task := taskOf(int(req.Pid))
 	for _, pa := range ws.paths {
-		p, ok := readPath(int(req.Pid), req.Args[pa[1]], pa[0], req)
-		if !ok {
+		r := task.resolveArg(req, req.Args[pa[1]], pa[0], inRoot, follow, b)
+		if why != "" && r.outcome != unresolved {
+			r = resolution{outcome: unresolved, path: r.path, dir: r.dir, why: why}
+		}
+		switch r.outcome {
+		case noWrite:
 			continue
-		}
-		r, err := resolveInSandbox(int(req.Pid), p, follow)
-		p = path.Clean(p)
-		// A path sbx cannot resolve (a link loop, a magic link it does not know) is recorded as
-		// written, whatever its spelling: the spelling could hide where it leads.
-		if err == nil && l.writable(r) || err != nil && errors.Is(err, errNotThere) && l.writable(p) {
-			continue
-		}
-		if err == nil {
-			p = r
-		}
-		l.record(fd, req, true, name, p, flags)
-	}
-}
-
-// readUint64 reads 8 bytes of the process's memory at addr.
-func readUint64(pid int, addr uint64) (uint64, bool) {
-	var v uint64
-	if addr == 0 {
-		return 0, false
-	}
-	n, err := unix.ProcessVMReadv(pid, []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&v)), Len: 8}},
-		[]unix.RemoteIovec{{Base: uintptr(addr), Len: 8}}, 0)
-	return v, err == nil && n == 8
-}
-
-// errNotThere says a path's directory does not exist in the sandbox: the write fails anyway, and the
-// path as spelled is all there is to judge.
-var errNotThere = errors.New("no such directory in the sandbox")
-
-// errAsSpelled says a path through /proc/self is judged as spelled: a file of /proc itself, or an
-// fd/N link to a file without a path (a pipe, a socket).
-var errAsSpelled = errors.New("judged as spelled")
-
-// maxResolveHops bounds the links and magic links followed while resolving one path.
-const maxResolveHops = 16
-
-// resolveInSandbox resolves the links of p (absolute, clean, as the process with host pid pid sees
-// it) the way the kernel will for its write: one component at a time from the sandbox's root
-// (/proc/PID/root), each opened O_PATH|O_NOFOLLOW (nothing is opened that could block, no link is
-// followed by the kernel), each link read and resolved again as the sandbox sees it, the last
-// component too when the syscall follows it; /proc/self, /proc/thread-self and their fd/N, cwd and
-// root through the process's own links. The result is the path that the write lands on, as the
-// sandbox sees it, so that a link in a write path that points out of it does not hide the write.
-func resolveInSandbox(pid int, p string, follow bool) (string, error) {
-	proc := "/proc/" + strconv.Itoa(pid)
-	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", fmt.Errorf("opening the sandbox's root: %w", err)
-	}
-	defer unix.Close(root)
-	for range maxResolveHops {
-		np, ok, err := procMagic(proc, p)
-		switch {
-		case errors.Is(err, errAsSpelled):
-			return p, nil
-		case err != nil:
-			return "", err
-		case ok:
-			p = np
-			continue
-		}
-		next, done, err := resolveStep(root, p, follow)
-		if err != nil || done {
-			return next, err
-		}
-		p = next
-	}
-	return "", fmt.Errorf("resolving %q in the sandbox: more than %d links", p, maxResolveHops)
-}
-
-// resolveStep walks p from root up to its first link: done with the path when it has none (or only
-// one in a last component that is not followed), else the path with that link replaced by its target.
-// A ".." goes up from the directory reached, as the kernel's does (not lexically: after a link it
-// leaves the link's target); /proc/self and /proc/thread-self come back spelled so (procMagic).
-func resolveStep(root int, p string, follow bool) (string, bool, error) {
-	comps := slices.DeleteFunc(strings.Split(p, "/"), func(c string) bool { return c == "" || c == "." })
-	dfd, err := unix.Dup(root)
-	if err != nil {
-		return "", false, err
-	}
-	defer func() { unix.Close(dfd) }()
-	cur := "/"
-	for i, c := range comps {
-		last := i == len(comps)-1
-		rest := strings.Join(comps[i+1:], "/")
-		if c == ".." {
-			// cur has no link in it: its parent is its lexical parent (the root's is the root).
-			cur = path.Dir(cur)
-			nfd, err := unix.Openat2(root, cur, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-				Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
-			if err != nil {
-				return "", false, fmt.Errorf("resolving %q in the sandbox: %w", cur, err)
+		case landed, spelled:
+			// spelled: the kernel fails the walk on the way (a missing directory), and the path as
+			// far as it resolves is all there is to judge.
+			if l.writable(r.path) {
+				continue
 			}
-			unix.Close(dfd)
-			dfd = nfd
-			if last {
-				return cur, true, nil
-			}
-			continue
+		case unresolved:
+			l.mu.Lock()
+			l.cost.Unresolved++
+			l.mu.Unlock()
 		}
-		if cur == "/proc" && (c == "self" || c == "thread-self") {
-			return "/proc/self/" + rest, false, nil
-		}
-		if last && !follow {
-			return path.Join(cur, c), true, nil
-		}
-		var st unix.Stat_t
-		if err := unix.Fstatat(dfd, c, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if last && errors.Is(err, unix.ENOENT) {
-				return path.Join(cur, c), true, nil
-			}
-			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-				return "", false, errNotThere
-			}
-			return "", false, fmt.Errorf("resolving %q in the sandbox: %w", path.Join(cur, c), err)
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			buf := make([]byte, unix.PathMax)
-			n, err := unix.Readlinkat(dfd, c, buf)
-			if err != nil {
-				return "", false, fmt.Errorf("reading the link %q in the sandbox: %w", path.Join(cur, c), err)
-			}
-			target := string(buf[:n])
-			if !path.IsAbs(target) {
-				target = cur + "/" + target
-			}
-			return target + "/" + rest, false, nil
-		}
-		if last {
-			return path.Join(cur, c), true, nil
-		}
-		nfd, err := unix.Openat(dfd, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return "", false, errNotThere
-		}
-		unix.Close(dfd)
-		dfd, cur = nfd, path.Join(cur, c)
+		l.record(fd, req, true, name, r.path, flags, r.why, r.dir)
 	}
-	return cur, true, nil
-}
-
-// procMagic rewrites a path through the process's own /proc/self or /proc/thread-self magic links
-// (fd/N, cwd, root) to the path they lead to, read from the host's /proc for that process; ok is
-// false for a path that does not go through them.
-func procMagic(proc, p string) (string, bool, error) {
-	var rest string
-	switch {
-	case strings.HasPrefix(p, "/proc/self/"):
-		rest = strings.TrimPrefix(p, "/proc/self/")
-	case strings.HasPrefix(p, "/proc/thread-self/"):
-		rest = strings.TrimPrefix(p, "/proc/thread-self/")
-	default:
-		return "", false, nil
-	}
-	link, tail := rest, ""
-	if i := strings.IndexByte(rest, '/'); i >= 0 {
-		link, tail = rest[:i], rest[i+1:]
-	}
-	if link == "fd" {
-		n, after, _ := strings.Cut(tail, "/")
-		link, tail = "fd/"+n, after
-	}
-	if link != "cwd" && link != "root" && !strings.HasPrefix(link, "fd/") {
-		return "", false, errAsSpelled // /proc/self/comm and the like: files of /proc itself
-	}
-	if link == "root" {
-		return "/" + tail, true, nil
-	}
-	base, err := os.Readlink(proc + "/" + link)
-	if err != nil {
-		return "", false, fmt.Errorf("reading the process's %s: %w", link, err)
-	}
-	if !path.IsAbs(base) {
-		return "", false, errAsSpelled // a pipe, a socket: written through the fd the process has
-	}
-	return base + "/" + tail, true, nil
 }
 
 // writable says whether p lies in one of the write paths (or is one).
@@ -541,14 +475,15 @@ func (l *notifyListener) writable(p string) bool {
 
 // record counts one refusal, once the notification is known to be still valid (so that the pid read
 // from /proc is the notifying process).
-func (l *notifyListener) record(fd int, req *seccompNotif, write bool, name, detail, flags string) {
-	tgid, nsPid := taskIDs(int(req.Pid))
+func (l *notifyListener) record(fd int, req *seccompNotif, write bool, name, detail, flags, unresolved, dir string) {
+	t := taskOf(int(req.Pid))
 	exe, _ := os.Readlink("/proc/" + strconv.Itoa(int(req.Pid)) + "/exe")
 	id := req.ID
 	if notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
 		return
 	}
-	l.keep(notifyKey{pid: tgid, nsPid: nsPid, exe: exe, syscall: name, detail: detail, flags: flags, write: write})
+	l.keep(notifyKey{pid: t.tgid, nsPid: t.nsTid, exe: exe, syscall: name, detail: detail, flags: flags, write: write,
+		unresolved: unresolved, dir: dir})
 }
 
 // keep counts one record, within the bounds.
@@ -560,7 +495,7 @@ func (l *notifyListener) keep(k notifyKey) {
 		m = l.written
 	}
 	if _, ok := m[k]; !ok {
-		size := len(k.exe) + len(k.detail) + len(k.flags)
+		size := len(k.exe) + len(k.detail) + len(k.flags) + len(k.unresolved) + len(k.dir)
 		if !l.room(size, k.write && policy.MaybePersistence(k.detail)) {
 			l.lost++
 			return
@@ -580,56 +515,6 @@ func (l *notifyListener) room(size int, persistence bool) bool {
 		keys, bytes = 2*keys, 2*bytes
 	}
 	return len(l.order) < keys && l.bytes+size <= bytes
-}
-
-// taskIDs reads a task's thread group id and its pid in the sandbox's pid namespace.
-func taskIDs(tid int) (tgid, nsPid int) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
-	if err != nil {
-		return tid, 0
-	}
-	tgid = tid
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
-			tgid, _ = strconv.Atoi(strings.TrimSpace(v))
-		}
-		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			if f := strings.Fields(v); len(f) > 0 {
-				nsPid, _ = strconv.Atoi(f[len(f)-1])
-			}
-		}
-	}
-	return tgid, nsPid
-}
-
-// readPath reads a path from the process's memory (at most PATH_MAX bytes) and makes it absolute and
-// clean as the process sees it: relative to its working directory or to the directory fd argument
-// dirArg.
-func readPath(pid int, addr uint64, dirArg int, req *seccompNotif) (string, bool) {
-	p, ok := readString(pid, addr, unix.PathMax)
-	if !ok {
-		return "", false
-	}
-	return absPath(pid, p, dirArg, req)
-}
-
-func absPath(pid int, p string, dirArg int, req *seccompNotif) (string, bool) {
-	if p == "" {
-		return "", false
-	}
-	if path.IsAbs(p) {
-		return p, true
-	}
-	dir := "/proc/" + strconv.Itoa(pid) + "/cwd"
-	if dirArg >= 0 && int32(req.Args[dirArg]) != unix.AT_FDCWD {
-		dir = "/proc/" + strconv.Itoa(pid) + "/fd/" + strconv.Itoa(int(int32(req.Args[dirArg])))
-	}
-	// The link reads as the path inside the sandbox: its root is the sandbox's own mount namespace root.
-	base, err := os.Readlink(dir)
-	if err != nil || !path.IsAbs(base) {
-		return "", false
-	}
-	return base + "/" + p, true // not cleaned: a ".." after a link is the kernel's to resolve
 }
 
 // openFlags names the write-relevant open flags.
@@ -668,7 +553,7 @@ func (l *notifyListener) records(rec policy.Record) report.Denials {
 	for _, k := range l.order {
 		if k.write {
 			d.Writes = append(d.Writes, report.WriteDenial{Pid: k.nsPid, HostPid: k.pid, Exe: k.exe, Syscall: k.syscall,
-				Path: k.detail, Flags: k.flags, Count: l.written[k]})
+				Path: k.detail, Flags: k.flags, Count: l.written[k], Unresolved: k.unresolved, Dir: k.dir})
 			continue
 		}
 		d.Seccomp = append(d.Seccomp, report.SeccompDenial{Pid: k.nsPid, HostPid: k.pid, Exe: k.exe, Syscall: k.syscall,
@@ -684,6 +569,10 @@ func (l *notifyListener) records(rec policy.Record) report.Denials {
 	}
 	d.Available = recording
 	d.Lost = l.lost
+	if recording {
+		c := l.cost
+		d.Recorder = &c
+	}
 	return d
 }
 
@@ -718,8 +607,56 @@ func (s *Sandbox) startNotify() error {
 	if err != nil {
 		return err
 	}
+	l.sandboxCPU = s.cpuUsage
 	s.notify = l
 	return nil
+}
+
+// cpuUsage is the CPU time the sandbox has used: its cgroup's (v2 cpu.stat, v1 cpuacct.usage), else,
+// with no cgroup to read, that of the notifying task's thread group (a sandbox of many processes gets
+// less budget then, never more).
+func (s *Sandbox) cpuUsage(pid int) (time.Duration, bool) {
+	var dirs []string
+	if paths := s.cgroupPaths(); paths != nil {
+		for _, k := range []string{"", "cpuacct", "cpu,cpuacct", "cpu"} {
+			if d, ok := paths[k]; ok {
+				dirs = append(dirs, d)
+			}
+		}
+	} else {
+		dirs = CgroupDirs(s.ID)
+	}
+	for _, d := range dirs {
+		if n := counter(filepath.Join(d, "cpu.stat"), "usage_usec"); n > 0 {
+			return time.Duration(n) * time.Microsecond, true
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "cpuacct.usage")); err == nil {
+			if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
+				return time.Duration(n), true
+			}
+		}
+	}
+	return procCPU(pid)
+}
+
+// procCPU is the user and system CPU time of pid's thread group, from /proc/PID/stat (clock ticks of
+// 1/100 s).
+func procCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond, true
 }
 
 // Denials returns what sbx recorded itself of what the sandbox refused so far (seccomp-notify and
@@ -746,5 +683,5 @@ func (s *Sandbox) Denials() report.Denials {
 // What the two sources of sbx's own recording cover.
 const (
 	coversSyscalls = "the deny list's syscalls, with decoded arguments"
-	coversWrites   = "opens for writing, creat, mkdir, mknod, rename, link and symlink outside the write paths"
+	coversWrites   = "opens for writing, creat, truncate, mkdir, mknod, rename, link and symlink outside the write paths"
 )

@@ -1,7 +1,13 @@
 package sandbox
 
 import (
-	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"runtime"
+	"unsafe"
+
 	"os"
 	"slices"
 	"strconv"
@@ -167,9 +173,22 @@ func TestNotifyBounds(t *testing.T) {
 	}
 }
 
+// resolveHere resolves p as a write of this process's (its main thread's) would be, in its own view.
+func resolveHere(t *testing.T, p string, follow bool) resolution {
+	t.Helper()
+	b := append([]byte(p), 0)
+	req := &seccompNotif{Pid: uint32(os.Getpid())}
+	fdcwd := int64(unix.AT_FDCWD)
+	req.Args[0] = uint64(fdcwd)
+	req.Args[1] = uint64(uintptr(unsafe.Pointer(&b[0])))
+	r := taskOf(os.Getpid()).resolveArg(req, req.Args[1], 0, false, follow, newBudget())
+	runtime.KeepAlive(b)
+	return r
+}
+
 // TestResolveInSandbox resolves write paths as the kernel would, here in this process's own view: links
 // (absolute, relative, chained), a ".." after a link (physical, not lexical), /proc/self/fd/N and cwd,
-// the last component followed or not, a loop refused, a missing directory said so.
+// the last component followed or not, a loop unresolved, a missing directory judged as spelled.
 func TestResolveInSandbox(t *testing.T) {
 	d := t.TempDir()
 	for _, c := range [][2]string{{"/etc", "abs"}, {"real", "rel"}, {"rel", "chain"}, {"real/sub", "deep"}, {"loop1", "loop2"}, {"loop2", "loop1"}, {"real/file", "flink"}} {
@@ -190,28 +209,171 @@ func TestResolveInSandbox(t *testing.T) {
 		p      string
 		follow bool
 		want   string
-		err    error
+		out    outcome
 	}{
-		{d + "/abs/x", true, "/etc/x", nil},
-		{d + "/chain/x", true, d + "/real/x", nil},
-		{d + "/deep/../x", true, d + "/real/x", nil}, // lexically d/x
-		{d + "/abs/../x", true, "/x", nil},
-		{d + "/flink", true, d + "/real/file", nil},
-		{d + "/flink", false, d + "/flink", nil},
-		{fdPath + "/sub/y", true, d + "/real/sub/y", nil},
-		{"/proc/thread-self/fd/" + strconv.Itoa(int(f.Fd())) + "/../z", true, d + "/z", nil},
-		{d + "/missing/x", true, "", errNotThere},
-		{d + "/loop1/x", true, "", nil},
+		{d + "/abs/x", true, "/etc/x", landed},
+		{d + "/chain/x", true, d + "/real/x", landed},
+		{d + "/deep/../x", true, d + "/real/x", landed}, // lexically d/x
+		{d + "/abs/../x", true, "/x", landed},
+		{d + "/flink", true, d + "/real/file", landed},
+		{d + "/flink", false, d + "/flink", landed},
+		{fdPath + "/sub/y", true, d + "/real/sub/y", landed},
+		{"/proc/thread-self/fd/" + strconv.Itoa(int(f.Fd())) + "/../z", true, d + "/z", landed},
+		{d + "/missing/x", true, d + "/missing/x", spelled},
+		{d + "/loop1/x", true, "", unresolved},
+		{"", true, "", noWrite},
+		{strings.Repeat("a/", 2100), true, "", noWrite}, // PATH_MAX: ENAMETOOLONG
 	} {
-		got, err := resolveInSandbox(os.Getpid(), tc.p, tc.follow)
-		if tc.p == d+"/loop1/x" {
-			if err == nil || errors.Is(err, errNotThere) {
-				t.Errorf("%s: %q, %v, want an error for the loop", tc.p, got, err)
-			}
-			continue
+		got := resolveHere(t, tc.p, tc.follow)
+		if got.outcome != tc.out || tc.out != unresolved && got.path != tc.want {
+			t.Errorf("%.80s (follow %v): %+v, want %q, outcome %d", tc.p, tc.follow, got, tc.want, tc.out)
 		}
-		if got != tc.want || !errors.Is(err, tc.err) {
-			t.Errorf("%s (follow %v): %q, %v, want %q, %v", tc.p, tc.follow, got, err, tc.want, tc.err)
+	}
+}
+
+// resolveAt resolves the path at addr for the task tid (a thread of this process).
+func resolveAt(tid int, addr uint64, follow bool) resolution {
+	req := &seccompNotif{Pid: uint32(tid)}
+	fdcwd := int64(unix.AT_FDCWD)
+	req.Args[0] = uint64(fdcwd)
+	req.Args[1] = addr
+	return taskOf(tid).resolveArg(req, addr, 0, false, follow, newBudget())
+}
+
+// TestResolveUnreadable: a path sbx's read of the process cannot reach (a page it may not read, a
+// memfd_secret mapping, which the kernel itself reads), or that it reads only in part, is unresolved
+// with the bytes it could read, never skipped.
+func TestResolveUnreadable(t *testing.T) {
+	mem, err := unix.Mmap(-1, 0, 2*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	copy(mem[4096-9:], "/etc/cron")
+	if err := unix.Mprotect(mem[4096:], unix.PROT_NONE); err != nil {
+		t.Fatal(err)
+	}
+	base := uint64(uintptr(unsafe.Pointer(&mem[0])))
+	if r := resolveAt(os.Getpid(), base+4096, true); r.outcome != unresolved || r.path != "" || !strings.Contains(r.why, "after 0 bytes") {
+		t.Errorf("an unreadable page: %+v, want unresolved after 0 bytes", r)
+	}
+	if r := resolveAt(os.Getpid(), base+4096-9, true); r.outcome != unresolved || r.path != "/etc/cron" {
+		t.Errorf("a short read: %+v, want unresolved with the 9 bytes read", r)
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_MEMFD_SECRET, 0, 0, 0)
+	if errno != 0 {
+		t.Logf("memfd_secret: %v (not enabled on this kernel): that case is left out", errno)
+		return
+	}
+	defer unix.Close(int(fd))
+	if err := unix.Ftruncate(int(fd), 4096); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := unix.Mmap(int(fd), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(sec)
+	copy(sec, "/etc/cron.d/x\x00")
+	if r := resolveAt(os.Getpid(), uint64(uintptr(unsafe.Pointer(&sec[0]))), true); r.outcome != unresolved {
+		t.Errorf("a path in memfd_secret memory: %+v, want unresolved", r)
+	}
+}
+
+// TestResolveLinkCount: links are followed as far as the kernel follows them (40 in all), and a path
+// past that is unresolved, not judged; a walk past sbx's bounds per notification is unresolved too.
+func TestResolveLinkCount(t *testing.T) {
+	d := t.TempDir()
+	chain := func(name string, n int, target string) string {
+		prev := target
+		for i := n; i > 0; i-- {
+			l := fmt.Sprintf("%s/%s%d", d, name, i)
+			if err := os.Symlink(prev, l); err != nil {
+				t.Fatal(err)
+			}
+			prev = l
+		}
+		return prev
+	}
+	if r := resolveHere(t, chain("ok", 40, "/etc")+"/x", true); r.outcome != landed || r.path != "/etc/x" {
+		t.Errorf("40 links: %+v, want /etc/x", r)
+	}
+	if r := resolveHere(t, chain("long", 41, "/etc")+"/x", true); r.outcome != unresolved || !strings.Contains(r.why, "more than 40 links") {
+		t.Errorf("41 links: %+v, want unresolved", r)
+	}
+	// Links whose targets are long walks: past sbx's steps, before the kernel's 40 links.
+	os.MkdirAll(d+"/a", 0o755)
+	long := strings.Repeat("a/../", 800)
+	prev := "/etc"
+	for i := 30; i > 0; i-- {
+		l := fmt.Sprintf("%s/w%d", d, i)
+		os.Symlink(d+"/"+long+filepath.Base(prev), l)
+		if i == 30 {
+			os.Remove(l)
+			os.Symlink("/etc", l)
+		}
+		prev = l
+	}
+	start := time.Now()
+	r := resolveHere(t, prev+"/x", true)
+	if r.outcome != unresolved || !strings.Contains(r.why, "bound per notification") {
+		t.Errorf("a walk of %d steps: %+v, want unresolved past the bound", 30*1600, r)
+	}
+	if el := time.Since(start); el > 4*maxResolveTime {
+		t.Errorf("the bounded walk took %v, want about %v at most", el, maxResolveTime)
+	}
+}
+
+// TestResolveThreadSelf: for a thread with its own fd table and working directory (made without
+// CLONE_FILES and CLONE_FS), /proc/self is the thread group's leader, whose fd and cwd the kernel
+// follows, and /proc/thread-self the thread: resolved as the kernel does, not through the thread's own.
+func TestResolveThreadSelf(t *testing.T) {
+	leaderDir, threadDir := t.TempDir(), t.TempDir()
+	lfd, err := unix.Open(leaderDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lfd)
+	cwd, _ := os.Getwd()
+	if err := os.Chdir(leaderDir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(cwd)
+	type res struct{ self, threadSelf, selfCwd, threadCwd resolution }
+	done := make(chan res)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		var out res
+		defer func() { done <- out }()
+		if err := unix.Unshare(unix.CLONE_FILES | unix.CLONE_FS); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		tfd, err := unix.Open(threadDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil || unix.Dup2(tfd, lfd) != nil || unix.Chdir(threadDir) != nil {
+			t.Errorf("the thread's own fd and cwd: %v", err)
+			return
+		}
+		tid := unix.Gettid()
+		at := func(p string) resolution {
+			b := append([]byte(p), 0)
+			defer runtime.KeepAlive(b)
+			return resolveAt(tid, uint64(uintptr(unsafe.Pointer(&b[0]))), true)
+		}
+		fd := strconv.Itoa(lfd)
+		out = res{at("/proc/self/fd/" + fd + "/x"), at("/proc/thread-self/fd/" + fd + "/x"), at("/proc/self/cwd/y"), at("/proc/thread-self/cwd/y")}
+	}()
+	got := <-done
+	for _, c := range []struct {
+		name string
+		r    resolution
+		want string
+	}{
+		{"/proc/self/fd/N", got.self, leaderDir + "/x"}, {"/proc/thread-self/fd/N", got.threadSelf, threadDir + "/x"},
+		{"/proc/self/cwd", got.selfCwd, leaderDir + "/y"}, {"/proc/thread-self/cwd", got.threadCwd, threadDir + "/y"},
+	} {
+		if c.r.outcome != landed || c.r.path != c.want {
+			t.Errorf("%s from the thread: %+v, want %s", c.name, c.r, c.want)
 		}
 	}
 }
