@@ -163,12 +163,13 @@ type WriteDenial struct {
 
 // RecorderCost is what sbx's own recording of refused attempts cost and what it could not resolve.
 type RecorderCost struct {
-	Notifications int     `json:"notifications"` // answered
-	CPUMs         float64 `json:"cpu_ms"`        // sbx's CPU time answering them
-	WorstUs       int64   `json:"worst_us"`      // wall time of the costliest one
-	WorstCPUUs    int64   `json:"worst_cpu_us"`  // CPU time of the costliest one
-	Unresolved    int     `json:"unresolved"`    // writes sbx could not resolve as the kernel does (each recorded)
-	OverBudget    int     `json:"over_budget"`   // writes answered unread: sbx's CPU was past its budget
+	Notifications int     `json:"notifications"`  // answered
+	CPUMs         float64 `json:"cpu_ms"`         // sbx's CPU time answering them
+	WorstUs       int64   `json:"worst_us"`       // wall time of the costliest one
+	WorstCPUUs    int64   `json:"worst_cpu_us"`   // CPU time of the costliest one
+	Unresolved    int     `json:"unresolved"`     // writes sbx could not resolve as the kernel does (each recorded)
+	OverBudget    int     `json:"over_budget"`    // writes answered unread: sbx's CPU was past its budget
+	SandboxCPUMs  float64 `json:"sandbox_cpu_ms"` // the sandbox's own CPU time (its cgroup's), which the budget is against
 }
 
 // LandlockDenial is one access Landlock refused, with how many times.

@@ -178,6 +178,7 @@ type notifyListener struct {
 	sbxCPU     time.Duration
 	recCPU     time.Duration // the recorder's own CPU time, over every notification
 	over       bool          // past its budget: writes are answered unresolved, unread
+	lastPid    int           // the last notifying task (procCPU's, without a cgroup)
 }
 
 type notifyKey struct {
@@ -335,6 +336,9 @@ func (l *notifyListener) handle(fd int) {
 			l.cost.OverBudget++
 			l.mu.Unlock()
 			l.record(fd, &req, true, l.names[req.Nr], "", "", fmt.Sprintf("not resolved: sbx's recording used more CPU than its budget (%v plus %d times the sandbox's)", recorderAllowance, recorderRatio), "")
+			// The answer waits: the notifying task uses no CPU meanwhile, and a flood is slowed to
+			// about 1/recorderStall answers a second, each costing sbx the round trip alone.
+			time.Sleep(recorderStall)
 		} else {
 			l.recordWrite(fd, &req, ws, newBudget())
 		}
@@ -347,13 +351,16 @@ func (l *notifyListener) handle(fd int) {
 
 // The recorder's budget: its CPU time may pass recorderAllowance only while it stays within
 // recorderRatio times the sandbox's own (its cgroup's usage). Past that, a write is answered without
-// being read or resolved (recorded unresolved: the run is incomplete), which costs about what the
-// syscall cost the sandbox, so that a flood of costly paths cannot make sbx spend more host CPU than a
-// bounded multiple of the sandbox's, charged to nobody.
+// being read or resolved (recorded unresolved: the run is incomplete), and only after recorderStall:
+// even the bare round trip of a notification costs sbx several times what the refused syscall costs
+// the sandbox, so a flood is slowed instead, and sbx's CPU for it stays within the allowance plus
+// recorderRatio times the sandbox's plus about 40 µs per recorderStall (0.4% of a CPU), charged to
+// nobody no more.
 const (
 	recorderAllowance = 250 * time.Millisecond
-	recorderRatio     = 2
+	recorderRatio     = 3
 	recorderRecheck   = 10 * time.Millisecond // of the recorder's CPU time between readings of the sandbox's
+	recorderStall     = 10 * time.Millisecond
 )
 
 // charge counts one notification's cost.
@@ -388,6 +395,9 @@ func (l *notifyListener) overBudget(pid int) bool {
 	if l.sandboxCPU != nil {
 		sb, ok = l.sandboxCPU(pid)
 	}
+	l.mu.Lock()
+	l.lastPid = pid
+	l.mu.Unlock()
 	over = !ok || rec > recorderAllowance+recorderRatio*sb
 	l.mu.Lock()
 	l.cpuChecked, l.sbxCPU, l.over = rec, sb, over
@@ -571,6 +581,13 @@ func (l *notifyListener) records(rec policy.Record) report.Denials {
 	d.Lost = l.lost
 	if recording {
 		c := l.cost
+		sb := l.sbxCPU // the last reading the budget was judged by
+		if l.sandboxCPU != nil {
+			if now, ok := l.sandboxCPU(l.lastPid); ok && now > sb {
+				sb = now
+			}
+		}
+		c.SandboxCPUMs = float64(sb) / float64(time.Millisecond)
 		d.Recorder = &c
 	}
 	return d

@@ -32,7 +32,7 @@ import (
 // unresolved, not judged.
 const (
 	maxKernelLinks   = 40
-	maxResolveSteps  = 4096    // path components walked, over every link's target
+	maxResolveSteps  = 1024    // path components walked, over every link's target (a real path has tens)
 	maxResolveBytes  = 1 << 18 // bytes read from the process's memory and from links
 	maxResolveTime   = 20 * time.Millisecond
 	kernelPathMax    = unix.PathMax // a path argument of PATH_MAX bytes or more is ENAMETOOLONG
