@@ -132,7 +132,7 @@ demo: build
 bench: build
 	$(GO) run -tags $(TAGS) ./internal/cmd/bench -sbx $(BIN)
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'Snapshot$$|SnapshotBusyHost' -benchtime 200x ./observe
-	$(GO) test -tags $(TAGS) -run '^$$' -bench 'SetupClose' -benchtime 100x ./sandbox/netcontract
+	$(GO) test -tags $(TAGS) -run '^$$' -bench 'SetupClose|NoneRecord' -benchtime 100x ./sandbox/netcontract
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'CompareFlood' -benchtime 3x ./policy
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'DNSFlood' -benchtime 1x -timeout 20m ./sandbox/netcontract
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'WritableLayer' -benchtime 100x ./sandbox

@@ -555,7 +555,7 @@ func (r *run) observeAfterward(cmdPid int) {
 	}
 	r.fileChanges()
 	if n := r.sb.Network(); n != nil {
-		r.rep.Network.Mode = report.NetworkContract
+		r.rep.Network.Mode = n.Mode()
 		denied, err := n.Denied()
 		if err != nil {
 			r.rep.MarkIncomplete("denied network attempts", err)

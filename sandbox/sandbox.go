@@ -104,6 +104,7 @@ type Sandbox struct {
 	cgroups    *cgroupPrep // the run's cgroups, made ahead; libcontainer's once it has the container
 	relays     relays
 	diagFD     int  // the supervisor's sock_diag socket, in its process; -1 = none
+	netSent    bool // the supervisor got the network record's channel (mode none, a direct start)
 	answered   bool // the supervisor answered go: it holds no stdio of the command from then on
 }
 
@@ -177,10 +178,14 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		if err != nil {
 			return sb, fmt.Errorf("setting up the network contract: %w", err)
 		}
+	} else if sb.net, err = netcontract.SetupNone(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network}); err != nil {
+		// Mode none still records what the command tries: built once the init exists (AttachNone).
+		return sb, fmt.Errorf("setting up the network record: %w", err)
 	}
 	tr.mark("network")
-	if err = sb.startContainer(tr); err == nil && sb.net != nil && Rootless() {
-		sb.net.Attach(sb.initPid)
+	if err = sb.startContainer(tr); err == nil && sb.net != nil {
+		sb.net.Attach(sb.initPid) // a rootless contract
+		sb.net.AttachNone(sb.initPid, sb.netSent)
 	}
 	return sb, err
 }
@@ -604,6 +609,10 @@ func (s *Sandbox) startInit(spec *specs.Spec, config *configs.Config, ctl, conso
 			}
 			files = append(files, stdio...)
 		}
+		if ch := s.net.SupervisorChannel(); ch != nil {
+			files = append(files, ch) // the supervisor sends the network record's sockets on it
+			setup.NetRecord, s.netSent = 2+len(files), true
+		}
 		moved, err := s.startDirect(s.supervisorBinary(self), setup, config, netNSPath(spec), files)
 		s.relays.started()
 		if err != nil {
@@ -874,18 +883,20 @@ type Running struct {
 // Start lets the supervisor run the command. A command that cannot be started (not found, not
 // executable, Landlock refused) is not an error: its Wait returns 127, 126 or 125.
 func (s *Sandbox) Start() (*Running, error) {
-	if s.net != nil {
-		// Fail closed: nothing untrusted runs before the network contract is in force.
-		if err := s.net.Ready(); err != nil {
-			return nil, fmt.Errorf("%w: loading the network contract: %w", ErrSetup, err)
-		}
-	}
 	tr := newTracer()
 	defer tr.done()
+	// The supervisor's word first: one that could not build the sandbox sent no network record either.
 	if err := s.awaitReady(); err != nil {
 		return nil, err
 	}
 	tr.mark("ready")
+	if s.net != nil {
+		// Fail closed: nothing untrusted runs before the network contract (or record) is in force.
+		if err := s.net.Ready(); err != nil {
+			return nil, fmt.Errorf("%w: loading the network contract: %w", ErrSetup, err)
+		}
+	}
+	tr.mark("network")
 	if err := s.ctl.SendGo(s.supervisorConfig()); err != nil {
 		return nil, fmt.Errorf("starting the command: %w", err)
 	}

@@ -38,6 +38,10 @@ type Setup struct {
 	Cwd      string            `json:"cwd"` // the command's working directory, made when missing
 	Console  bool              `json:"console"`
 	Loopback bool              `json:"loopback"` // bring up lo: the network namespace is the sandbox's own
+	// NetRecord is the descriptor of a socket on which the supervisor, once lo is up, sends sbx the
+	// netlink sockets that record the command's network attempts in mode none (one rtnetlink, two
+	// nfnetlink: made here, by the namespaces' root, they keep that right in sbx's hands); 0 for none.
+	NetRecord int `json:"net_record,omitempty"`
 	// Caps are the capabilities the supervisor keeps once the sandbox is built (CAP_SETUID and CAP_SETGID
 	// when the command's user is not root, to hand it over); the command gets none.
 	Caps []int `json:"caps"`
@@ -118,6 +122,11 @@ func build(s *Setup) error {
 	if s.Loopback {
 		if err := LoopbackUp(); err != nil {
 			return fmt.Errorf("bringing up the loopback interface: %w", err)
+		}
+	}
+	if s.NetRecord > 0 {
+		if err := sendNetRecord(s.NetRecord); err != nil {
+			return fmt.Errorf("handing sbx the network record's sockets: %w", err)
 		}
 	}
 	// Nothing mounted here may reach the host's mount namespace.
@@ -1051,6 +1060,22 @@ func dropBounding(keep ...int) error {
 		}
 	}
 	return unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+}
+
+// sendNetRecord makes the network record's netlink sockets in the supervisor's network namespace, sends
+// them on the socket at fd and closes it: the command inherits none of them.
+func sendNetRecord(fd int) error {
+	defer unix.Close(fd)
+	var socks [3]int
+	for i, proto := range []int{unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER, unix.NETLINK_NETFILTER} {
+		s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(s)
+		socks[i] = s
+	}
+	return unix.Sendmsg(fd, []byte{0}, unix.UnixRights(socks[:]...), nil, 0)
 }
 
 // LoopbackUp brings up lo in the calling thread's network namespace (SIOCSIFFLAGS, as ip link set lo

@@ -58,6 +58,9 @@ func (n *Net) deniedOf(f family) ([]report.Denied, error) {
 		out = append(out, d)
 		itemized += d.Count
 	}
+	if n.none != nil && len(elems) < deniedMax {
+		return out, nil // mode none: nothing inbound, and a record with room itemized every refusal
+	}
 	inbound, err := n.deniedIn(f)
 	if err != nil {
 		return nil, err
@@ -70,13 +73,18 @@ func (n *Net) deniedOf(f family) ([]report.Denied, error) {
 	if total <= itemized {
 		return out, nil
 	}
+	ipv := map[byte]string{unix.NFPROTO_IPV4: "4", unix.NFPROTO_IPV6: "6"}[f.nfproto]
+	if s.never == nil { // mode none: no per-range counters
+		n.deniedNotes = append(n.deniedNotes, fmt.Sprintf("denied record of IPv%s full (%d destinations): %d refused packets not itemized", ipv, deniedMax, total-itemized))
+		return out, nil
+	}
 	ranges, err := n.rangeCounts(f, out)
 	if err != nil {
 		return nil, err
 	}
 	out = append(out, ranges...)
 	n.deniedNotes = append(n.deniedNotes, fmt.Sprintf("denied record of IPv%s full (%d destinations): %d refused packets not itemized; attempts on always-deny ranges are counted per range",
-		map[byte]string{unix.NFPROTO_IPV4: "4", unix.NFPROTO_IPV6: "6"}[f.nfproto], deniedMax, total-itemized))
+		ipv, deniedMax, total-itemized))
 	return out, nil
 }
 

@@ -51,6 +51,8 @@ type Net struct {
 	pasta      *exec.Cmd      // the uplink; nil when not running
 	pastaDone  chan struct{}  // closed once pasta has been waited for
 	pastaLog   *boundedBuffer // what pasta said
+
+	none *noneRecord // mode none: the record of attempts (none.go); nil in mode contract
 }
 
 // Setup builds the network of one run: in mode none a namespace with lo up, in mode contract everything
@@ -275,8 +277,8 @@ func (n *Net) writeResolvConf() error {
 // NetNSPath is the bind-mounted namespace file the container joins (the path of the OCI network
 // namespace). It stays valid until Close.
 func (n *Net) NetNSPath() string {
-	if n.rootless {
-		return "" // the container makes it; Attach joins it
+	if n.rootless || n.none != nil {
+		return "" // the container makes it; Attach (AttachNone) joins it
 	}
 	return n.cfg.nsPath()
 }
@@ -287,6 +289,9 @@ func (n *Net) ResolvConf() string { return n.resolv }
 
 // DNS lists every query the DNS filter saw, in order.
 func (n *Net) DNS() []report.DNSQuery {
+	if n.none != nil {
+		return n.noneDNS()
+	}
 	if n.dns == nil {
 		return []report.DNSQuery{}
 	}
@@ -297,6 +302,9 @@ func (n *Net) DNS() []report.DNSQuery {
 // overflowed) and what was dropped that was not the command's doing. Call it before Close.
 func (n *Net) Notes() []string {
 	notes := []string{}
+	if n.none != nil {
+		notes = append(notes, n.noneNotes()...)
+	}
 	if n.dns != nil {
 		notes = append(notes, n.dns.log.notes()...)
 	}
@@ -345,6 +353,7 @@ func (n *Net) Close() error {
 		n.nftMu.Unlock()
 	}
 	n.closeRootless()
+	n.closeNone()
 	if n.nat {
 		errs = append(errs, natRelease(n.hostSide, n.cfg.name()))
 		n.nat = false

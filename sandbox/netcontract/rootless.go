@@ -102,7 +102,7 @@ func (n *Net) Attach(initPid int) {
 
 // abandonAttach ends a rootless setup that was never attached, so that Ready and Close do not wait.
 func (n *Net) abandonAttach() {
-	if n.rootless && !n.attachOnce.Swap(true) && n.cfg.Net.Mode == policy.NetContract {
+	if (n.none != nil || n.rootless && n.cfg.Net.Mode == policy.NetContract) && !n.attachOnce.Swap(true) {
 		n.readyErr = errors.New("the sandbox's network was never attached")
 		close(n.ready)
 	}
