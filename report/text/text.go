@@ -117,7 +117,13 @@ func (rr *renderer) verdict(r *report.Report) {
 	if r.OOMKilled {
 		status += ", out of memory"
 	}
-	fmt.Fprintf(rr.w, "sbx: %s  %s  profile %s  %.0f ms\n", verdict, status, r.Profile, r.Timings.Total)
+	// The network mode that applied, which --allow (contract) or an MCP call may have set apart from
+	// the profile's own.
+	network := ""
+	if r.Network.Mode != "" {
+		network = "  network " + clean(r.Network.Mode)
+	}
+	fmt.Fprintf(rr.w, "sbx: %s  %s  profile %s%s  %.0f ms\n", verdict, status, r.Profile, network, r.Timings.Total)
 	for _, v := range r.Violations {
 		fmt.Fprintf(rr.w, "  %s %s: %s\n", rr.paint(sgrRed, "✗"), v.Rule, clean(v.Message))
 	}

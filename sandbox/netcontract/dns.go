@@ -2,6 +2,7 @@ package netcontract
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -187,10 +188,24 @@ func (c clientOnly) ReadUDP(conn *net.UDPConn, timeout time.Duration) ([]byte, *
 	for {
 		m, s, err := c.Reader.ReadUDP(conn, timeout)
 		if err != nil || c.d.fromClient(s.RemoteAddr()) {
+			c.d.logResponse(m)
 			return m, s, err
 		}
 		c.d.log.addForeign()
 	}
+}
+
+// logResponse logs a message with the response bit set (dropped, see accept) with the name and type of
+// its question as far as they can be read: the name the command sent is what the log is for.
+func (d *dnsFilter) logResponse(m []byte) {
+	if len(m) < 12 || m[2]&0x80 == 0 {
+		return
+	}
+	q := report.DNSQuery{Name: rawName(m), Reason: "a DNS response, not a query"}
+	if i := questionEnd(m); i > 0 && i+2 <= len(m) {
+		q.Type = typeName(binary.BigEndian.Uint16(m[i:]))
+	}
+	d.log.add(q)
 }
 
 // ReadTCP ends a connection from another address before reading anything.
@@ -199,7 +214,11 @@ func (c clientOnly) ReadTCP(conn net.Conn, timeout time.Duration) ([]byte, error
 		c.d.log.addForeign()
 		return nil, errForeign
 	}
-	return c.Reader.ReadTCP(conn, timeout)
+	m, err := c.Reader.ReadTCP(conn, timeout)
+	if err == nil {
+		c.d.logResponse(m)
+	}
+	return m, err
 }
 
 // errForeign ends a TCP connection from an address other than the sandbox's.
@@ -221,8 +240,7 @@ func (d *dnsFilter) fromClient(a net.Addr) bool {
 // accept lets every query through to the handler, which judges and logs it; the library's own checks
 // would answer some messages (UPDATE, NOTIFY, several questions) without the log seeing them.
 func (d *dnsFilter) accept(h dns.Header) dns.MsgAcceptAction {
-	if h.Bits&(1<<15) != 0 { // QR: a response sent to a resolver
-		d.log.add(report.DNSQuery{Reason: "a DNS response, not a query"})
+	if h.Bits&(1<<15) != 0 { // QR: a response sent to a resolver, logged with its name by the reader
 		return dns.MsgIgnore
 	}
 	return dns.MsgAccept

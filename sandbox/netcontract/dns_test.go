@@ -133,6 +133,8 @@ func TestDNSFilterRefuses(t *testing.T) {
 	additional := q()
 	additional.Extra = []dns.RR{&dns.TXT{Hdr: dns.RR_Header{Name: "x.allowed.test.", Rrtype: dns.TypeTXT, Class: dns.ClassINET}, Txt: []string{"exfil"}}}
 	anyType := new(dns.Msg).SetQuestion("x.allowed.test.", dns.TypeANY)
+	response := new(dns.Msg).SetQuestion("c2-exfil.allowed.test.", dns.TypeTXT)
+	response.Response = true
 	long := make([]string, 5)
 	for i := range long {
 		long[i] = strings.Repeat("a", 60)
@@ -149,6 +151,7 @@ func TestDNSFilterRefuses(t *testing.T) {
 		{"authority section", pack(t, authority), "answer or authority"},
 		{"additional section", pack(t, additional), "additional section"},
 		{"type ANY", pack(t, anyType), "type ANY"},
+		{"a response", pack(t, response), "a DNS response"},
 		{"dot inside a label", rawQuery(7, "exfil-data.allowed", "test"), "characters"},
 		{"escaped dot", rawQuery(8, `evil\.allowed`, "test"), "characters"},
 		{"name over 255 bytes", rawQuery(9, append(long, "allowed", "test")...), "malformed"},
@@ -165,6 +168,10 @@ func TestDNSFilterRefuses(t *testing.T) {
 		if !slices.ContainsFunc(got, func(d report.DNSQuery) bool { return !d.Allowed && strings.Contains(d.Reason, tc.reason) }) {
 			t.Errorf("%s: no refused entry with reason %q in the log %+v", tc.name, tc.reason, got)
 		}
+	}
+	// A response is dropped unanswered, but the name the command sent in it is logged.
+	if !slices.Contains(got, report.DNSQuery{Name: "c2-exfil.allowed.test", Type: "TXT", Reason: "a DNS response, not a query"}) {
+		t.Errorf("the response's name and type are not in the log %+v", got)
 	}
 	if msgs := fake.Messages(); len(msgs) != 0 {
 		t.Errorf("the upstream saw %d messages, want none: %v", len(msgs), msgs)
