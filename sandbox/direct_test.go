@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
@@ -233,7 +234,8 @@ func TestCgroupLeftForGC(t *testing.T) {
 	}
 	defer func() { squatter.Process.Kill(); squatter.Wait() }()
 	for _, dir := range CgroupDirs(sb.ID) {
-		if strings.Contains(dir, "/pids/") {
+		// v1: the pids hierarchy's dir is enough to keep one busy; v2 (unified): the one dir.
+		if strings.Contains(dir, "/pids/") || cgroups.IsCgroup2UnifiedMode() {
 			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(squatter.Process.Pid)), 0); err != nil {
 				t.Fatal(err)
 			}

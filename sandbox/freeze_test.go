@@ -20,7 +20,10 @@ func TestFreeze(t *testing.T) {
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
 	sb, err := Create(Config{Plan: testPlan(t), StateRoot: testutil.StateRoot(t), Command: Command{
 		// A leftover with two threads: python's main thread and one sleeping in a thread of its own.
-		Args: []string{"sh", "-c", `python3 -c 'import threading, time; threading.Thread(target=time.sleep, args=(300,)).start(); time.sleep(300)' & sleep 1`},
+		// The command exits once python says its thread runs (a minute at most): under emulation
+		// (the VM harness) python takes longer than any fixed pause to get there.
+		Args: []string{"sh", "-c", `python3 -c 'import threading, time; threading.Thread(target=time.sleep, args=(300,)).start(); open("/tmp/ready", "w").close(); time.sleep(300)' &
+i=0; while [ ! -e /tmp/ready ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done`},
 		Cwd:  t.TempDir(),
 	}})
 	if err != nil {
