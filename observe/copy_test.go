@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/safefs"
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/report"
 )
 
@@ -90,7 +91,7 @@ func TestCopySparseSpecialBudgetStop(t *testing.T) {
 	select {
 	case err := <-done:
 		mustOK(t, err)
-	case <-time.After(20 * time.Second):
+	case <-time.After(testutil.Scaled(20 * time.Second)):
 		t.Fatal("the copy hangs")
 	}
 	var st unix.Stat_t

@@ -60,7 +60,7 @@ func checkFilter(t *testing.T, fd int, wantOnly bool) {
 	pid := uint32(cmd.Process.Pid)
 	var forks, execs, exits, threads, others int
 	buf := make([]byte, 4096)
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(testutil.Scaled(2 * time.Second))
 	for time.Now().Before(deadline) && exits == 0 {
 		n, err := unix.Read(fd, buf)
 		if err == unix.EAGAIN {

@@ -146,7 +146,7 @@ func TestSnapshotVictim(t *testing.T) {
 func settledSnapshot(t *testing.T, s *sandboxUnderTest, comms ...string) *Snap {
 	t.Helper()
 	var snap *Snap
-	for range 200 {
+	for deadline := time.Now().Add(testutil.Scaled(2 * time.Second)); snap == nil || time.Now().Before(deadline); {
 		var err error
 		snap, err = Snapshot(SnapshotOptions{
 			HostPids:    testutil.Descendants(s.init.Process.Pid),

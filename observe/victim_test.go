@@ -96,7 +96,7 @@ func victimCmd() error {
 		return err
 	}
 	ready := filepath.Join(os.Getenv(dirEnv), "ready")
-	for range 500 {
+	for deadline := time.Now().Add(testutil.Scaled(5 * time.Second)); time.Now().Before(deadline); {
 		if _, err := os.Stat(ready); err == nil {
 			return nil
 		}
@@ -219,7 +219,7 @@ func (s *sandboxUnderTest) kill(tb testing.TB) {
 	pids := testutil.Descendants(s.init.Process.Pid)
 	_ = s.init.Process.Signal(syscall.SIGKILL)
 	_ = s.init.Wait()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testutil.Scaled(5 * time.Second))
 	for _, pid := range pids {
 		for exists(pid) && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
@@ -243,7 +243,7 @@ func exists(pid int) bool {
 // waitFile waits for a file the victim writes when it is ready.
 func waitFile(tb testing.TB, path string) []byte {
 	tb.Helper()
-	for range 1000 {
+	for deadline := time.Now().Add(testutil.Scaled(10 * time.Second)); time.Now().Before(deadline); {
 		if b, err := os.ReadFile(path); err == nil {
 			return b
 		}
@@ -283,11 +283,13 @@ func realpath(tb testing.TB, p string) string {
 
 func waitFor(tb testing.TB, cond func() bool) {
 	tb.Helper()
-	for range 500 {
+	for deadline := time.Now().Add(testutil.Scaled(5 * time.Second)); time.Now().Before(deadline); {
 		if cond() {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	tb.Fatal("condition never held")
+	if !cond() {
+		tb.Fatalf("condition never held in %v (%s scales the wait)", testutil.Scaled(5*time.Second), testutil.TimeScaleEnv)
+	}
 }
