@@ -31,7 +31,9 @@ import (
 //     whole file system, the host's processes included: the reader sorts.
 //   - Whose. A process still alive when its event is read is the sandbox's when its pid namespace is the
 //     sandbox's or one below it, asked through the event's pidfd, which names that very process (no pid
-//     number that could have been reused). One that exited before the event was read has no pidfd (or
+//     number that could have been reused): with PIDFD_GET_PID_NAMESPACE where the kernel answers it
+//     (Linux 6.11, probed at start); before, /proc/PID/ns/pid of the pid the pidfd's fdinfo gives,
+//     taken only when the pidfd's process is still there after the open (a signal 0 through it). One that exited before the event was read has no pidfd (or
 //     one whose namespace can no longer be asked): its event keeps the pid number and the read's time window, and Stop counts it when the exec stream saw
 //     a process of that number in the sandbox's fork tree during that window (the host would have to
 //     hand the same number out twice within the window for a host process to be taken for it).
@@ -49,6 +51,9 @@ import (
 //     sed -i); a directory renamed is listed as itself, not its entries. The kernel merges a queued event with a later one of the same
 //     process on the same inode (create, write, delete of a temporary file become one event): they are
 //     taken in the only order one inode allows.
+//   - Kernel. The reports asked of fanotify_init need Linux 5.17 (FAN_REPORT_TARGET_FID, FAN_RENAME;
+//     FAN_REPORT_PIDFD 5.15): where one is refused, StartShareWatch returns a FanotifyFeatureError
+//     naming it, and nothing is watched (the caller's report says the changes were not seen).
 //   - Bounds. The kernel's queue holds 16384 events by default: an overflow is a Problem, as is any
 //     read error. The recorded operations and the paths listed are bounded (MaxEntries): past them
 //     counting goes on, Truncated says so, and paths Keep names are kept up to as many more.
@@ -73,7 +78,10 @@ type ShareWatch struct {
 	verdicts               map[uint64]bool  // pidfs inode of a live process -> whether it is the sandbox's
 	// pidfs: pidfds have an inode of their own per process (Linux 6.9), which verdicts are kept by;
 	// before, they shared one anonymous inode and nothing is kept.
-	pidfs    bool
+	pidfs bool
+	// pidfdNS: the kernel answers PIDFD_GET_PID_NAMESPACE (Linux 6.11); before, a process's pid
+	// namespace is opened through /proc (pidNSByProc). Probed, not taken from the version.
+	pidfdNS  bool
 	lastFrom uint64 // CLOCK_MONOTONIC before the last read that left the queue empty
 	renamed  int    // index in ops of the last event's rename target, else -1
 }
@@ -158,6 +166,54 @@ var ErrShareWatch = errors.New("cannot watch writable shares")
 const shareEvents = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_RENAME | unix.FAN_MODIFY |
 	unix.FAN_ATTRIB | unix.FAN_CLOSE_WRITE | unix.FAN_ONDIR
 
+// shareInitFlags are the watch's fanotify_init flags.
+const shareInitFlags = unix.FAN_CLASS_NOTIF | unix.FAN_CLOEXEC | unix.FAN_NONBLOCK |
+	unix.FAN_REPORT_DFID_NAME_TARGET | unix.FAN_REPORT_PIDFD
+
+// fanotifyFeatures are the fanotify_init reporting flags the watch cannot do without, with the Linux
+// release that brought each (FAN_RENAME, asked of the mark, came with FAN_REPORT_TARGET_FID).
+var fanotifyFeatures = []struct {
+	flag        uint
+	name, since string
+}{
+	{unix.FAN_REPORT_DFID_NAME, "FAN_REPORT_DFID_NAME", "5.9"},
+	{unix.FAN_REPORT_PIDFD, "FAN_REPORT_PIDFD", "5.15"},
+	{unix.FAN_REPORT_DFID_NAME_TARGET, "FAN_REPORT_TARGET_FID", "5.17"},
+}
+
+// ErrFanotifyFeature is matched (errors.Is) by StartShareWatch's error when this kernel's fanotify lacks
+// a reporting flag the watch needs; the error names it and the Linux release that brought it.
+var ErrFanotifyFeature = errors.New("fanotify feature missing")
+
+// FanotifyFeatureError names the fanotify_init flag this kernel refused.
+type FanotifyFeatureError struct{ Flag, Since string }
+
+func (e *FanotifyFeatureError) Error() string {
+	return fmt.Sprintf("this kernel's fanotify lacks %s (Linux %s)", e.Flag, e.Since)
+}
+
+// Is makes errors.Is(err, ErrFanotifyFeature) true.
+func (e *FanotifyFeatureError) Is(target error) bool { return target == ErrFanotifyFeature }
+
+// fanotifyInitError says which flag a refused fanotify_init lacks: each is asked alone (EINVAL for a
+// flag the kernel does not know). Other errors (EPERM without CAP_SYS_ADMIN) stay as they are.
+func fanotifyInitError(err error) error {
+	if !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	for _, f := range fanotifyFeatures {
+		fd, ferr := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|f.flag, unix.O_RDONLY)
+		if ferr == nil {
+			unix.Close(fd)
+			continue
+		}
+		if errors.Is(ferr, unix.EINVAL) {
+			return &FanotifyFeatureError{Flag: f.name, Since: f.since}
+		}
+	}
+	return err
+}
+
 // Bounds of the reader's own state.
 const (
 	maxPending     = 4096 // operations waiting for their directory to be placed
@@ -188,13 +244,12 @@ func StartShareWatch(opts ShareWatchOptions) (*ShareWatch, error) {
 	if w.pidNS, err = nsOf(fmt.Sprintf("/proc/%d/ns/pid", opts.InitPid)); err != nil {
 		return nil, fmt.Errorf("reading the sandbox's pid namespace: %w", err)
 	}
-	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|
-		unix.FAN_REPORT_DFID_NAME_TARGET|unix.FAN_REPORT_PIDFD, unix.O_RDONLY|unix.O_LARGEFILE)
+	fd, err := unix.FanotifyInit(shareInitFlags, unix.O_RDONLY|unix.O_LARGEFILE)
 	if err != nil {
-		return nil, fmt.Errorf("%w: fanotify_init: %w", ErrShareWatch, err)
+		return nil, fmt.Errorf("%w: fanotify_init: %w", ErrShareWatch, fanotifyInitError(err))
 	}
 	w.f = os.NewFile(uintptr(fd), "fanotify")
-	w.pidfs = pidfdsArePidfs()
+	w.pidfs, w.pidfdNS = pidfdsArePidfs(), pidfdNSIoctl()
 	w.lastFrom = monotonic() // the first read's window starts before the first mark
 	for _, sh := range opts.Shares {
 		if err := w.add(sh); err != nil {
@@ -264,6 +319,22 @@ func pidfdsArePidfs() bool {
 	defer unix.Close(fd)
 	var sfs unix.Statfs_t
 	return unix.Fstatfs(fd, &sfs) == nil && sfs.Type == unix.PID_FS_MAGIC
+}
+
+// pidfdNSIoctl says whether this kernel answers PIDFD_GET_PID_NAMESPACE (Linux 6.11), asked of sbx's
+// own pidfd.
+func pidfdNSIoctl() bool {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	ns, err := unix.IoctlRetInt(fd, pidfdGetPidNamespace)
+	if err != nil {
+		return false
+	}
+	unix.Close(ns)
+	return true
 }
 
 // nsOf is the identity of the namespace file p.
@@ -526,7 +597,7 @@ const (
 )
 
 func (w *ShareWatch) inSandboxNS(pidfd int) (in, known bool) {
-	ns, err := unix.IoctlRetInt(pidfd, pidfdGetPidNamespace)
+	ns, err := w.pidNamespace(pidfd)
 	if err != nil {
 		return false, false // the process ended (ESRCH)
 	}
@@ -546,6 +617,63 @@ func (w *ShareWatch) inSandboxNS(pidfd int) (in, known bool) {
 	}
 	unix.Close(ns)
 	return false, true
+}
+
+// pidNamespace opens the pid namespace of pidfd's process: asked of the pidfd where the kernel
+// answers, else through /proc.
+func (w *ShareWatch) pidNamespace(pidfd int) (int, error) {
+	if w.pidfdNS {
+		return unix.IoctlRetInt(pidfd, pidfdGetPidNamespace)
+	}
+	return pidNSByProc(pidfd)
+}
+
+// pidNSByProc opens the pid namespace of pidfd's process through /proc, for kernels without
+// PIDFD_GET_PID_NAMESPACE: the pidfd's fdinfo gives the pid, /proc/PID/ns/pid is opened, and a signal 0
+// sent through the pidfd afterwards says that the process had not been reaped yet, so that the pid was
+// still its own (not handed to another process) when its namespace was opened.
+func pidNSByProc(pidfd int) (int, error) {
+	pid, err := pidfdPid(pidfd)
+	if err != nil {
+		return -1, err
+	}
+	ns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+		unix.Close(ns)
+		return -1, err
+	}
+	return ns, nil
+}
+
+// pidfdPid is the pid of pidfd's process as sbx's /proc numbers it, from the pidfd's fdinfo (Linux
+// 5.3): ESRCH when the process ended (-1) or has no number there (0).
+func pidfdPid(pidfd int) (int, error) {
+	f, err := os.Open("/proc/self/fdinfo/" + strconv.Itoa(pidfd))
+	if err != nil {
+		return -1, err
+	}
+	defer f.Close()
+	b := make([]byte, 1024) // pos, flags, mnt_id, ino, Pid, NSpid: a few dozen bytes
+	n, err := f.Read(b)
+	if err != nil {
+		return -1, err
+	}
+	for line := range strings.SplitSeq(string(b[:n]), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(v))
+			switch {
+			case err != nil:
+				return -1, fmt.Errorf("a pidfd's fdinfo: %w", err)
+			case pid <= 0:
+				return -1, unix.ESRCH
+			}
+			return pid, nil
+		}
+	}
+	return -1, errors.New("a pidfd's fdinfo has no Pid line")
 }
 
 // place finds where the directory of an operation is and records the operation there: below a share,

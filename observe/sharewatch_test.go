@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,12 +23,37 @@ import (
 func startWatch(t *testing.T, dir string, opts ShareWatchOptions) *ShareWatch {
 	t.Helper()
 	testutil.RequireRoot(t, "fanotify filesystem marks and open_by_handle_at")
-	opts.Shares, opts.InitPid = []WatchedShare{{Host: dir, Sandbox: "/s"}}, os.Getpid()
+	if opts.InitPid == 0 {
+		opts.InitPid = os.Getpid()
+	}
+	opts.Shares = []WatchedShare{{Host: dir, Sandbox: "/s"}}
 	w, err := StartShareWatch(opts)
+	if errors.Is(err, ErrFanotifyFeature) {
+		t.Skipf("the share watch needs fanotify's DFID_NAME (5.9), PIDFD (5.15) and TARGET_FID (5.17) reports: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// viaProc makes w open the pid namespaces of its events' processes through /proc, as it does on kernels
+// without PIDFD_GET_PID_NAMESPACE (before 6.11), so that this path runs on every kernel.
+func viaProc(w *ShareWatch) *ShareWatch {
+	w.mu.Lock()
+	w.pidfdNS = false
+	w.mu.Unlock()
+	return w
+}
+
+// pidNSPaths are the ways the watch asks a process's pid namespace: the pidfd ioctl where the kernel
+// answers it, and /proc everywhere.
+func pidNSPaths(t *testing.T) []string {
+	if pidfdNSIoctl() {
+		return []string{"pidfd ioctl", "proc"}
+	}
+	t.Log("no PIDFD_GET_PID_NAMESPACE (Linux 6.11): only the /proc path runs")
+	return []string{"proc"}
 }
 
 func write(t *testing.T, p, s string) {
@@ -46,8 +72,15 @@ func changePaths(cs []report.FileChange) []string {
 	return out
 }
 
-// TestShareWatchNetChanges: what a sequence of operations adds up to, per path.
+// TestShareWatchNetChanges: what a sequence of operations adds up to, per path, with the processes'
+// namespaces asked either way.
 func TestShareWatchNetChanges(t *testing.T) {
+	for _, how := range pidNSPaths(t) {
+		t.Run(how, func(t *testing.T) { testShareWatchNetChanges(t, how == "proc") })
+	}
+}
+
+func testShareWatchNetChanges(t *testing.T, proc bool) {
 	dir := t.TempDir()
 	for _, n := range []string{"mod", "del", "ren", "over", "rewritten", "unlinked", "victim"} {
 		write(t, filepath.Join(dir, n), "a")
@@ -58,6 +91,9 @@ func TestShareWatchNetChanges(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, "attrdir"), 0o755)
 	outside := t.TempDir()
 	w := startWatch(t, dir, ShareWatchOptions{})
+	if proc {
+		viaProc(w)
+	}
 
 	j := func(n string) string { return filepath.Join(dir, n) }
 	f, _ := os.OpenFile(j("mod"), os.O_APPEND|os.O_WRONLY, 0)
@@ -123,8 +159,8 @@ func TestShareWatchFileShare(t *testing.T) {
 	write(t, filepath.Join(dir, "shared"), "b")
 	write(t, filepath.Join(dir, "other"), "b")
 	sc := w.Stop(nil)
-	if got := changePaths(sc.Modified); !slices.Equal(got, []string{"/s:file"}) || len(sc.Created) > 0 {
-		t.Errorf("modified %q, created %q; want /s only", got, changePaths(sc.Created))
+	if got := changePaths(sc.Modified); !slices.Equal(got, []string{"/s:file"}) || len(sc.Created) > 0 || len(sc.Problems) > 0 {
+		t.Errorf("modified %q, created %q, problems %q; want /s only", got, changePaths(sc.Created), sc.Problems)
 	}
 }
 
@@ -140,7 +176,7 @@ func TestShareWatchBounds(t *testing.T) {
 	write(t, filepath.Join(dir, ".git/hooks/pre-commit"), "x")
 	sc := w.Stop(nil)
 	if !sc.Truncated || len(sc.Created) != 11 || sc.Created[10].Path != "/s/.git/hooks/pre-commit" {
-		t.Errorf("truncated %v, created %d (last %v); want 10 plus the hook", sc.Truncated, len(sc.Created), sc.Created[len(sc.Created)-1].Path)
+		t.Errorf("truncated %v, created %q, problems %q; want 10 plus the hook last", sc.Truncated, changePaths(sc.Created), sc.Problems)
 	}
 	if sc.Total.Created < 11 || len(sc.Problems) > 0 {
 		t.Errorf("total %+v, problems %q", sc.Total, sc.Problems)
@@ -274,7 +310,7 @@ func TestShareWatchFinalPlace(t *testing.T) {
 		defer w.mu.Unlock()
 		return slices.ContainsFunc(w.ops, func(op shareOp) bool { return op.rel == "x/hooks/pre-commit" })
 	}
-	for i := 0; i < 500 && !seen(); i++ {
+	for deadline := time.Now().Add(testutil.Scaled(5 * time.Second)); time.Now().Before(deadline) && !seen(); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !seen() {
@@ -298,6 +334,86 @@ func TestPidfdsArePidfs(t *testing.T) {
 	}
 	if !pidfdsArePidfs() {
 		t.Error("pidfds are not in pidfs: the watch asks the pid namespace of every event's process")
+	}
+}
+
+// TestPidfdNSIoctl: from Linux 6.11 a pidfd answers PIDFD_GET_PID_NAMESPACE, which the watch asks;
+// before, it opens the namespace through /proc.
+func TestPidfdNSIoctl(t *testing.T) {
+	if !pidfdNSIoctl() {
+		if kernelAtLeast(6, 11) {
+			t.Fatal("no PIDFD_GET_PID_NAMESPACE on a kernel of 6.11 or later")
+		}
+		t.Skip("PIDFD_GET_PID_NAMESPACE came with Linux 6.11: the watch uses /proc (TestPidNSByProc)")
+	}
+}
+
+// TestPidNSByProc: the /proc path opens the pid namespace of the pidfd's process, the very one
+// /proc/PID/ns/pid names (and the ioctl's, where the kernel has it), and refuses a process reaped.
+func TestPidNSByProc(t *testing.T) {
+	testutil.RequireRoot(t, "a pid namespace of its own for the child")
+	child := exec.Command("/bin/sleep", "600")
+	child.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pidfd, err := unix.PidfdOpen(child.Process.Pid, 0)
+	if err != nil {
+		child.Process.Kill()
+		child.Wait()
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	want, err := nsOf(fmt.Sprintf("/proc/%d/ns/pid", child.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := nsOf("/proc/self/ns/pid")
+	for _, how := range []string{"proc", "pidfd ioctl"} {
+		get := pidNSByProc
+		if how == "pidfd ioctl" {
+			if !pidfdNSIoctl() {
+				continue
+			}
+			get = func(fd int) (int, error) { return unix.IoctlRetInt(fd, pidfdGetPidNamespace) }
+		}
+		ns, err := get(pidfd)
+		if err != nil {
+			t.Fatalf("%s: %v", how, err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(ns, &st)
+		unix.Close(ns)
+		if got := (nsID{st.Dev, st.Ino}); err != nil || got != want || got == self {
+			t.Errorf("%s: namespace %v (%v), want the child's %v (not ours %v)", how, got, err, want, self)
+		}
+	}
+	child.Process.Kill()
+	child.Wait()
+	if ns, err := pidNSByProc(pidfd); err == nil {
+		unix.Close(ns)
+		t.Error("the namespace of a reaped process was opened")
+	}
+}
+
+// TestShareWatchHostExcluded: with the sandbox's init in a pid namespace of its own, what a host process
+// (the test) changes is told the host's and not listed, whichever way the namespaces are asked.
+func TestShareWatchHostExcluded(t *testing.T) {
+	testutil.RequireRoot(t, "fanotify filesystem marks, pid namespaces")
+	s := startVictim(t, victimEnv+"=bench-init", countEnv+"=1")
+	for _, how := range pidNSPaths(t) {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			w := startWatch(t, dir, ShareWatchOptions{InitPid: s.init.Process.Pid})
+			if how == "proc" {
+				viaProc(w)
+			}
+			write(t, filepath.Join(dir, "host"), "h")
+			sc := w.Stop(nil)
+			if len(sc.Created)+len(sc.Modified) > 0 || len(sc.Problems) > 0 || sc.Unsettled > 0 {
+				t.Errorf("created %q, modified %q, problems %q, unsettled %d; want nothing", changePaths(sc.Created), changePaths(sc.Modified), sc.Problems, sc.Unsettled)
+			}
+		})
 	}
 }
 
