@@ -10,7 +10,7 @@
 #
 # The guest: systemd, an ordinary user sbxuser (uid 1000, subuid/subgid ranges, lingering so that
 # user@1000.service and its delegated cgroup exist from boot), and sbx-vm-job.service, which after
-# multi-user.target mounts the 9p share host0, runs its job.sh and powers off (see run.sh).
+# multi-user.target mounts the 9p share host0, runs its guest.sh (vm/guest.sh) and powers off.
 set -euo pipefail
 
 CACHE=${SBX_VM_CACHE:-/var/cache/sbx-vm}
@@ -22,9 +22,11 @@ SIZE=8G
 # pkg-config; libc6-dev stays: gcc links the battery's C programs), tools the tests and jobs call
 # (sudo, runuser/nsenter from util-linux, pgrep, fuser, mkfs.ext4), and the user session pieces:
 # libpam-systemd and dbus-user-session give sbxuser a user bus for systemd-run --user --scope.
-# apparmor: as a stock Debian 12 has it (Makefile's DEBS has it for apparmor_parser too).
+# apparmor: as a stock Debian 12 has it (Makefile's DEBS has it for apparmor_parser too). The compat
+# scripts run a developer's everyday tools: git, make, gpg/gpgconf, ssh-keygen, python3's venv.
 GUEST_DEBS="apparmor iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc libc6-dev
-  uidmap passt sudo util-linux procps psmisc e2fsprogs libpam-systemd dbus-user-session ca-certificates"
+  uidmap passt sudo util-linux procps psmisc e2fsprogs libpam-systemd dbus-user-session ca-certificates
+  git make gpg gpg-agent gpgconf openssh-client python3-venv xz-utils zstd file"
 # Kernels: bookworm's default 6.1 and its 6.12 (from bookworm-security, where the meta package lives).
 KERNELS="linux-image-amd64 linux-image-6.12-amd64"
 # The oldest: bullseye's 5.10 (no Landlock: sbx must refuse there).
@@ -42,6 +44,16 @@ for p in qemu-system-x86 qemu-utils debootstrap e2fsprogs; do dpkg -s $p >/dev/n
 if [ -n "${missing:-}" ]; then
 	echo "installing:$missing" >&2
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
+
+# One build at a time (make test-vm runs in parallel would race for the build dir): wait for the
+# other, then use what it built.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/image.lock"
+flock 9
+if [ -f "$IMG/done" ]; then
+	echo "$IMG"
+	exit 0
 fi
 
 T0=$(date +%s)
@@ -122,7 +134,8 @@ old_kernel() {
 
 configure() {
 	echo sbx-vm >"$ROOT/etc/hostname"
-	echo "127.0.1.1 sbx-vm" >>"$ROOT/etc/hosts"
+	# As a Debian install writes it (debootstrap leaves none): localhost is 127.0.0.1 and ::1.
+	printf '127.0.0.1\tlocalhost\n127.0.1.1\tsbx-vm\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n' >"$ROOT/etc/hosts"
 	echo "/dev/vda / ext4 rw,errors=remount-ro 0 1" >"$ROOT/etc/fstab"
 	# The host's first nameserver is what sbx's DNS filter forwards to by default; the VM has no network,
 	# so this is only an address (tests that need a resolver bring their own, e.g. fakenet).
@@ -146,30 +159,12 @@ configure() {
 		ln -sf /dev/null "$ROOT/etc/systemd/system/$u"
 	done
 
-	# The job runner. The job's tree is copied off the share to /opt/sbx/work (a local ext4 as the host
-	# tests have, not 9p; /tmp is emptied at boot), job.sh runs there, and its output and status go
-	# back to the share as they come (run.sh tails out/job.log).
+	# The job runner: mounts the share and runs its guest.sh (vm/guest.sh: kept on the host, so that
+	# changing it needs no new image), then powers off whatever happened.
 	cat >"$ROOT/usr/local/sbin/sbx-vm-job" <<-'EOF'
 		#!/bin/bash
-		# Runs the job run.sh put on the 9p share host0, then powers off.
 		mkdir -p /mnt/host
-		mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576 host0 /mnt/host || { systemctl poweroff; exit 1; }
-		out=/mnt/host/out
-		mkdir -p $out
-		{
-			echo "guest: $(uname -r), up $(cut -d' ' -f1 /proc/uptime) s, $(nproc) cpus, cgroup: $(stat -fc %T /sys/fs/cgroup)"
-			rm -rf /opt/sbx/work && mkdir -p /opt/sbx/work
-			cp -a /mnt/host/job/. /opt/sbx/work/
-			cd /opt/sbx/work
-			export PATH=/opt/sbx/work/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
-			export SBX_VM_KERNEL=$(cat /mnt/host/kernel 2>/dev/null) SBX_VM_OUT=$out
-			[ -f /mnt/host/env ] && . /mnt/host/env
-			start=$(date +%s)
-			bash ./job.sh
-			status=$?
-			echo "guest: job exited $status after $(($(date +%s) - start)) s"
-			echo $status >$out/status.tmp && mv $out/status.tmp $out/status
-		} >>$out/job.log 2>&1 </dev/null
+		mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576 host0 /mnt/host && bash /mnt/host/guest.sh
 		sync
 		systemctl poweroff --no-block
 	EOF

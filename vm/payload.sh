@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # vm/payload.sh DIR [--tests]: lays out in DIR what a VM job gets (the guest copies it to /opt/sbx/work
-# and runs job.sh there): the repository's tracked files with their layout (tests open testdata/ and
-# other files by paths relative to their package's directory), bin/ from make build, and with --tests
-# every package's test binary as PKG/PKG.test beside its sources, built here on the host.
+# and runs job.sh there): bin/ from make build, and with --tests the repository's tracked files with
+# their layout (tests open testdata/ and other files by paths relative to their package's directory)
+# and every package's test binary as PKG/PKG.test beside its sources, built here on the host.
 #
 # The guest has no Go toolchain: the few tests that call `go` (TestStaticInit, TestSeccompKeyBuild,
 # cmd/sbx's buildSbx tests) skip themselves without one.
@@ -12,10 +12,11 @@ dir=$1 tests=${2:-}
 export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 start=$(date +%s)
 rm -rf "$dir" && mkdir -p "$dir"
-# The work tree as it is (uncommitted changes included: it is what make build built).
-git ls-files -z | xargs -0 cp --parents -t "$dir" 2>/dev/null || true
 cp -a bin "$dir/"
 if [ "$tests" = --tests ]; then
+	# The work tree as it is (uncommitted changes included: it is what make build built). Only the
+	# tests need it: the guest copies the payload off 9p, slowly (a minute or more under TCG).
+	git ls-files -z | xargs -0 cp --parents -t "$dir" 2>/dev/null || true
 	: >"$dir/tests.list"
 	for pkg in $(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Dir}}{{end}}' ./...); do
 		rel=${pkg#"$PWD"/}

@@ -2,9 +2,10 @@
 # vm/run.sh KERNEL JOB [PAYLOAD]: boots the cached Debian 12 image (vm/image.sh) with KERNEL (6.1, 6.12
 # or 5.10), runs JOB (a bash script, vm/jobs/*.sh) in it as root and exits with the job's status.
 #
-# PAYLOAD is a directory from vm/payload.sh (default: a fresh one without test binaries). The guest
-# sees it through a 9p share (host0): sbx-vm-job.service copies PAYLOAD to /opt/sbx/work, runs JOB there
-# as job.sh and writes out/job.log (streamed here as it grows) and out/status back, then powers off.
+# PAYLOAD is a directory from vm/payload.sh (default: a fresh one without test binaries). The guest gets
+# PAYLOAD with JOB as job.sh on a second disk (read-only) and a 9p share (host0) holding vm/guest.sh,
+# which copies the disk to /opt/sbx/work, runs job.sh there and writes out/job.log (streamed here as it
+# grows) and out/status back to the share; then the guest powers off.
 #
 # The VM: TCG (SBX_VM_ACCEL=kvm where KVM boots Debian's kernels; on this host's PVM it hangs), 2 vCPUs,
 # 4 GiB, NO network device (-nic none, always: nothing a test does can leave the VM), a fresh qcow2
@@ -31,10 +32,14 @@ if [ -z "$payload" ]; then
 	payload=$run/payload
 	vm/payload.sh "$payload"
 fi
-# The job's tree, hard-linked (the guest copies it off the share and never writes to it).
-cp -al "$payload" "$run/share/job" 2>/dev/null || cp -a "$payload" "$run/share/job"
-cp "$job" "$run/share/job/job.sh"
-cp vm/jobs/lib.sh "$run/share/job/lib.sh"
+# The job's tree (hard-linked: it is only read), made into an ext4 the guest gets as /dev/vdb.
+cp -al "$payload" "$run/job" 2>/dev/null || cp -a "$payload" "$run/job"
+cp "$job" "$run/job/job.sh"
+cp vm/jobs/lib.sh "$run/job/lib.sh"
+mkfs.ext4 -q -L sbxjob -d "$run/job" "$run/job.img" $(($(du -sm "$run/job" | cut -f1) * 2 + 64))M >/dev/null
+rm -rf "$run/job"
+# The share: what runs the job in the guest, its parameters, and out/ for what comes back.
+cp vm/guest.sh "$run/share/guest.sh"
 echo "$kernel" >"$run/share/kernel"
 # Variables for the job (SBX_VM_* from the caller's environment).
 env | grep '^SBX_VM_' | sed "s/^\([^=]*\)=\(.*\)/export \1='\2'/" >"$run/share/env" || true
@@ -51,6 +56,7 @@ qemu-system-x86_64 "${accel_args[@]}" -machine q35 -smp 2 -m 4096 \
 	-kernel "$vmlinuz" -initrd "$initrd" \
 	-append "root=/dev/vda rw console=ttyS0 panic=1 systemd.show_status=1 net.ifnames=0 mitigations=off" \
 	-drive "file=$run/overlay.qcow2,format=qcow2,if=virtio,cache=unsafe" \
+	-drive "file=$run/job.img,format=raw,if=virtio,readonly=on" \
 	-virtfs "local,path=$run/share,mount_tag=host0,security_model=none,id=host0" \
 	</dev/null >"$logs/qemu.log" 2>&1 &
 qemu=$!
@@ -77,7 +83,7 @@ end=$(date +%s)
 cp "$run/share/out/job.log" "$logs/job.log" 2>/dev/null || true
 # Whatever else the job left in out/ (reports, per-package logs).
 cp -a "$run/share/out/." "$logs/" 2>/dev/null || true
-rm -f "$run/overlay.qcow2"
+rm -f "$run/overlay.qcow2" "$run/job.img"
 
 if [ ! -s "$run/share/out/status" ]; then
 	echo "vm: $name: no job status (boot or job failed); last console lines:" >&2
