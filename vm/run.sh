@@ -41,8 +41,12 @@ rm -rf "$run/job"
 # The share: what runs the job in the guest, its parameters, and out/ for what comes back.
 cp vm/guest.sh "$run/share/guest.sh"
 echo "$kernel" >"$run/share/kernel"
-# Variables for the job (SBX_VM_* from the caller's environment).
-env | grep '^SBX_VM_' | sed "s/^\([^=]*\)=\(.*\)/export \1='\2'/" >"$run/share/env" || true
+# Variables for the job: SBX_VM_* and SBX_TEST_* from the caller's environment. Under TCG the tests'
+# timing-sensitive waits are stretched (testutil.Scaled) unless the caller says otherwise.
+{
+	[ "$accel" = tcg ] && [ -z "${SBX_TEST_TIME_SCALE:-}" ] && echo "export SBX_TEST_TIME_SCALE=10"
+	env | grep -E '^SBX_(VM|TEST)_' | sed "s/^\([^=]*\)=\(.*\)/export \1='\2'/"
+} >"$run/share/env" || true
 qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$run/overlay.qcow2"
 
 case $accel in
