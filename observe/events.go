@@ -514,7 +514,7 @@ func (e *Events) onExec(pid int, ts uint64) *report.Exec {
 		}
 	}
 	x.Comm = st.comm
-	if nspid, err := e.nspid(pid); err == nil {
+	if nspid, err := e.nspid(pid); err == nil && len(nspid) > 0 { // an empty NSpid line: no pid to give
 		x.Pid = nspid[len(nspid)-1]
 		x.PPid = e.sandboxParent(st.ppid, len(nspid))
 	}
@@ -574,7 +574,7 @@ func (e *Events) nspid(pid int) ([]int, error) {
 // it (its pid has fewer levels, like sbx itself for the command).
 func (e *Events) sandboxParent(ppid, depth int) int {
 	nspid, err := e.nspid(ppid)
-	if err != nil || len(nspid) != depth {
+	if err != nil || depth == 0 || len(nspid) != depth {
 		return 0
 	}
 	return nspid[depth-1]

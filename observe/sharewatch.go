@@ -795,6 +795,9 @@ func (w *ShareWatch) settlePending(key string) {
 // it cannot be opened (gone) or is no longer linked.
 func (w *ShareWatch) resolve(fsid [2]int32, h fh) (place, bool) {
 	mount := w.byFsid[fsid]
+	if mount == nil {
+		return place{}, false // a handle of no marked file system
+	}
 	fd, err := unix.OpenByHandleAt(int(mount.Fd()), unix.NewFileHandle(h.typ, h.bytes), unix.O_PATH|unix.O_CLOEXEC)
 	if err != nil {
 		return place{}, false
