@@ -24,7 +24,7 @@ func TestFreeze(t *testing.T) {
 		// (the VM harness) python takes longer than any fixed pause to get there.
 		Args: []string{"sh", "-c", `python3 -c 'import threading, time; threading.Thread(target=time.sleep, args=(300,)).start(); open("/tmp/ready", "w").close(); time.sleep(300)' &
 i=0; while [ ! -e /tmp/ready ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done`},
-		Cwd:  t.TempDir(),
+		Cwd: t.TempDir(),
 	}})
 	if err != nil {
 		t.Fatal(err)
