@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,16 +17,24 @@ import (
 // between starting the init and letting it go on. libcontainer sets the limits itself, as before, and
 // removes the cgroups on Destroy; a Create that fails before libcontainer has the container removes
 // them here, and gc removes them after a crash (the run dir exists first).
+//
+// Without root, the run's cgroup is a child of the one systemd delegates to the caller (cgroupdeleg.go),
+// recorded in the run dir before it is made (gc finds it there); without delegation there is none.
 type cgroupPrep struct {
 	done chan struct{}
 	m    cgroups.Manager
+	err  error // without root: the cgroup could not be made, and the run fails
 }
 
-// startCgroups makes the cgroups of run id on a goroutine of its own; nil without root, where the
-// sandbox gets no cgroup.
-func startCgroups(id string) *cgroupPrep {
+// startCgroups makes the cgroups of run id on a goroutine of its own; without root, its cgroup below
+// the delegated one d, recorded in runDir; nil without root and delegation, where the sandbox gets no
+// cgroup.
+func startCgroups(id string, d *delegation, runDir string) *cgroupPrep {
 	if Rootless() {
-		return nil
+		if d == nil {
+			return nil
+		}
+		return startDelegated(d.runDir(id), runDir)
 	}
 	p := &cgroupPrep{done: make(chan struct{})}
 	go func() {
@@ -39,6 +48,30 @@ func startCgroups(id string) *cgroupPrep {
 		p.m = m
 		// Best effort: what is missing, libcontainer's Apply makes as without this step.
 		_ = m.Apply(-1)
+	}()
+	return p
+}
+
+// startDelegated makes dir, a run's cgroup below the delegated one, after recording it in runDir.
+// Only the directory: the cgroups library's Apply would also walk up from /sys/fs/cgroup and try to
+// enable controllers in every parent, systemd's own user@UID.service among them.
+func startDelegated(dir, runDir string) *cgroupPrep {
+	p := &cgroupPrep{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		if err := recordCgroup(runDir, dir); err != nil {
+			p.err = fmt.Errorf("recording the sandbox's cgroup: %w", err)
+			return
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			p.err = fmt.Errorf("making the sandbox's cgroup: %w", err)
+			return
+		}
+		p.m, p.err = manager.NewWithPaths(&cgroups.Cgroup{Rootless: true, Resources: &cgroups.Resources{}}, map[string]string{"": dir})
+		if p.err != nil {
+			os.Remove(dir)
+			p.m = nil
+		}
 	}()
 	return p
 }

@@ -86,7 +86,7 @@ func TestCgroupPrep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startCgroups(id)
+	p := startCgroups(id, nil, "")
 	p.wait()
 	dirs := CgroupDirs(id)
 	if len(dirs) == 0 {

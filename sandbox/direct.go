@@ -32,7 +32,8 @@ import (
 // new mount API onto handles opened inside the root (setup.go there).
 //
 // Without root (rootless.go: startDirectRootless), the supervisor opens the binds' sources itself and
-// the sandbox gets no cgroup. With a config that asks for what the supervisor does not do (idmapped
+// the sandbox's cgroup is a child of the one systemd delegates to the caller, or there is none
+// (cgroupdeleg.go). With a config that asks for what the supervisor does not do (idmapped
 // mounts, a read-only root) or on a kernel without mount_setattr, sbx uses libcontainer's init as
 // before. So does SBX_LIBCONTAINER=1, for comparison.
 
@@ -56,16 +57,8 @@ type pidOne interface {
 // directSetup is the supervisor's Setup for config, or an error when the supervisor cannot build it
 // (libcontainer's init then does).
 func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*supervisor.Setup, error) {
-	if os.Getenv(directEnv) == "1" {
-		return nil, errors.New("not asked for")
-	}
-	if !newMountAPI() {
-		return nil, errors.New("the kernel has no mount_setattr (Linux 5.12)")
-	}
-	if self, err := selfexe.Path(); err == nil {
-		if why := directProbe(s.cfg.StateRoot, s.supervisorBinary(self)); why != "" {
-			return nil, fmt.Errorf("%w: %s", errProbe, why)
-		}
+	if err := directAvailable(s.cfg); err != nil {
+		return nil, err
 	}
 	if config.Readonlyfs || len(config.NetDevices) > 0 || len(config.Hooks) > 0 {
 		return nil, errors.New("a config the supervisor does not build")
@@ -120,6 +113,28 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	return setup, nil
 }
 
+// directAvailable says why the direct start cannot build cfg's sandbox, whatever its spec (nil when it
+// can): not asked for, a kernel without mount_setattr, or a mount the probe saw refused. A run without
+// root asks before it builds anything, since its cgroup depends on it (rootlessCgroupFor).
+func directAvailable(cfg Config) error {
+	if os.Getenv(directEnv) == "1" {
+		return errors.New("not asked for")
+	}
+	if !newMountAPI() {
+		return errors.New("the kernel has no mount_setattr (Linux 5.12)")
+	}
+	if self, err := selfexe.Path(); err == nil {
+		bin := cfg.InitBinary
+		if bin == "" {
+			bin = initBinary(self)
+		}
+		if why := directProbe(cfg.StateRoot, bin); why != "" {
+			return fmt.Errorf("%w: %s", errProbe, why)
+		}
+	}
+	return nil
+}
+
 // newMountAPI says whether the kernel has the calls the supervisor builds with: mount_setattr (Linux
 // 5.12), the newest of them (open_tree, move_mount, fsopen and fsmount came in 5.2, openat2 in 5.6).
 // Without them libcontainer's init builds the sandbox.
@@ -137,10 +152,10 @@ func (s *Sandbox) supervisorBinary(self string) string {
 
 // startDirect starts the supervisor in fresh namespaces and sends it setup, and moves it into the
 // sandbox's cgroups, with their limits set, in the background: the channel says when that is done (nil:
-// no cgroups, without root). The network namespace is the contract's (netns, a path) or a new one.
+// no cgroups, without root and delegation). The network namespace is the contract's (netns, a path) or a new one.
 func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *configs.Config, netns string, files []*os.File) (<-chan error, error) {
 	if Rootless() {
-		return nil, s.startDirectRootless(bin, setup, netns, files)
+		return s.startDirectRootless(bin, setup, config, netns, files)
 	}
 	m, err := newCgroupManager(config.Cgroups)
 	if err != nil {
@@ -423,7 +438,8 @@ func (p *directInit) Wait() (*os.ProcessState, error) {
 func (p *directInit) Pid() (int, error) { return p.cmd.Process.Pid, nil }
 
 // directContainer is a directly started sandbox's container: its supervisor and its cgroups (none
-// without root: m is nil, and the sandbox's processes are its pid namespace's, see rootless.go).
+// without root where no cgroup is delegated: m is nil, and the sandbox's processes are its pid
+// namespace's, see rootless.go).
 type directContainer struct {
 	m     cgroups.Manager
 	init  *directInit

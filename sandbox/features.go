@@ -149,10 +149,11 @@ func probeCgroup() (bool, string) {
 	return false, "no cgroup file system at /sys/fs/cgroup"
 }
 
-// callerCgroup: without root sbx gets no cgroup of its own here (no delegation).
+// callerCgroup: without root, a run's cgroup is a child of the one systemd delegates to the caller,
+// where it does (cgroupdeleg.go); else rlimits stand in.
 func callerCgroup() (bool, string) {
 	if Rootless() {
-		return false, "none without root here: rlimits stand in (the report's limits.enforced)"
+		return delegationRow()
 	}
 	return true, "memory, pids and cpu limits"
 }

@@ -27,10 +27,10 @@ var ErrNoFreezer = errors.New("the sandbox has no cgroup freezer")
 // A frozen sandbox is torn down as any other: Destroy's SIGKILL thaws it (a v1 freezer holds a signal
 // until the thaw), and gc thaws what a killed sbx left frozen.
 //
-// Without root there is no cgroup here: Freeze stops the sandbox's processes with SIGSTOP instead (see
-// stopAll).
+// Without root and a cgroup systemd delegates (cgroupdeleg.go) there is no cgroup: Freeze stops the
+// sandbox's processes with SIGSTOP instead (see stopAll).
 func (s *Sandbox) Freeze() error {
-	if Rootless() && s.initPid > 0 {
+	if s.cgroups == nil && s.initPid > 0 {
 		return s.stopAll()
 	}
 	if dir, _ := s.tasksDir(); s.container == nil || dir == "" {
@@ -43,13 +43,13 @@ func (s *Sandbox) Freeze() error {
 }
 
 // OnlyInit reports whether nothing but the sandbox's init is left: every task of its cgroups is a thread
-// of the init; without a cgroup (rootless), every child of the init's threads has ended or is ending
-// (ending): every other process of its pid namespace would descend from the init (nsScan). A daemon
+// of the init; without a cgroup (rootless, no delegation), every child of the init's threads has ended
+// or is ending (ending): every other process of its pid namespace would descend from the init (nsScan). A daemon
 // the command stopped before it ended (gpgconf --kill all) can still be in its exit here, releasing its
 // files, or the init's zombie, not yet reaped. Nothing can then start any more (the init starts
 // nothing after the command), so there is nothing to freeze.
 func (s *Sandbox) OnlyInit() bool {
-	if Rootless() {
+	if s.cgroups == nil {
 		kids, gone, err := children(s.initPid)
 		if err != nil || gone || slices.ContainsFunc(kids, func(pid int) bool { return !ending(pid) }) {
 			return false
@@ -143,8 +143,11 @@ func (s *Sandbox) tasksDir() (dir, name string) {
 
 // thawCgroup thaws the cgroups of run id, which a killed sbx may have left frozen: a v1 freezer holds
 // gc's SIGKILL until the thaw.
-func thawCgroup(id string) {
-	for _, dir := range CgroupDirs(id) {
+func thawCgroup(id string) { thawDirs(CgroupDirs(id)) }
+
+// thawDirs thaws the cgroups dirs (thawCgroup).
+func thawDirs(dirs []string) {
+	for _, dir := range dirs {
 		if _, err := os.Stat(filepath.Join(dir, "freezer.state")); err == nil {
 			_ = os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
 		}

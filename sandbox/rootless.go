@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -483,24 +486,49 @@ func (r *rootfs) rootlessOverlays() []*overlay {
 	return out
 }
 
-// rootlessSpec turns a sandbox's spec into a rootless one: the top-level mounts first, no cgroup
-// limits (an ordinary user has no cgroup of its own here; limits.enforced says what holds instead).
-func rootlessSpec(s *specs.Spec, top []specs.Mount) {
+// rootlessSpec turns a sandbox's spec into a rootless one: the top-level mounts first, and the cgroup
+// limits that the delegated cgroup d's controllers hold, in the run's cgroup below it (cgroupdeleg.go);
+// none without delegation (limits.enforced says what holds instead). No device rules: see
+// delegatedManager.
+func rootlessSpec(s *specs.Spec, top []specs.Mount, d *delegation, id string) {
 	s.Mounts = append(top, s.Mounts...)
+	r := s.Linux.Resources
 	s.Linux.Resources = nil
 	s.Linux.CgroupsPath = ""
+	if d == nil {
+		return
+	}
+	held := &specs.LinuxResources{}
+	if r != nil {
+		if d.has("memory") {
+			held.Memory = r.Memory
+		}
+		if d.has("pids") {
+			held.Pids = r.Pids
+		}
+		if d.has("cpu") {
+			held.CPU = r.CPU
+		}
+	}
+	s.Linux.Resources = held
+	s.Linux.CgroupsPath = strings.TrimPrefix(d.runDir(id), cgroupRoot)
 }
 
 // Enforcement is one limit of the plan and what holds it in this sandbox.
 type Enforcement struct{ Limit, By string }
 
-// Enforced says how each limit the plan sets is held: by the cgroup and the layer's tmpfs as root, by
-// rlimits (or nothing) without root.
+// Enforced says how each limit the plan sets is held: by the cgroup and the layer's tmpfs as root; by
+// rlimits (or nothing) without root, but for those that the cgroup systemd delegates holds.
 func (s *Sandbox) Enforced() []Enforcement {
 	l := s.cfg.Plan.Limits
 	by := map[string]string{"memory": "cgroup", "pids": "cgroup", "cpu": "cgroup", "disk": "tmpfs size"}
 	if Rootless() {
 		by = map[string]string{"memory": "none", "pids": "RLIMIT_NPROC per uid", "cpu": "none", "disk": "RLIMIT_FSIZE per file"}
+		for _, c := range delegControllers {
+			if s.deleg.has(c) {
+				by[c] = "cgroup"
+			}
+		}
 	}
 	out := []Enforcement{{"disk", by["disk"]}, {"nofile", "RLIMIT_NOFILE"}}
 	for _, x := range []struct {
@@ -619,12 +647,23 @@ func ignoreUnprivileged(err error) error {
 var ErrRootless = errors.New("not available without root")
 
 // ErrNoCgroup is matched by the refusal of a profile that requires cgroup limits where sbx has none.
-var ErrNoCgroup = errors.New("the profile requires cgroup limits (limits.require: cgroup), and sbx has no cgroup without root here")
+var ErrNoCgroup = errors.New("the profile requires cgroup limits (limits.require: cgroup), which this run without root cannot have")
 
-// checkRootless refuses what a rootless sandbox cannot give, before anything is built.
-func (cfg Config) checkRootless() error {
-	if cfg.Plan.Limits.RequireCgroup {
-		return fmt.Errorf("%w: %w", ErrSetup, ErrNoCgroup)
+// checkRootless refuses what a rootless sandbox cannot give, before anything is built; d is the cgroup
+// systemd delegates (nil: none, for the reason noCgroup).
+func (cfg Config) checkRootless(d *delegation, noCgroup string) error {
+	if l := cfg.Plan.Limits; l.RequireCgroup {
+		if d == nil {
+			return fmt.Errorf("%w: %w: no cgroup of its own (%s)", ErrSetup, ErrNoCgroup, noCgroup)
+		}
+		for _, x := range []struct {
+			controller string
+			set        bool
+		}{{"memory", l.MemoryBytes > 0}, {"pids", l.Pids > 0}, {"cpu", l.CPUs > 0}} {
+			if x.set && !d.has(x.controller) {
+				return fmt.Errorf("%w: %w: the cgroup systemd delegates (%s) has no %s controller", ErrSetup, ErrNoCgroup, d.dir, x.controller)
+			}
+		}
 	}
 	if cfg.Plan.Network.Mode == policy.NetContract && cfg.Plan.Network.UplinkNetNS != "" {
 		return fmt.Errorf("%w: %w: an uplink namespace (network.uplink_netns %s); pasta is the uplink without root", ErrSetup, ErrRootless, cfg.Plan.Network.UplinkNetNS)
@@ -638,24 +677,48 @@ func (cfg Config) checkRootless() error {
 // rootlessNotes say how a rootless sandbox differs from root's, for the report.
 func (s *Sandbox) rootlessNotes() []string {
 	l := s.cfg.Plan.Limits
+	cgroup := "rootless: no cgroup here; the sandbox's processes are those of its pid namespace, stopped with SIGSTOP for the observation (no freezer: a left-running process shows state T)"
+	if s.deleg != nil {
+		cgroup = fmt.Sprintf("rootless: limits through the cgroup systemd delegates to the caller (%s)", s.deleg.dir)
+	}
 	notes := []string{fmt.Sprintf("rootless: the command runs as root inside its user namespace, uid %d on the host, without capabilities", s.ids.HostUID),
-		"rootless: no cgroup here; the sandbox's processes are those of its pid namespace, stopped with SIGSTOP for the observation (no freezer: a left-running process shows state T)",
+		cgroup,
 		// What root's sandbox gives and this one cannot (README.md, "Differences from running on the
 		// host"): said on every run, since the command's failure alone does not say it is sbx's.
 		"rootless: only the caller's id is mapped: chown to another owner fails with EINVAL, so tar x, cpio -i and cp -a of others' files fail (tar --no-same-owner, cpio --no-preserve-owner, cp -a --no-preserve=ownership)",
 		"rootless: what existed before the run is overlayfs's lower layer, which in a user namespace keeps no redirects nor origins: such a directory cannot be renamed (EXDEV: mv copies it, git mv and a bare rename(2) fail), and a hard link to such a file shows another inode number than the file (git clone of a local repository fails, \"hardlink different from source\": git clone --no-hardlinks)"}
 	held := []string{"disk as the size of each file (RLIMIT_FSIZE; df shows the host's filesystem)"}
-	if l.Pids > 0 {
+	var byCgroup, none []string
+	for _, c := range delegControllers {
+		if s.deleg.has(c) {
+			byCgroup = append(byCgroup, c)
+		} else if c != "pids" {
+			none = append(none, c)
+		}
+	}
+	if len(byCgroup) > 0 {
+		held = append(held, strings.Join(byCgroup, ", ")+" by the cgroup")
+	}
+	if l.Pids > 0 && !s.deleg.has("pids") {
 		held = append(held, "pids by RLIMIT_NPROC of the caller's uid")
 	}
 	held = append(held, "timeout by sbx")
-	notes = append(notes, "rootless limits: "+strings.Join(held, ", ")+"; memory and cpu are not limited")
-	return notes
+	line := "rootless limits: " + strings.Join(held, ", ")
+	switch {
+	case len(none) == 0:
+	case s.deleg != nil && len(none) == 1:
+		line += "; " + none[0] + " is not limited (no such controller in the delegated cgroup)"
+	case s.deleg != nil:
+		line += "; " + strings.Join(none, " and ") + " are not limited (no such controllers in the delegated cgroup)"
+	default:
+		line += "; " + strings.Join(none, " and ") + " are not limited"
+	}
+	return append(notes, line)
 }
 
-// rootlessRlimits stand in for the cgroup limits: address space for memory, file size for disk, and
-// processes of the caller's uid for pids (counted from the caller's processes now, since the limit is
-// per uid, host-wide).
+// rootlessRlimits stand in for the cgroup limits: file size for disk, and, unless the delegated cgroup
+// holds pids, processes of the caller's uid (counted from the caller's processes now, since the limit
+// is per uid, host-wide).
 func (s *Sandbox) rootlessRlimits() []specs.POSIXRlimit {
 	l := s.cfg.Plan.Limits
 	disk := l.DiskBytes
@@ -663,7 +726,7 @@ func (s *Sandbox) rootlessRlimits() []specs.POSIXRlimit {
 		disk = DefaultDiskBytes
 	}
 	out := rlimitsWithoutCgroup(disk)
-	if l.Pids > 0 {
+	if l.Pids > 0 && !s.deleg.has("pids") {
 		n := uint64(l.Pids) + uint64(processesOf(os.Getuid()))
 		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
 	}
@@ -825,25 +888,31 @@ func openUp(root int, rel string, perm uint32) bool {
 // caller, root of its user namespace, where the caller's uid and gid (one id each, rootlessIDMap) are
 // mapped as 0. The kernel lets an ordinary user write such maps itself (the gid map once setgroups is
 // denied), so the runtime writes them between clone and exec, as for root, and no newuidmap is needed.
-// The sandbox gets no cgroup (limits come as rlimits, in setup); the supervisor opens the binds' sources
-// (setup.OpenSources: sbx may not clone mounts); the network namespace is a new one, which pasta joins
-// once the supervisor runs (Create: net.Attach).
-func (s *Sandbox) startDirectRootless(bin string, setup *supervisor.Setup, netns string, files []*os.File) error {
+// The sandbox's cgroup, where systemd delegates one (cgroupdeleg.go), gets its limits before the
+// supervisor starts, and the supervisor is moved into it in the background, as startDirect does as
+// root: the channel says when (nil: no cgroup, limits come as rlimits, in setup). The supervisor opens
+// the binds' sources (setup.OpenSources: sbx may not clone mounts); the network namespace is a new one,
+// which pasta joins once the supervisor runs (Create: net.Attach).
+func (s *Sandbox) startDirectRootless(bin string, setup *supervisor.Setup, config *configs.Config, netns string, files []*os.File) (<-chan error, error) {
 	if netns != "" {
 		// Joining another namespace would take CAP_SYS_ADMIN over it, which sbx has not.
-		return fmt.Errorf("%w: joining the network namespace %s", ErrRootless, netns)
+		return nil, fmt.Errorf("%w: joining the network namespace %s", ErrRootless, netns)
 	}
-	c := &directContainer{}
+	m, err := s.delegatedManager(config)
+	if err != nil {
+		return nil, err
+	}
+	c := &directContainer{m: m}
 	s.container = c
 	exe, err := os.Open(bin)
 	if err != nil {
-		return fmt.Errorf("opening the supervisor's binary: %w", err)
+		return nil, fmt.Errorf("opening the supervisor's binary: %w", err)
 	}
 	defer exe.Close()
 	cmd := supervisorCmd(exe, files, netns)
 	uids, gids := s.ids.mappings()
 	if len(uids) != 1 || len(gids) != 1 || uids[0].HostID != uint32(os.Geteuid()) || gids[0].HostID != uint32(os.Getegid()) {
-		return fmt.Errorf("%w: a user namespace that maps other ids than the caller's own (%v %v)", ErrRootless, uids, gids)
+		return nil, fmt.Errorf("%w: a user namespace that maps other ids than the caller's own (%v %v)", ErrRootless, uids, gids)
 	}
 	cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = sysIDMap(uids), sysIDMap(gids)
 	// Already root of its user namespace once mapped, with the caller's supplementary groups (unmapped:
@@ -852,9 +921,52 @@ func (s *Sandbox) startDirectRootless(bin string, setup *supervisor.Setup, netns
 	cmd.SysProcAttr.GidMappingsEnableSetgroups = false
 	if err := s.launchSupervisor(c, cmd, netns, setup); err != nil {
 		// Its maps refused: AppArmor's restriction of user namespaces, the usual cause (apparmor.go).
-		return usernsRefusal(err)
+		return nil, usernsRefusal(err)
 	}
-	return recordInit(s.run.dir, s.initPid)
+	if err := recordInit(s.run.dir, s.initPid); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, nil
+	}
+	// While the supervisor builds the sandbox: it starts nothing before the preparation, which comes
+	// after this.
+	moved := make(chan error, 1)
+	go func() {
+		if err := m.AddPid("", s.initPid); err != nil {
+			s.Kill()
+			moved <- fmt.Errorf("moving the supervisor into the sandbox's cgroup: %w", err)
+			return
+		}
+		moved <- nil
+	}()
+	return moved, nil
+}
+
+// delegatedManager is the cgroup manager of a rootless sandbox's cgroup below the delegated one, with
+// the plan's limits set (nil without delegation). cgroup v2's device rules are a BPF program, which an
+// ordinary user may not attach; the sandbox's /dev holds only what sbx put there (rootlessSpec keeps no
+// device rule).
+func (s *Sandbox) delegatedManager(config *configs.Config) (cgroups.Manager, error) {
+	if s.cgroups == nil {
+		return nil, nil
+	}
+	s.cgroups.wait()
+	if s.cgroups.err != nil {
+		return nil, s.cgroups.err
+	}
+	if config.Cgroups.Resources == nil {
+		config.Cgroups.Resources = &cgroups.Resources{}
+	}
+	config.Cgroups.Resources.SkipDevices = true
+	m, err := manager.NewWithPaths(config.Cgroups, s.cgroups.m.GetPaths())
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's cgroup: %w", err)
+	}
+	if err := m.Set(config.Cgroups.Resources); err != nil {
+		return nil, fmt.Errorf("setting the sandbox's limits in %s: %w", m.Path(""), err)
+	}
+	return m, nil
 }
 
 // initFile names, in a rootless run's dir, its supervisor's host pid and pid namespace: without a

@@ -102,6 +102,7 @@ type Sandbox struct {
 	notifyOff  string              // why the plan's recording could not be set up, for the report
 	ids        IDMap
 	cgroups    *cgroupPrep // the run's cgroups, made ahead; libcontainer's once it has the container
+	deleg      *delegation // without root: the cgroup systemd delegates, the parent of the run's; nil: none
 	relays     relays
 	diagFD     int  // the supervisor's sock_diag socket, in its process; -1 = none
 	netSent    bool // the supervisor got the network record's channel (mode none, a direct start)
@@ -142,19 +143,21 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, err
 	}
 	ids := newIDMap(cfg.Plan.UID, cfg.Plan.GID)
+	var deleg *delegation
 	if Rootless() {
-		if err := cfg.checkRootless(); err != nil {
+		d, noCgroup := rootlessCgroupFor(cfg)
+		if err := cfg.checkRootless(d, noCgroup); err != nil {
 			return nil, err
 		}
-		ids = rootlessIDMap()
+		ids, deleg = rootlessIDMap(), d
 	}
 	run, err := claimRunDir(cfg.StateRoot, id, ids)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids, diagFD: -1}
+	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids, diagFD: -1, deleg: deleg}
 	sb.rootfs.prep = prep
-	sb.cgroups = startCgroups(id) // beside the overlays (cgroupprep.go)
+	sb.cgroups = startCgroups(id, deleg, run.dir) // beside the overlays (cgroupprep.go)
 	defer func() {
 		if err != nil {
 			sb.Destroy()
@@ -555,7 +558,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	// caller's 077 keeps what lands in a --rw share private.
 	spec.Process.User.Umask = callerUmask()
 	if Rootless() {
-		rootlessSpec(spec, s.rootfs.rootlessMounts())
+		rootlessSpec(spec, s.rootfs.rootlessMounts(), s.deleg, s.ID)
 		spec.Process.Rlimits = append(spec.Process.Rlimits, s.rootlessRlimits()...)
 	}
 	return spec, nil
@@ -598,7 +601,8 @@ func (s *Sandbox) startInit(spec *specs.Spec, config *configs.Config, ctl, conso
 	if err != nil {
 		return fmt.Errorf("finding the sbx binary: %w", err)
 	}
-	if setup, err := s.directSetup(spec, config); err == nil {
+	setup, direct := s.directSetup(spec, config)
+	if direct == nil {
 		files := []*os.File{ctl}
 		if console != nil {
 			files = append(files, console)
@@ -631,6 +635,11 @@ func (s *Sandbox) startInit(spec *specs.Spec, config *configs.Config, ctl, conso
 		}()
 		tr.mark("direct")
 		return nil
+	}
+	if s.deleg != nil {
+		// Predicted otherwise in Create (rootlessCgroupFor): libcontainer's cgroup code, given the run's
+		// cgroup, would also try to enable controllers in every cgroup above it.
+		return fmt.Errorf("%w: the supervisor cannot build this sandbox (%v), and libcontainer's init is not used with the cgroup systemd delegates", ErrRootless, direct)
 	}
 	sources, err := s.shareSources()
 	if err != nil {
@@ -865,8 +874,8 @@ func initBinary(self string) string {
 
 // Pids lists the host pids of every process in the sandbox, the init included.
 func (s *Sandbox) Pids() ([]int, error) {
-	if Rootless() {
-		return nsPids(s.initPid) // no cgroup: the processes of its pid namespace
+	if s.cgroups == nil {
+		return nsPids(s.initPid) // no cgroup (rootless): the processes of its pid namespace
 	}
 	return s.container.Processes()
 }

@@ -330,9 +330,14 @@ func claimDead(dir string) (bool, *os.File) {
 
 func gcRun(root, id string) error {
 	var errs []error
-	thawCgroup(id) // a frozen task holds its SIGKILL until thawed
-	killCgroup(id)
-	killRecordedInit(filepath.Join(runsDir(root), id)) // a rootless run's, which has no cgroup
+	run := filepath.Join(runsDir(root), id)
+	cgroups := CgroupDirs(id)
+	if d := recordedCgroup(run, id); d != "" {
+		cgroups = append(cgroups, d) // a rootless run's, below the cgroup systemd delegates
+	}
+	thawDirs(cgroups) // a frozen task holds its SIGKILL until thawed
+	killCgroups(cgroups)
+	killRecordedInit(run) // a rootless run's supervisor, which no cgroup may list
 	if c, err := libcontainer.Load(filepath.Join(root, "lc"), id); err == nil {
 		c.Signal(unix.SIGKILL)
 		waitStopped(c)
@@ -352,11 +357,12 @@ func gcRun(root, id string) error {
 	if err := os.RemoveAll(filepath.Join(root, "lc", id)); err != nil {
 		errs = append(errs, err)
 	}
-	run := filepath.Join(runsDir(root), id)
 	if err := newRootfs(run).unmount(); err != nil {
 		errs = append(errs, err)
 	}
-	removeCgroups(id)
+	for _, d := range cgroups {
+		os.Remove(d)
+	}
 	netcontract.KillPasta(run) // without root: the uplink of a run that died
 	if err := netcontract.Cleanup("sbx" + id); err != nil {
 		errs = append(errs, err)
@@ -367,10 +373,10 @@ func gcRun(root, id string) error {
 	return errors.Join(errs...)
 }
 
-// killCgroup SIGKILLs every process in the run's cgroups and waits briefly until they are gone.
-func killCgroup(id string) {
+// killCgroups SIGKILLs every process in the cgroups dirs (a run's) and waits briefly until they are gone.
+func killCgroups(dirs []string) {
 	for range 50 {
-		pids := cgroupPids(id)
+		pids := cgroupPids(dirs)
 		if len(pids) == 0 {
 			return
 		}
@@ -381,11 +387,11 @@ func killCgroup(id string) {
 	}
 }
 
-// cgroupPids reads the processes of the run's cgroup in every hierarchy.
-func cgroupPids(id string) []int {
+// cgroupPids reads the processes of a run's cgroup dirs, one in every hierarchy.
+func cgroupPids(dirs []string) []int {
 	seen := map[int]bool{}
 	var pids []int
-	for _, dir := range CgroupDirs(id) {
+	for _, dir := range dirs {
 		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if err != nil {
 			continue
@@ -424,7 +430,8 @@ func CgroupDirs(id string) []string {
 }
 
 // cgroupPaths is the run's cgroup in each hierarchy it was made in, by controller ("" for cgroup v2's
-// single tree), as the cgroup manager of its Create has them; nil when unknown (no cgroups, rootless).
+// single tree), as the cgroup manager of its Create has them; nil when unknown (no cgroups: rootless
+// without delegation).
 // Looking them up instead (CgroupDirs: a listing of /sys/fs/cgroup and a lookup in every hierarchy)
 // waits for sysfs's lock whenever other runs' loop devices and network namespaces add or remove their
 // entries there.
@@ -437,13 +444,6 @@ func (s *Sandbox) cgroupPaths() map[string]string {
 		return nil
 	}
 	return s.cgroups.m.GetPaths()
-}
-
-// removeCgroups removes the run's (empty) cgroups.
-func removeCgroups(id string) {
-	for _, d := range CgroupDirs(id) {
-		os.Remove(d)
-	}
 }
 
 // LimitHits counts what the sandbox's limits stopped: processes the OOM killer killed, forks the pids
