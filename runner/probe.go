@@ -25,6 +25,9 @@ const probeTimeout = 2 * time.Second
 type ProbeOptions struct {
 	Plan      *policy.Plan
 	StateRoot string // as Options.StateRoot
+	// Deny are further destinations that must be blocked (sbx probe --deny), probed as they are: they
+	// are not added to the contract.
+	Deny []policy.NetRule
 }
 
 // Probe builds the sandbox Run would build for the plan and tries, from inside it, netcontract's probe
@@ -33,7 +36,7 @@ type ProbeOptions struct {
 // only when the contract's own record (refused destinations, refused names) says it refused it, not
 // when the destination stayed silent. Cancelling ctx tears the sandbox down.
 func Probe(ctx context.Context, o ProbeOptions) ([]netcontract.Result, error) {
-	targets, err := json.Marshal(netcontract.ProbeTargets(o.Plan.Network))
+	targets, err := json.Marshal(netcontract.ProbeTargets(o.Plan.Network, o.Deny))
 	if err != nil {
 		return nil, fmt.Errorf("encoding the probe targets: %w", err)
 	}

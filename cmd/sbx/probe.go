@@ -25,22 +25,25 @@ type probeFlags struct {
 	profile   string
 	jsonOut   string
 	overrides policy.Overrides
+	deny      []string // --deny: further targets that must be blocked
 }
 
 func newProbeCmd(io stdio) *cobra.Command {
 	var f probeFlags
 	c := cancelOnSignal(&cobra.Command{
-		Use:   "probe [-p PROFILE] [--allow DEST]... [--json FILE]",
+		Use:   "probe [-p PROFILE] [--allow DEST]... [--deny DEST]... [--json FILE]",
 		Short: "Check the network contract from inside a sandbox built from a profile",
 		Long: `probe builds the same sandbox sbx exec would and tries, from inside it, the built-in deny
 targets (cloud metadata by address and by name, typical LAN gateways on ssh, redis and postgres
-ports, a UDP target, a random name outside the allow list) and every allow target. Deny targets
+ports, a UDP target, a random name outside the allow list), the profile's deny entries and every
+--deny DEST, and every allow target. Deny targets
 must be blocked by the contract itself (its record of refused attempts or of refused names says
 so: a reset or silence from the destination does not count), allow targets reachable. It prints
 one line per target and exits 1 on any breach.
 
 Examples:
   sbx probe -p contract --allow pypi.org:443
+  sbx probe --deny 192.168.0.1:6379 --deny udp:10.0.0.53:53
   sbx probe --uplink-netns egress --allow 203.0.113.10:443 --json probe.json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -59,6 +62,7 @@ Examples:
 	}, stopSignals...)
 	fl := c.Flags()
 	fl.StringVarP(&f.profile, "profile", "p", "contract", "profile to build the sandbox from")
+	fl.StringArrayVar(&f.deny, "deny", nil, "also probe `DEST` ([udp:]host:port, ip:port, cidr:port), which must be blocked; repeatable; the contract is not changed")
 	fl.StringVar(&f.jsonOut, "json", "", `also write the results as JSON to `+"`FILE`"+` ("-" = stdout)`)
 	addNetworkFlags(c, &f.overrides)
 	return c
@@ -78,11 +82,19 @@ func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	var deny []policy.NetRule
+	for _, d := range f.deny {
+		r, err := policy.ParseDest(d)
+		if err != nil {
+			return nil, fmt.Errorf("--deny %q: %w", d, err)
+		}
+		deny = append(deny, r)
+	}
 	plan, err := compilePlan(f.profile, cwd, os.Environ(), f.overrides)
 	if err != nil {
 		return nil, err
 	}
-	results, err := runner.Probe(ctx, runner.ProbeOptions{Plan: plan, StateRoot: stateRoot()})
+	results, err := runner.Probe(ctx, runner.ProbeOptions{Plan: plan, StateRoot: stateRoot(), Deny: deny})
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,10 @@ var gatewayPorts = []struct {
 // on ports 22, 6379 and 5432, a UDP target, a random name outside the allow list) and one allow target per
 // allow entry that names a single destination. Wildcard names and address ranges cannot be probed as a
 // whole: a range is probed at its first host address, a wildcard name not at all.
-func ProbeTargets(nw policy.Network) []Target {
+//
+// The profile's own non-default deny entries and the caller's deny (sbx probe --deny) are deny targets
+// too, one address per range at its first port, as allow entries are allow targets.
+func ProbeTargets(nw policy.Network, deny []policy.NetRule) []Target {
 	t := []Target{
 		{Kind: KindDeny, Label: "cloud metadata", Proto: "tcp", Addr: "169.254.169.254", Port: 80},
 		{Kind: KindDeny, Label: "cloud metadata v6", Proto: "tcp", Addr: "fd00:ec2::254", Port: 80},
@@ -114,20 +117,16 @@ func ProbeTargets(nw policy.Network) []Target {
 		Target{Kind: KindDeny, Label: "gateway snmp", Proto: "udp", Addr: "192.168.1.1", Port: 161},
 		Target{Kind: KindDeny, Label: "random name", Proto: "dns", Addr: randomName()},
 	)
+	t = append(t, ruleTargets(nw.Deny, KindDeny, "deny entry ")...)
+	t = append(t, ruleTargets(deny, KindDeny, "--deny ")...)
 	return append(t, allowTargets(nw)...)
 }
 
-// randomName is a name nobody allows.
-func randomName() string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return "sbx-probe-" + hex.EncodeToString(b) + ".invalid"
-}
-
-// allowTargets is one target per allow entry and per allowed DNS name.
-func allowTargets(nw policy.Network) []Target {
+// ruleTargets is one target of kind per rule that names a single destination or a range (probed at its
+// first host address and first port, 443 for every port); wildcard names are left out.
+func ruleTargets(rules []policy.NetRule, kind, label string) []Target {
 	var t []Target
-	for i, r := range nw.Allow {
+	for i, r := range rules {
 		d, err := r.Dest()
 		if err != nil || d.Name.IsWildcard() {
 			continue
@@ -140,8 +139,21 @@ func allowTargets(nw policy.Network) []Target {
 		if port == 0 {
 			port = 443
 		}
-		t = append(t, Target{Kind: KindAllow, Label: "allow entry " + strconv.Itoa(i+1), Proto: d.Protos[0], Addr: addr, Port: port})
+		t = append(t, Target{Kind: kind, Label: label + strconv.Itoa(i+1), Proto: d.Protos[0], Addr: addr, Port: port})
 	}
+	return t
+}
+
+// randomName is a name nobody allows.
+func randomName() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "sbx-probe-" + hex.EncodeToString(b) + ".invalid"
+}
+
+// allowTargets is one target per allow entry and per allowed DNS name.
+func allowTargets(nw policy.Network) []Target {
+	t := ruleTargets(nw.Allow, KindAllow, "allow entry ")
 	for _, s := range nw.DNS.Allow {
 		if name, err := policy.ParseName(s); err == nil && !name.IsWildcard() {
 			t = append(t, Target{Kind: KindAllow, Label: "allowed name", Proto: "dns", Addr: name.String()})

@@ -1,6 +1,7 @@
 package netcontract
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 // probeIn runs the probe for nw inside n, asking n's DNS filter for names.
 func probeIn(t *testing.T, n *Net, nw policy.Network) []Result {
 	t.Helper()
-	targets := ProbeTargets(nw)
+	targets := ProbeTargets(nw, nil)
 	server := resolver(t, n.ResolvConf())
 	for i := range targets {
 		targets[i].Resolver = server
@@ -90,7 +91,7 @@ func TestProbeTargets(t *testing.T) {
 		{Host: "*.example.com", Port: 443},
 	}, DNS: policy.DNS{Allow: []string{"pypi.org", "*.pythonhosted.org"}}}
 	var deny, allow []Target
-	for _, tg := range ProbeTargets(nw) {
+	for _, tg := range ProbeTargets(nw, nil) {
 		if tg.Kind == KindDeny {
 			deny = append(deny, tg)
 		} else {
@@ -115,5 +116,22 @@ func TestProbeTargets(t *testing.T) {
 		if got := tg.Addr + ":" + itoa(tg.Port); got != wantAllow[i] {
 			t.Errorf("allow target %d = %s, want %s", i, got, wantAllow[i])
 		}
+	}
+}
+
+// TestProbeTargetsDeny: the profile's deny entries and the caller's --deny destinations are deny
+// targets, labelled by where they come from, a range at its first host and a rule without a port at 443.
+func TestProbeTargetsDeny(t *testing.T) {
+	nw := policy.Network{Deny: []policy.NetRule{{CIDR: "198.51.100.0/24"}, {CIDR: "203.0.113.7/32", Proto: "udp", Port: 53}}}
+	user := []policy.NetRule{{CIDR: "192.168.0.1/32", Port: 6379}}
+	var got []string
+	for _, tg := range ProbeTargets(nw, user) {
+		if tg.Kind == KindDeny && (strings.HasPrefix(tg.Label, "deny entry") || strings.HasPrefix(tg.Label, "--deny")) {
+			got = append(got, tg.Label+" "+tg.Proto+" "+tg.Addr+":"+itoa(tg.Port))
+		}
+	}
+	want := []string{"deny entry 1 tcp 198.51.100.1:443", "deny entry 2 udp 203.0.113.7:53", "--deny 1 tcp 192.168.0.1:6379"}
+	if !slices.Equal(got, want) {
+		t.Errorf("deny targets:\n got %q\nwant %q", got, want)
 	}
 }
