@@ -52,12 +52,13 @@ finish() {
 	[ "$nfail" -eq 0 ]
 }
 
-# as_user CMD...: runs CMD as sbxuser inside a transient scope of its systemd user manager, so that the
-# command has the user's delegated cgroup (user@1000.service/app.slice/run-*.scope), as a login session
+# as_user CMD...: runs CMD as sbxuser inside a transient scope of its systemd user manager with
+# Delegate=yes, so that the command has a cgroup delegated to the user
+# (user@1000.service/app.slice/run-*.scope), as `systemd-run --user --scope -p Delegate=yes sbx ...`
 # gives it: lingering (set in the image) started user@1000.service at boot.
 as_user() {
 	setpriv --reuid=1000 --regid=1000 --init-groups --reset-env -- \
 		env HOME=/home/sbxuser USER=sbxuser LOGNAME=sbxuser PATH=/opt/sbx/work/bin:/usr/bin:/bin \
 		XDG_RUNTIME_DIR=/run/user/1000 DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/1000/bus \
-		sh -c 'cd /home/sbxuser && exec systemd-run --user --scope --quiet -- "$@"' as_user "$@"
+		sh -c 'cd /home/sbxuser && exec systemd-run --user --scope -p Delegate=yes --quiet -- "$@"' as_user "$@"
 }

@@ -164,8 +164,8 @@ EOF
 mcp() { python3 $W/mcp.py "$SBX"; }
 check "MCP server: initialize, tools/list, sbx_run" mcp
 
-# Without root: sbxuser in a scope of its user manager (lib.sh's as_user), whose cgroup is delegated.
-# Expected to pass once rootless delegation lands: soft until then (SBX_VM_STRICT_ROOTLESS=1: strict).
+# Without root: sbxuser in a Delegate=yes scope of its user manager (lib.sh's as_user): the run gets a
+# child cgroup of the scope's, with the memory limit.
 rootless_plain() {
 	echo "cgroup: $(as_user cat /proc/self/cgroup)"
 	as_user "$SBX" exec -- sh -c 'echo hello-rootless; id -u'
@@ -173,7 +173,7 @@ rootless_plain() {
 	echo "status $st"
 	want "[ $st = 0 ]" "exit 0"
 }
-check --soft "rootless: plain run as sbxuser" rootless_plain
+check "rootless: plain run as sbxuser" rootless_plain
 
 rootless_memory() {
 	as_user "$SBX" exec -q --json - --memory 64M -- python3 -c 'b = b"x" * (320 << 20); print(len(b))' >$W/umem.json 2>$W/umem.err
@@ -182,6 +182,6 @@ rootless_memory() {
 	want "jq -e '.oom_killed == true' $W/umem.json >/dev/null" "oom_killed true" &&
 		want "jq -e '.limits.enforced[] | select(.limit == \"memory\" and .by == \"cgroup\")' $W/umem.json >/dev/null" "memory held by the cgroup"
 }
-check --soft "rootless: memory limit 64M via the delegated cgroup" rootless_memory
+check "rootless: memory limit 64M via the delegated cgroup" rootless_memory
 
 finish
