@@ -60,6 +60,12 @@ func (o *overlay) bindLower() error {
 			return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 		}
 	}
+	// A bind of a shared mount (a systemd host's / is one) is a peer of it: without this, every mount
+	// made below At afterwards (another run's overlay in the state root) would show in this lower
+	// layer too, and unmounting this one (its teardown) would unmount those on the host as well.
+	if err := unix.Mount("", o.Lower, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making the lower layer of %s private: %w", o.At, err)
+	}
 	return nil
 }
 
