@@ -72,7 +72,7 @@ except OSError as e: print("refused", e)`
 	rep, out, pooled := poolRun(t, p, o, "sh", "-c", `cat; echo mine > mine; echo tmp > /tmp/left;
 		python3 -c "import socket; print(socket.gethostbyname('other.test'))";
 		python3 -c '`+connect+`' other.test; python3 -c '`+connect+`' `+fakenet.LAN+`;
-		nohup python3 -m http.server 8765 >/dev/null 2>&1 & sleep 0.5`)
+		nohup python3 -m http.server 8765 >/dev/null 2>&1 & `+waitListening(8765, true))
 	if !pooled {
 		t.Fatal("run N started cold, want a pooled sandbox")
 	}

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -39,6 +40,18 @@ func plan(t *testing.T) *policy.Plan {
 	}
 }
 
+// waitListening is shell that waits (up to 30 s) until a TCP listener on port is bound in the command's
+// network namespace (LISTEN, 0A, in /proc/net/tcp*): a command that leaves a listener behind must not
+// exit before its listener exists, and under emulation python takes seconds to start. With sleepFirst
+// the loop sleeps once before it looks, so that the run always execs sleep.
+func waitListening(port int, sleepFirst bool) string {
+	look := fmt.Sprintf(`grep -qs ":%04X [0-9A-F]*:0000 0A" /proc/net/tcp /proc/net/tcp6 && break; `, port)
+	if sleepFirst {
+		return "for t in $(seq 300); do sleep 0.1; " + look + "done; "
+	}
+	return "for t in $(seq 300); do " + look + "sleep 0.1; done; "
+}
+
 // Result wraps a report for assertions.
 type Result struct{ Report *report.Report }
 
@@ -59,7 +72,7 @@ func runCmd(t *testing.T, p *policy.Plan, timeout time.Duration, args ...string)
 
 func TestLeftRunning(t *testing.T) {
 	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
-	res, out := runCmd(t, plan(t), 0, "sh", "-c", "nohup sleep 300 >/dev/null 2>&1 & python3 -m http.server 8765 >/dev/null 2>&1 & exit 0")
+	res, out := runCmd(t, plan(t), 0, "sh", "-c", "nohup sleep 300 >/dev/null 2>&1 & python3 -m http.server 8765 >/dev/null 2>&1 & "+waitListening(8765, false)+"exit 0")
 	r := res.Report
 	if r.ExitCode != 0 {
 		t.Errorf("exit code %d, want 0 (output %q)", r.ExitCode, out)

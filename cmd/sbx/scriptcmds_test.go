@@ -26,6 +26,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
@@ -92,13 +93,15 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// within MAX N PROG [ARG...]: PROG exits with status N in at most MAX (a Go duration).
+// within MAX N PROG [ARG...]: PROG exits with status N in at most MAX (a Go duration), stretched by
+// SBX_TEST_TIME_SCALE (testutil.Scaled: the VM harness sets it under emulation).
 func cmdWithin(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 3 {
 		ts.Fatalf("usage: within MAX N PROG [ARG...]")
 	}
 	max, err := time.ParseDuration(args[0])
 	ts.Check(err)
+	max = testutil.Scaled(max)
 	t0 := time.Now()
 	cmdStatus(ts, false, args[1:])
 	if d := time.Since(t0); d > max {
@@ -246,8 +249,8 @@ func cmdSbxSig(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // sbxwait NAME STATUS [[MIN-]MAX]: the background sbx NAME exits with STATUS (128+N when signal N killed
-// sbx itself), no sooner than MIN and within MAX (Go durations; default: within 30s) of the last sbxsig,
-// or of its start. Its stdout
+// sbx itself), no sooner than MIN and within MAX (Go durations; default: within 30s; MAX stretched by
+// SBX_TEST_TIME_SCALE) of the last sbxsig, or of its start. Its stdout
 // (the first 64 KiB) and stderr become the script's stdout and stderr; $BYTES is the stdout's size and
 // $MAXRSS_KB sbx's peak resident memory (sampled every 10 ms while it ran).
 func cmdSbxWait(ts *testscript.TestScript, neg bool, args []string) {
@@ -269,6 +272,7 @@ func cmdSbxWait(ts *testscript.TestScript, neg bool, args []string) {
 		max, err = time.ParseDuration(hi)
 		ts.Check(err)
 	}
+	max = testutil.Scaled(max) // the lower bound stays: a slow machine never makes a run end early
 	select {
 	case <-b.done:
 	case <-time.After(max + 10*time.Second):
