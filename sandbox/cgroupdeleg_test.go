@@ -79,7 +79,7 @@ func (f *fakeCgroups) fs(magic int64, self string) cgroupFS {
 			}
 			return magic
 		},
-		self:   func() ([]byte, error) { return []byte("0::" + self + "\n"), nil },
+		self: func() ([]byte, error) { return []byte("0::" + self + "\n"), nil },
 		stat: func(path string, st *unix.Stat_t) error {
 			if err := unix.Stat(path, st); err != nil {
 				return err
