@@ -28,17 +28,7 @@ func noneNet(t testing.TB) (*Net, int) {
 	}
 	t.Cleanup(func() { n.Close() })
 	path := filepath.Join(netnsDir, n.cfg.name())
-	fd, err := newNetNS(path, func() error {
-		if err := supervisorLoopback(); err != nil {
-			return err
-		}
-		socks, err := netlinkSockets()
-		if err != nil {
-			return err
-		}
-		defer closeAll(socks[:])
-		return unix.Sendmsg(int(n.SupervisorChannel().Fd()), []byte{0}, unix.UnixRights(socks[:]...), nil, 0)
-	})
+	fd, err := supervisorSide(n, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,17 +221,7 @@ func BenchmarkNoneRecord(b *testing.B) {
 			b.Fatal(err)
 		}
 		path := filepath.Join(netnsDir, n.cfg.name())
-		fd, err := newNetNS(path, func() error {
-			if err := supervisorLoopback(); err != nil {
-				return err
-			}
-			socks, err := netlinkSockets()
-			if err != nil {
-				return err
-			}
-			defer closeAll(socks[:])
-			return unix.Sendmsg(int(n.SupervisorChannel().Fd()), []byte{0}, unix.UnixRights(socks[:]...), nil, 0)
-		})
+		fd, err := supervisorSide(n, path)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -270,4 +250,20 @@ func BenchmarkNoneRecord(b *testing.B) {
 	b.ReportMetric(per(attachT), "attach-ms")
 	b.ReportMetric(per(readT), "read-ms")
 	b.ReportMetric(per(closeT), "close-ms")
+}
+
+// supervisorSide makes the sandbox's namespace at path as the supervisor does: lo up, then its netlink
+// sockets sent on n's record channel. It returns the namespace's fd.
+func supervisorSide(n *Net, path string) (int, error) {
+	return newNetNS(path, func() error {
+		if err := supervisorLoopback(); err != nil {
+			return err
+		}
+		socks, err := netlinkSockets()
+		if err != nil {
+			return err
+		}
+		defer closeAll(socks[:])
+		return unix.Sendmsg(int(n.SupervisorChannel().Fd()), []byte{0}, unix.UnixRights(socks[:]...), nil, 0)
+	})
 }
