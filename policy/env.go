@@ -2,6 +2,7 @@ package policy
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -20,7 +21,9 @@ func visibleEnv(env map[string]string, fs Filesystem, cwd, callerShell string, s
 		var kept, dropped []string
 		for _, e := range strings.Split(p, ":") {
 			if filepath.IsAbs(e) && hidden(filepath.Clean(e), fs, cwd) {
-				dropped = append(dropped, e)
+				if !slices.Contains(dropped, e) { // a PATH often names one entry twice
+					dropped = append(dropped, e)
+				}
 			} else {
 				kept = append(kept, e)
 			}

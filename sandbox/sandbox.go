@@ -181,7 +181,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		if err != nil {
 			return sb, fmt.Errorf("setting up the network contract: %w", err)
 		}
-	} else if sb.net, err = netcontract.SetupNone(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network}); err != nil {
+	} else if sb.net, err = netcontract.SetupNone(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir}); err != nil {
 		// Mode none still records what the command tries: built once the init exists (AttachNone).
 		return sb, fmt.Errorf("setting up the network record: %w", err)
 	}

@@ -319,17 +319,12 @@ const Hostname = "sbx"
 // sandbox's follows it): that gets an empty answer (the name exists, with no such address), so that
 // the lookup goes on to A instead of counting as a refused query. ok is false for any other name.
 func localAnswer(req *dns.Msg, labels []string) (*dns.Msg, bool) {
-	if len(labels) == 0 {
+	if !ownName(labels) {
 		return nil, false
 	}
-	var addr net.IP
-	switch {
-	case labels[len(labels)-1] == "localhost":
-		addr = net.IPv4(127, 0, 0, 1)
-	case len(labels) == 1 && labels[0] == Hostname:
+	addr := net.IPv4(127, 0, 0, 1)
+	if labels[len(labels)-1] != "localhost" {
 		addr = net.IPv4(127, 0, 1, 1)
-	default:
-		return nil, false
 	}
 	m := new(dns.Msg).SetReply(req)
 	m.Authoritative, m.RecursionAvailable = true, true
@@ -337,6 +332,15 @@ func localAnswer(req *dns.Msg, labels []string) (*dns.Msg, bool) {
 		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 0}, A: addr}}
 	}
 	return m, true
+}
+
+// ownName tells whether labels (canonicalName's) name the sandbox itself: localhost and the names below
+// it (RFC 6761), and the sandbox's host name.
+func ownName(labels []string) bool {
+	if len(labels) == 0 {
+		return false
+	}
+	return labels[len(labels)-1] == "localhost" || len(labels) == 1 && labels[0] == Hostname
 }
 
 // refuse logs a refused query and answers REFUSED.

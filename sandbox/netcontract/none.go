@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -78,7 +79,33 @@ func SetupNone(cfg Config) (*Net, error) {
 		return nil, fmt.Errorf("making the network record's channel: %w", err)
 	}
 	rec := &noneRecord{parent: os.NewFile(uintptr(fds[0]), "netrecord"), child: os.NewFile(uintptr(fds[1]), "netrecord"), nflog: -1}
-	return &Net{cfg: cfg, fd: -1, uplinkFd: -1, nftSock: -1, ready: make(chan struct{}), none: rec}, nil
+	n := &Net{cfg: cfg, fd: -1, uplinkFd: -1, nftSock: -1, ready: make(chan struct{}), none: rec}
+	if cfg.StateDir != "" {
+		if err := n.writeNoneResolvConf(); err != nil {
+			n.closeNone()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// NoneResolver is the name server of a mode-none sandbox's /etc/resolv.conf: an address of RFC 5737's
+// documentation block, which nothing answers. The host's resolv.conf says nothing the sandbox can use
+// and would send the questions where the record may not see them: to a stub on loopback
+// (systemd-resolved's 127.0.0.53), to 127.0.0.1 when the host has none (glibc's default), with the
+// host's search domains appended. Questions sent here are copied to the record and refused at once; they
+// are judged by their names (DNS), not as attempts to reach this address.
+var NoneResolver = netip.MustParseAddr("192.0.2.53")
+
+// writeNoneResolvConf writes the resolv.conf of a mode-none sandbox into its state dir.
+func (n *Net) writeNoneResolvConf() error {
+	path := filepath.Join(n.cfg.StateDir, "resolv.conf")
+	conf := fmt.Sprintf("# written by sbx: no network (mode none); questions sent here are refused and recorded\nnameserver %s\noptions attempts:1 timeout:1\n", NoneResolver)
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("writing resolv.conf: %w", err)
+	}
+	n.resolv = path
+	return nil
 }
 
 // SupervisorChannel is the socket the sandbox's supervisor sends its netlink sockets on (to pass to a
@@ -244,6 +271,11 @@ func loadNoneTable(c *nftables.Conn) (map[byte]*contractSets, error) {
 	add(cat(ctEstablished(), accept())...)
 	add(cat(matchL4(unix.IPPROTO_UDP), matchDport(53), []expr.Any{&expr.Log{Group: nflogGroup, Snaplen: nflogSnap, QThreshold: 1,
 		Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_SNAPLEN | 1<<unix.NFTA_LOG_QTHRESHOLD}})...)
+	// A question to the sandbox's own resolver (NoneResolver) is judged by its name alone, as a question
+	// to the contract's DNS filter is: refused without entering the denied set. One to any other address
+	// is also an attempt to reach it.
+	add(cat(matchNfproto(unix.NFPROTO_IPV4), matchDaddr(fam4, NoneResolver), matchL4(unix.IPPROTO_UDP), matchDport(53),
+		[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})...)
 	for _, f := range []family{fam4, fam6} {
 		add(cat(matchNfproto(f.nfproto), jump(f.refuse))...)
 	}
@@ -413,6 +445,10 @@ func dnsCopy(p []byte) report.DNSQuery {
 	q.Name = rawName(m)
 	if len(m) >= 3 && m[2]&0x80 != 0 {
 		q.Reason = "a DNS response, not a query (mode none)"
+	} else if _, labels := canonicalName(q.Name); ownName(labels) {
+		// localhost's AAAA, asked by glibc when /etc/hosts maps localhost to 127.0.0.1 only: the answer
+		// is the sandbox's own, as in contract mode (localAnswer); not an attempt to reach anything.
+		q.Allowed, q.Reason = true, "a name of the sandbox itself (mode none: not answered)"
 	}
 	if i := questionEnd(m); i > 0 && i+2 <= len(m) {
 		q.Type = typeName(binary.BigEndian.Uint16(m[i:]))

@@ -3,9 +3,11 @@ package netcontract
 import (
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +24,7 @@ import (
 func noneNet(t testing.TB) (*Net, int) {
 	t.Helper()
 	testutil.RequireRoot(t, rootWhy)
-	n, err := SetupNone(Config{ID: testID(), Net: policy.Network{Mode: policy.NetNone}})
+	n, err := SetupNone(Config{ID: testID(), Net: policy.Network{Mode: policy.NetNone}, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,15 +93,20 @@ func inOwnNS(t testing.TB, fd int, f func()) {
 
 // TestNoneRecord: in mode none every attempt beyond loopback is refused at once and recorded (TCP, UDP,
 // IPv4 and IPv6), DNS questions to any resolver are recorded as refused names (a response's name too),
-// and loopback stays the command's.
+// and loopback stays the command's. A question to the sandbox's own resolver (its resolv.conf's) is
+// judged by its name only, not also as an attempt to reach that address; one for the sandbox's own names
+// (localhost's AAAA, which glibc asks when /etc/hosts has only 127.0.0.1) is not refused.
 func TestNoneRecord(t *testing.T) {
 	n, fd := noneNet(t)
+	if b, err := os.ReadFile(n.ResolvConf()); err != nil || !strings.Contains(string(b), "nameserver "+NoneResolver.String()+"\n") {
+		t.Errorf("resolv.conf %q: %q, %v; want the nameserver %s", n.ResolvConf(), b, err, NoneResolver)
+	}
 	question := func(id uint16, qr bool, name string, qtype uint16) []byte {
 		m := []byte{byte(id >> 8), byte(id), 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}
 		if qr {
 			m[2] |= 0x80
 		}
-		for _, l := range []string{name[:len(name)-5], "test"} {
+		for _, l := range strings.Split(name, ".") {
 			m = append(append(m, byte(len(l))), l...)
 		}
 		return append(m, 0, byte(qtype>>8), byte(qtype), 0, 1)
@@ -131,7 +138,9 @@ func TestNoneRecord(t *testing.T) {
 		for _, m := range []struct {
 			addr string
 			msg  []byte
-		}{{"10.0.0.53:53", question(1, false, "meta.test", 1)}, {"[2001:db8::53]:53", question(2, true, "leak.test", 16)}, {"198.51.100.7:5000", []byte("x")}} {
+		}{{"10.0.0.53:53", question(1, false, "meta.test", 1)}, {"[2001:db8::53]:53", question(2, true, "leak.test", 16)}, {"198.51.100.7:5000", []byte("x")},
+			{net.JoinHostPort(NoneResolver.String(), "53"), question(3, false, "asked.test", 1)},
+			{"10.0.0.54:53", question(4, false, "localhost", 28)}} {
 			c, err := net.Dial("udp", m.addr)
 			if err != nil {
 				t.Error(err)
@@ -155,17 +164,20 @@ func TestNoneRecord(t *testing.T) {
 		{Proto: "tcp", Address: "fd00:ec2::254", Port: 80, Count: 1}, {Proto: "tcp", Address: "2001:db8::1", Port: 443, Count: 1},
 		{Proto: "tcp", Address: "203.0.113.9", Port: 443, Count: 1}, {Proto: "udp", Address: "10.0.0.53", Port: 53, Count: 1},
 		{Proto: "udp", Address: "2001:db8::53", Port: 53, Count: 1}, {Proto: "udp", Address: "198.51.100.7", Port: 5000, Count: 1},
+		{Proto: "udp", Address: "10.0.0.54", Port: 53, Count: 1},
 	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("denied record lacks %+v; got %+v", want, got)
 		}
 	}
-	if len(got) != 8 {
-		t.Errorf("denied record has %d entries, want 8 (loopback is not in it): %+v", len(got), got)
+	if len(got) != 9 {
+		t.Errorf("denied record has %d entries, want 9 (neither loopback nor the sandbox's resolver is in it): %+v", len(got), got)
 	}
 	dnsGot := n.DNS()
 	wantDNS := []report.DNSQuery{{Name: "meta.test", Type: "A", Reason: "no network (mode none)"},
-		{Name: "leak.test", Type: "TXT", Reason: "a DNS response, not a query (mode none)"}}
+		{Name: "leak.test", Type: "TXT", Reason: "a DNS response, not a query (mode none)"},
+		{Name: "asked.test", Type: "A", Reason: "no network (mode none)"},
+		{Name: "localhost", Type: "AAAA", Allowed: true, Reason: "a name of the sandbox itself (mode none: not answered)"}}
 	if !slices.Equal(dnsGot, wantDNS) {
 		t.Errorf("DNS record:\n got %+v\nwant %+v", dnsGot, wantDNS)
 	}
