@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -63,9 +64,12 @@ type dnsFilter struct {
 	names    []policy.Name // the names that resolve: network.dns.allow and the host rules
 	hosts    []policy.Dest // the host rules, which also give the ports of the addresses learnt
 	upstream string
-	servers  []*dns.Server
+	udp      *udpServer   // the UDP side (dnsudp.go)
+	servers  []*dns.Server // the TCP side: the library's server, its connections capped
 	inFlight chan struct{}
 	log      dnsLog
+	ended    atomic.Bool // the filter is closing: allowed names are logged, not forwarded
+	behind   atomic.Bool // the queue was not drained when the log was read: it may lack the last queries
 }
 
 // startDNSFilter opens UDP and TCP port 53 on the listen address inside the uplink namespace and serves.
@@ -81,7 +85,10 @@ func startDNSFilter(cfg dnsFilterConfig) (*dnsFilter, error) {
 	pc, ln := cfg.pc, cfg.ln
 	addr := net.JoinHostPort(cfg.listen.String(), "53")
 	if pc != nil {
-		d.serve(d.server(&dns.Server{PacketConn: pc}), d.server(&dns.Server{Listener: netutil.LimitListener(ln, maxTCPConns)}))
+		if err := d.serveUDP(pc); err != nil {
+			return nil, err
+		}
+		d.serve(d.server(&dns.Server{Listener: netutil.LimitListener(ln, maxTCPConns)}))
 		return d, nil
 	}
 	err = inNetNS(cfg.uplinkFd, func() (err error) {
@@ -96,9 +103,14 @@ func startDNSFilter(cfg dnsFilterConfig) (*dnsFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("DNS filter listening on %s: %w", addr, err)
 	}
+	if err := d.serveUDP(pc); err != nil {
+		pc.Close()
+		ln.Close()
+		return nil, err
+	}
 	// TCP connections each hold a goroutine and buffers in sbx: past maxTCPConns, further ones wait in
 	// the kernel's backlog.
-	d.serve(d.server(&dns.Server{PacketConn: pc}), d.server(&dns.Server{Listener: netutil.LimitListener(ln, maxTCPConns)}))
+	d.serve(d.server(&dns.Server{Listener: netutil.LimitListener(ln, maxTCPConns)}))
 	return d, nil
 }
 
@@ -161,19 +173,51 @@ func upstream(configured string) (string, error) {
 	return net.JoinHostPort(cc.Servers[0], cc.Port), nil
 }
 
-// close stops the servers.
+// close stops the servers. A TCP connection still open after a second is left to its read timeout: the
+// run is over, and a slow shutdown of the filter is no failure of it.
 func (d *dnsFilter) close() error {
+	d.ended.Store(true)
+	if d.udp != nil {
+		d.udp.close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	var errs []error
 	for _, s := range d.servers {
-		errs = append(errs, s.ShutdownContext(ctx))
+		_ = s.ShutdownContext(ctx)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
-// queries returns the log: the first queries one by one, later ones counted per name.
-func (d *dnsFilter) queries() []report.DNSQuery { return d.log.queries() }
+// drain lets the workers judge and log what the command queued before the log is read (see
+// udpServer.drain).
+func (d *dnsFilter) drain() {
+	if d.udp != nil && !d.udp.drain() {
+		d.behind.Store(true)
+	}
+}
+
+// queries returns the log: the first queries one by one, later ones counted per name. What the command
+// queued is read first.
+func (d *dnsFilter) queries() []report.DNSQuery {
+	d.drain()
+	return d.log.queries()
+}
+
+// notes says what the filter's log lacks: the log's own bounds, datagrams the kernel dropped before the
+// filter read them, queries still queued at the end.
+func (d *dnsFilter) notes() []string {
+	d.drain()
+	out := d.log.notes()
+	if d.udp != nil {
+		if n := d.udp.drops(); n > 0 {
+			out = append(out, fmt.Sprintf("DNS filter: %d queries were dropped by the kernel before sbx read them (the filter's socket queue was full): their names are not in the log", n))
+		}
+	}
+	if d.behind.Load() {
+		out = append(out, fmt.Sprintf("DNS filter: queries were still queued %v after the command ended: the log may lack the last of them", drainTimeout))
+	}
+	return out
+}
 
 // clientOnly reads only messages from the sandbox's address. Anyone else who reaches the filter (another
 // process on the uplink side; in host mode any local user) is dropped unanswered and counted apart:
@@ -273,6 +317,12 @@ func (d *dnsFilter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	if !ok {
 		d.refuse(w, req, entry)
+		return
+	}
+	if d.ended.Load() {
+		entry.Allowed, entry.Reason = true, "asked as the command ended, not forwarded"
+		d.log.add(entry)
+		reply(w, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
 		return
 	}
 	select {

@@ -3,8 +3,10 @@ package netcontract
 import (
 	"encoding/binary"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -350,4 +352,68 @@ func TestDNSFilterMetadataNames(t *testing.T) {
 			t.Errorf("a CNAME to metadata.google.internal under *.google.internal: %v %v, want REFUSED", r, err)
 		}
 	})
+}
+
+// TestDNSFilterBounded: a flood of refused queries at full speed costs the filter a fixed number of
+// goroutines (the DNS library's server started one per datagram, and sbx's memory followed the timing),
+// every query is either logged or counted as dropped by the kernel, and the drops are noted. A query
+// still queued when the log is read is judged first.
+func TestDNSFilterBounded(t *testing.T) {
+	fake := newFake(t)
+	n := setup(t, Config{Net: contractNet(fake)})
+	server := resolver(t, n.ResolvConf())
+	base := runtime.NumGoroutine()
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if g := int64(runtime.NumGoroutine()); g > peak.Load() {
+				peak.Store(g)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+		}
+	}()
+	const sent = 50_000
+	msg, err := new(dns.Msg).SetQuestion("flood.refused.test.", dns.TypeA).Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in(t, n, func() {
+		c, err := net.Dial("udp", server)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		for i := range sent {
+			binary.BigEndian.PutUint16(msg, uint16(i))
+			c.Write(msg)
+		}
+	})
+	queries := n.DNS() // judges what is still queued
+	close(stop)
+	<-sampled
+	logged := 0
+	for _, q := range queries {
+		if q.Name == "flood.refused.test" && !q.Allowed {
+			logged += max(q.Count, 1)
+		}
+	}
+	drops := n.dns.udp.drops()
+	if logged == 0 || logged+drops != sent {
+		t.Errorf("logged %d refused, the kernel dropped %d: want a sum of %d, some logged", logged, drops, sent)
+	}
+	if drops > 0 && !slices.ContainsFunc(n.Notes(), func(s string) bool { return strings.Contains(s, "dropped by the kernel") }) {
+		t.Errorf("no note of %d dropped queries: %q", drops, n.Notes())
+	}
+	if extra := peak.Load() - int64(base); extra > udpWorkers+16 {
+		t.Errorf("the filter ran %d goroutines more than before the flood; want at most its %d workers and a few", extra, udpWorkers)
+	}
+	t.Logf("%d queries: %d logged, %d dropped by the kernel; goroutines %d before, %d at most", sent, logged, drops, base, peak.Load())
 }

@@ -306,7 +306,7 @@ func (n *Net) Notes() []string {
 		notes = append(notes, n.noneNotes()...)
 	}
 	if n.dns != nil {
-		notes = append(notes, n.dns.log.notes()...)
+		notes = append(notes, n.dns.notes()...)
 	}
 	n.nftMu.Lock()
 	notes = append(notes, n.deniedNotes...)

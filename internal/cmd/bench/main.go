@@ -33,6 +33,7 @@ func main() {
 	sbx := flag.String("sbx", "bin/sbx", "path of the sbx binary")
 	n := flag.Int("n", 40, "iterations per contender")
 	rssOnly := flag.Bool("rss", false, "only the peak-memory floods")
+	flag.StringVar(&floodOnly, "flood", "", "with -rss: only the floods whose name holds this")
 	rounds := flag.Int("rounds", 8, "rounds of runs started at once")
 	burstsOnly := flag.Bool("bursts", false, "only the rounds of runs started at once")
 	quick := flag.Bool("quick", false, "only the headline ratios: cold sbx exec, runc, bwrap and a warm sbx_run")
