@@ -64,7 +64,7 @@ type dnsFilter struct {
 	names    []policy.Name // the names that resolve: network.dns.allow and the host rules
 	hosts    []policy.Dest // the host rules, which also give the ports of the addresses learnt
 	upstream string
-	udp      *udpServer   // the UDP side (dnsudp.go)
+	udp      *udpServer    // the UDP side (dnsudp.go)
 	servers  []*dns.Server // the TCP side: the library's server, its connections capped
 	inFlight chan struct{}
 	log      dnsLog
