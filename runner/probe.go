@@ -28,6 +28,9 @@ type ProbeOptions struct {
 	// Deny are further destinations that must be blocked (sbx probe --deny), probed as they are: they
 	// are not added to the contract.
 	Deny []policy.NetRule
+	// Targets are the caller's own targets (sbx probe --targets FILE), probed after the others and as
+	// they are.
+	Targets []netcontract.Target
 }
 
 // Probe builds the sandbox Run would build for the plan and tries, from inside it, netcontract's probe
@@ -36,7 +39,7 @@ type ProbeOptions struct {
 // only when the contract's own record (refused destinations, refused names) says it refused it, not
 // when the destination stayed silent. Cancelling ctx tears the sandbox down.
 func Probe(ctx context.Context, o ProbeOptions) ([]netcontract.Result, error) {
-	targets, err := json.Marshal(netcontract.ProbeTargets(o.Plan.Network, o.Deny))
+	targets, err := json.Marshal(append(netcontract.ProbeTargets(o.Plan.Network, o.Deny), o.Targets...))
 	if err != nil {
 		return nil, fmt.Errorf("encoding the probe targets: %w", err)
 	}

@@ -100,7 +100,8 @@ var gatewayPorts = []struct {
 // whole: a range is probed at its first host address, a wildcard name not at all.
 //
 // The profile's own non-default deny entries and the caller's deny (sbx probe --deny) are deny targets
-// too, one address per range at its first port, as allow entries are allow targets.
+// too, one address per range at its first port, as allow entries are allow targets. So are the profile's
+// except entries: each opens an always-denied address, which the probe shows reachable (or fails on).
 func ProbeTargets(nw policy.Network, deny []policy.NetRule) []Target {
 	t := []Target{
 		{Kind: KindDeny, Label: "cloud metadata", Proto: "tcp", Addr: "169.254.169.254", Port: 80},
@@ -119,6 +120,11 @@ func ProbeTargets(nw policy.Network, deny []policy.NetRule) []Target {
 	)
 	t = append(t, ruleTargets(nw.Deny, KindDeny, "deny entry ")...)
 	t = append(t, ruleTargets(deny, KindDeny, "--deny ")...)
+	exc := ruleTargets(nw.Except, KindAllow, "except entry ")
+	for i := range exc {
+		exc[i].Label += " (always denied, opened by the profile)"
+	}
+	t = append(t, exc...)
 	return append(t, allowTargets(nw)...)
 }
 

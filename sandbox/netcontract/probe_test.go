@@ -1,6 +1,7 @@
 package netcontract
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -133,5 +134,55 @@ func TestProbeTargetsDeny(t *testing.T) {
 	want := []string{"deny entry 1 tcp 198.51.100.1:443", "deny entry 2 udp 203.0.113.7:53", "--deny 1 tcp 192.168.0.1:6379"}
 	if !slices.Equal(got, want) {
 		t.Errorf("deny targets:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestParseTargets: a targets file gives deny and allow targets with their labels (a default one when
+// missing), tcp, udp and dns; a range is probed at its first host; what cannot be probed is refused
+// naming the entry.
+func TestParseTargets(t *testing.T) {
+	got, err := ParseTargets(strings.NewReader(`deny:
+  - {label: "LAN redis", tcp: "192.168.0.1:6379"}
+  - {udp: "10.0.0.0/8:53"}
+  - {label: exfil, dns: Attacker.Example}
+allow:
+  - {label: pypi, tcp: "pypi.org:443"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Target{
+		{Kind: KindDeny, Label: "LAN redis", Proto: "tcp", Addr: "192.168.0.1", Port: 6379},
+		{Kind: KindDeny, Label: "deny target 2", Proto: "udp", Addr: "10.0.0.1", Port: 53},
+		{Kind: KindDeny, Label: "exfil", Proto: "dns", Addr: "attacker.example"},
+		{Kind: KindAllow, Label: "pypi", Proto: "tcp", Addr: "pypi.org", Port: 443},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ParseTargets:\n got %+v\nwant %+v", got, want)
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"deny:\n  - {host: a}\n", `line 2: unknown key "host"`},
+		{"deny:\n  - {tcp: \"a.example:1\", udp: \"a.example:1\"}\n", "deny[0]: give exactly one of tcp, udp or dns"},
+		{"allow:\n  - {dns: \"*.example\"}\n", "a wildcard cannot be probed"},
+		{"allow:\n  - {tcp: \"*.example:443\"}\n", "a wildcard name cannot be probed"},
+		{"deny:\n  - {tcp: \"10.0.0.1\"}\n", "deny[0]: tcp"},
+		{"deny:\n  - {label: \"a\\x1b[31m\", tcp: \"10.0.0.1:1\"}\n", "not printable"},
+		{"", "no deny or allow entries"},
+		{"deny: [" + strings.Repeat(`{dns: a.example},`, MaxFileTargets+1) + "]\n", "at most 256"},
+	} {
+		_, err := ParseTargets(strings.NewReader(bad.yaml))
+		if err == nil || !errors.Is(err, ErrTargets) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("ParseTargets(%.40q): %v; want an ErrTargets naming %q", bad.yaml, err, bad.want)
+		}
+	}
+}
+
+// TestProbeTargetsExcept: each except entry of the profile is an allow target, labelled as an address
+// the profile opens.
+func TestProbeTargetsExcept(t *testing.T) {
+	nw := policy.Network{Mode: policy.NetContract, Except: []policy.NetRule{{CIDR: "10.0.0.5/32", Proto: "tcp", Port: 6379}}}
+	want := Target{Kind: KindAllow, Label: "except entry 1 (always denied, opened by the profile)", Proto: "tcp", Addr: "10.0.0.5", Port: 6379}
+	if got := ProbeTargets(nw, nil); !slices.Contains(got, want) {
+		t.Errorf("ProbeTargets lacks %+v: %+v", want, got)
 	}
 }
