@@ -20,6 +20,10 @@ type flood struct {
 	args    []string
 	limit   int64 // peak RSS sbx must stay under, bytes
 	network bool  // the run has a network contract, through the bench's fake upstream
+	// rootless: the run is an ordinary user's (made for the bench). Its contract's uplink is pasta on
+	// the host's network: the flood's queries go to the DNS filter on the sandbox's loopback, which
+	// refuses every name and forwards none; nothing else is sent.
+	rootless bool
 }
 
 // floodOnly, when set (-flood), picks the floods whose name holds it.
@@ -46,16 +50,28 @@ var floods = []flood{
 	{name: "5,000 execs, 60 KB argv each", args: []string{"sh", "-c", `a=$(head -c 61440 /dev/zero | tr '\0' x); i=0; while [ $i -lt 5000 ]; do /bin/true $a; i=$((i+1)); done`}, limit: 100 << 20},
 	{name: "200,000 files created", args: []string{"sh", "-c", "mkdir d; cd d; seq 200000 | xargs touch"}, limit: 100 << 20},
 	{name: "100,000 refused DNS queries", args: []string{"python3", "-c", dnsFlood}, limit: 40 << 20, network: true},
+	{name: "100,000 refused DNS (user)", args: []string{"python3", "-c", dnsFlood}, limit: 40 << 20, network: true, rootless: true},
 }
 
 // reportRSS runs each flood once under sbx and prints sbx's peak RSS, its wall time and the JSON
 // report's size. A flood with a network contract has the bench's own fake upstream as its uplink.
 func reportRSS(sbx, dir string) error {
+	dir, err := os.MkdirTemp(dir, "sbx-rss-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
 	up, err := fakenet.New()
 	if err != nil {
 		return fmt.Errorf("fake upstream: %w", err)
 	}
 	defer up.Close()
+	var u *user
+	defer func() {
+		if u != nil {
+			u.remove()
+		}
+	}()
 	fmt.Printf("\nsbx's own peak memory under floods (limit per row)\n")
 	fmt.Printf("%-30s %10s %10s %12s %8s\n", "", "peak RSS", "wall", "JSON report", "")
 	for _, f := range floods {
@@ -63,10 +79,29 @@ func reportRSS(sbx, dir string) error {
 			continue
 		}
 		var flags []string
-		if f.network {
+		switch {
+		case f.network && f.rootless:
+			flags = []string{"--allow", "allowed.test:443"} // refused names are never forwarded
+		case f.network:
 			flags = []string{"--uplink-netns", up.Name, "--dns-upstream", fakenet.DNS + ":53", "--allow", "allowed.test:443"}
 		}
-		rss, wall, size, err := peakRSS(sbx, dir, flags, f.args)
+		var as *user
+		if f.rootless {
+			if u == nil {
+				if u, err = newUser(dir); err != nil {
+					return err
+				}
+				// pasta opens /dev/net/tun as the user: open to everyone, as stock distributions
+				// have it, until the bench ends.
+				if st, err := os.Stat("/dev/net/tun"); err == nil && st.Mode().Perm() != 0o666 {
+					if err := os.Chmod("/dev/net/tun", 0o666); err == nil {
+						defer os.Chmod("/dev/net/tun", st.Mode().Perm())
+					}
+				}
+			}
+			as = u
+		}
+		rss, wall, size, err := peakRSS(sbx, dir, as, flags, f.args)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)
 		}
@@ -82,15 +117,26 @@ func reportRSS(sbx, dir string) error {
 // peakRSS runs `sbx exec --json FILE -- args` in a fresh directory below dir and returns sbx's peak
 // RSS (the kernel's ru_maxrss of the process, which covers the children it waited for), the wall time
 // and the size of the JSON report.
-func peakRSS(sbx, dir string, flags, args []string) (int64, time.Duration, int64, error) {
+// With u, the run is that user's, in a directory of its own.
+func peakRSS(sbx, dir string, u *user, flags, args []string) (int64, time.Duration, int64, error) {
+	if u != nil {
+		dir = u.work
+	}
 	work, err := os.MkdirTemp(dir, "flood-")
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer os.RemoveAll(work)
 	js := filepath.Join(work, "report.json")
-	argv := append(append([]string{"exec", "-q", "--json", js}, flags...), "--")
-	cmd := exec.Command(sbx, append(argv, args...)...)
+	argv := append(append([]string{sbx, "exec", "-q", "--json", js}, flags...), "--")
+	argv = append(argv, args...)
+	if u != nil {
+		if out, err := exec.Command("chown", u.uid+":"+u.gid, work).CombinedOutput(); err != nil {
+			return 0, 0, 0, fmt.Errorf("chown: %v: %s", err, out)
+		}
+		argv = u.argv(argv[0], argv[1:]...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = work
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
