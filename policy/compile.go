@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"path"
 	"slices"
 	"strconv"
@@ -94,6 +95,7 @@ func compileFilesystem(f FilesystemConfig) Filesystem {
 		Write:           slices.Clone(f.Write),
 		WriteCwd:        f.WriteCwd == nil || *f.WriteCwd,
 		LandlockDegrade: f.Landlock == LandlockDegrade,
+		Apply:           cmp.Or(string(f.Apply), string(ApplyNever)),
 		Hidden:          slices.Clone(f.Hidden),
 	}
 	for _, s := range f.Share {

@@ -14,6 +14,9 @@ type NetworkMode string
 // LandlockMode is filesystem.landlock.
 type LandlockMode string
 
+// ApplyMode is filesystem.apply.
+type ApplyMode string
+
 // SyscallBase is syscalls.base.
 type SyscallBase string
 
@@ -37,6 +40,10 @@ const (
 	LandlockRequired LandlockMode = "required"
 	LandlockDegrade  LandlockMode = "degrade"
 
+	ApplyNever  ApplyMode = "never"
+	ApplyOnPass ApplyMode = "on-pass"
+	ApplyAlways ApplyMode = "always"
+
 	BaseDockerDefault SyscallBase = "docker-default"
 	BaseNone          SyscallBase = "none"
 
@@ -59,6 +66,9 @@ func (NetworkMode) Values() []string { return []string{NetNone, NetContract} }
 func (LandlockMode) Values() []string { return []string{"required", "degrade"} }
 
 // Values lists the accepted values.
+func (ApplyMode) Values() []string { return []string{"never", "on-pass", "always"} }
+
+// Values lists the accepted values.
 func (SyscallBase) Values() []string { return []string{"docker-default", "none"} }
 
 // Values lists the accepted values.
@@ -79,6 +89,7 @@ func (m *NetworkMode) unmarshalNode(n *yaml.Node) error {
 func (m *LandlockMode) unmarshalNode(n *yaml.Node) error {
 	return decodeEnum(n, (*string)(m), m.Values())
 }
+func (m *ApplyMode) unmarshalNode(n *yaml.Node) error { return decodeEnum(n, (*string)(m), m.Values()) }
 func (m *SyscallBase) unmarshalNode(n *yaml.Node) error {
 	return decodeEnum(n, (*string)(m), m.Values())
 }

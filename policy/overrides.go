@@ -23,6 +23,8 @@ type Overrides struct {
 	// network.dns.upstream. Both are for tests and dedicated egress namespaces.
 	UplinkNetNS string
 	DNSUpstream string
+	// ApplyMode (--apply, --apply=MODE) replaces filesystem.apply.
+	ApplyMode string
 }
 
 // flagError is an *Error about a command-line value; it has no file position.
@@ -43,6 +45,12 @@ func (o Overrides) Apply(p *Profile, cwd string) (*Profile, error) {
 	}
 	if err := o.applyLimits(q); err != nil {
 		return nil, err
+	}
+	if o.ApplyMode != "" {
+		if err := checkEnum(o.ApplyMode, ApplyMode("").Values()); err != nil {
+			return nil, flagError("--apply takes never, on-pass (the default of --apply) or always", "--apply=%s: unknown mode", o.ApplyMode)
+		}
+		q.Filesystem.Apply = ApplyMode(o.ApplyMode)
 	}
 	if _, _, err := splitEnvFlags(o.Env); err != nil {
 		return nil, err

@@ -54,6 +54,9 @@ type Filesystem struct {
 	LandlockDegrade bool
 	Hidden          []string // paths replaced by an empty directory or /dev/null
 	Shares          []Share  // host paths bind-mounted in
+	// Apply is what the working directory's changes do on the host: report.ApplyNever, ApplyOnPass or
+	// ApplyAlways.
+	Apply string
 }
 
 // Share is a host path visible inside the sandbox.

@@ -85,6 +85,9 @@ func (p *Profile) validateFilesystem() error {
 			return p.invalid(fmt.Sprintf("filesystem.hidden[%d]", i), "hide the directories you mean, such as /home", "cannot hide /")
 		}
 	}
+	if err := p.enum("filesystem.apply", string(fs.Apply), fs.Apply.Values()); err != nil {
+		return err
+	}
 	if err := p.enum("filesystem.landlock", string(fs.Landlock), fs.Landlock.Values()); err != nil {
 		return err
 	}

@@ -59,6 +59,8 @@ type Report struct {
 	Sockets         Sockets   `json:"sockets"`
 	Network         Network   `json:"network"`
 	Files           Files     `json:"files"`
+	// Apply says what of the working directory's changes reached the host's working directory.
+	Apply Apply `json:"apply"`
 	// Persistence lists the file changes and refused writes that plant a persistence mechanism.
 	Persistence []Persistence `json:"persistence"`
 	Timings     Timings       `json:"timings_ms"`
@@ -181,6 +183,41 @@ type Files struct {
 	Truncated bool   `json:"truncated"`
 }
 
+// Apply modes: what a run's changes to the working directory do on the host.
+const (
+	ApplyNever  = "never"   // discarded at teardown
+	ApplyOnPass = "on-pass" // applied when the verdict is pass
+	ApplyAlways = "always"  // applied whatever the verdict (persistence findings still withheld)
+)
+
+// Apply is what became of the working directory's changes: applied to the host's working directory, or
+// not, and why.
+type Apply struct {
+	Mode string `json:"mode"` // ApplyNever, ApplyOnPass or ApplyAlways
+	// Applied says whether the changes were applied (some may still be withheld or in conflict);
+	// Reason says why not ("the verdict is violation", "mode never", ...).
+	Applied bool   `json:"applied"`
+	Reason  string `json:"reason,omitempty"`
+	// Entries and Bytes count what was written or deleted on the host.
+	Entries int   `json:"entries"`
+	Bytes   int64 `json:"bytes"`
+	// Withheld are changes not applied, each with why (a set-id bit, a FIFO, a persistence finding);
+	// Conflicts are host entries that changed during the run, left as the host has them. The run's
+	// copies of those are kept in Kept.
+	Withheld  []ApplyEntry `json:"withheld"`
+	Conflicts []ApplyEntry `json:"conflicts"`
+	Kept      string       `json:"kept,omitempty"`
+	// Problems are entries that failed to apply; the host keeps them as they were.
+	Problems []string `json:"problems"`
+}
+
+// ApplyEntry is one path of the working directory (as seen inside the sandbox) and why it is listed.
+type ApplyEntry struct {
+	Path    string `json:"path"`
+	PathB64 string `json:"path_b64,omitempty"`
+	Why     string `json:"why"`
+}
+
 // Persistence is one file change or refused write that would make something run later, outside the
 // run: a cron entry, a shell start-up file, an authorized key, a git hook, ...
 type Persistence struct {
@@ -210,6 +247,7 @@ func New(profile string, command []string) *Report {
 		Sockets:     Sockets{Listening: []Socket{}, Established: []Socket{}},
 		Network:     Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
 		Files:       Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []FileChange{}},
+		Apply:       Apply{Mode: ApplyNever, Reason: "mode never: the working directory's changes are discarded", Withheld: []ApplyEntry{}, Conflicts: []ApplyEntry{}, Problems: []string{}},
 		Notes:       []string{},
 		Incomplete:  []string{},
 		Persistence: []Persistence{},

@@ -836,6 +836,9 @@ func (s *Sandbox) Console() *os.File { return s.console }
 // it).
 type Layer struct {
 	At, Upper, Lower string
+	// Merged is the overlay's merged tree, as sbx sees it: what the sandbox sees at At. "" without root
+	// (the overlay is mounted in the sandbox's own namespace).
+	Merged string
 }
 
 // DiskBytes is the size of the writable layer: what the command can have written at most.
@@ -855,7 +858,11 @@ func (s *Sandbox) Layers() []Layer {
 			// Without root, sbx reads only what its uid may: open what the command closed to its owner.
 			openUnreadable(o.Upper)
 		}
-		ls = append(ls, Layer{At: o.At, Upper: o.Upper, Lower: o.Lower})
+		l := Layer{At: o.At, Upper: o.Upper, Lower: o.Lower}
+		if !Rootless() {
+			l.Merged = o.merged
+		}
+		ls = append(ls, l)
 	}
 	return ls
 }
