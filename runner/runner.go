@@ -222,6 +222,8 @@ type run struct {
 	layerList   []sandbox.Layer // see layers
 	started     time.Time       // just before the command started: what a writable share shows changed since is the run's
 	shareWatch  *observe.ShareWatch
+	hostCwd     *os.File // the host's working directory, opened before the command when its changes may be applied
+	hostCwdErr  error
 	// inTree says whether a pid was the sandbox's at some time of a window (exec stream), nil without it.
 	inTree func(pid int, from, to uint64) bool
 }
@@ -236,6 +238,10 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 		if r.filesBefore, err = layersBefore(r.sb); err != nil {
 			return err
 		}
+	}
+	r.openHostCwd()
+	if r.hostCwd != nil {
+		defer r.hostCwd.Close()
 	}
 	r.startShareWatch()
 	r.shareNote()
@@ -313,6 +319,7 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	}
 	r.observeAfterward(cmdPid)
 	r.judge()
+	r.applyChanges()
 	bound(r.rep)
 	r.rep.Timings.Observe = ms(time.Since(t2))
 	r.ran = true

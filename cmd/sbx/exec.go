@@ -78,6 +78,8 @@ Examples:
 	fl.StringVar(&f.overrides.Disk, "disk", "", "size of the overlay's writable layer, e.g. `SIZE` 2GiB (overrides limits.disk)")
 	fl.Int64Var(&f.overrides.Pids, "pids", 0, "process limit for this run (overrides limits.pids)")
 	fl.Float64Var(&f.overrides.CPUs, "cpus", 0, "CPU limit in cores, e.g. 1.5 (overrides limits.cpu)")
+	fl.StringVar(&f.overrides.ApplyMode, "apply", "", "apply the working directory's changes to the host's: `MODE` on-pass (the default of a bare --apply: only when the verdict is pass), always, or never (overrides filesystem.apply)")
+	fl.Lookup("apply").NoOptDefVal = "on-pass"
 	fl.StringVar(&f.changes, "changes", "", "copy the files the command created or changed into `DIR` before teardown")
 	fl.BoolVar(&f.probe, "probe", false, "run sbx probe first and refuse to run the command when the contract does not hold")
 	addNetworkFlags(c, &f.overrides)

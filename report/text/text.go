@@ -71,6 +71,7 @@ func (rr *renderer) render(r *report.Report) {
 	rr.denied(r.Network.Denied)
 	rr.dns(r.Network.DNS)
 	rr.files(r.Files)
+	rr.apply(r.Apply)
 	rr.persistence(r.Persistence)
 	rr.denials(r.Denials)
 	rr.notes(r.Notes)
@@ -570,6 +571,40 @@ func (rr *renderer) denials(d report.Denials) {
 }
 
 // persistence lists what would make something run later: "cron  /etc/cron.d/x  refused".
+// apply says what of the working directory's changes reached the host: a line per group. Silent for mode
+// never (the note on discarded changes says it when there were any).
+func (rr *renderer) apply(a report.Apply) {
+	if a.Mode == "" || a.Mode == report.ApplyNever {
+		return
+	}
+	rr.heading("apply (" + a.Mode + ")")
+	if !a.Applied {
+		fmt.Fprintf(rr.w, "  not applied: %s\n", clean(a.Reason))
+		return
+	}
+	fmt.Fprintf(rr.w, "  applied   %d entries, %s to the host's working directory\n", a.Entries, byteSize(a.Bytes))
+	for i, e := range a.Withheld {
+		if i == maxFiles {
+			fmt.Fprintf(rr.w, "  withheld  ... and %d more\n", len(a.Withheld)-maxFiles)
+			break
+		}
+		fmt.Fprintf(rr.w, "  withheld  %s: %s\n", clean(truncate(e.Path, argvWidth)), clean(e.Why))
+	}
+	for i, e := range a.Conflicts {
+		if i == maxFiles {
+			fmt.Fprintf(rr.w, "  conflict  ... and %d more\n", len(a.Conflicts)-maxFiles)
+			break
+		}
+		fmt.Fprintf(rr.w, "  conflict  %s: %s\n", clean(truncate(e.Path, argvWidth)), clean(e.Why))
+	}
+	if a.Kept != "" {
+		fmt.Fprintf(rr.w, "  kept      the run's copies of the conflicts: %s\n", clean(a.Kept))
+	}
+	for _, p := range a.Problems {
+		fmt.Fprintf(rr.w, "  failed    %s\n", clean(p))
+	}
+}
+
 func (rr *renderer) persistence(ps []report.Persistence) {
 	rows := make([][]string, 0, len(ps))
 	for _, p := range ps {
