@@ -32,6 +32,7 @@ type RunInput struct {
 	TimeoutSec float64           `json:"timeout_sec,omitempty" jsonschema:"kill the whole sandbox after this many seconds; default: the profile's (capped by the server)"`
 	Profile    string            `json:"profile,omitempty" jsonschema:"profile to apply, one of sbx_list_profiles; default: the server's default"`
 	Network    *Network          `json:"network,omitempty" jsonschema:"narrow the profile's network (never widen it)"`
+	Apply      string            `json:"apply,omitempty" jsonschema:"what the working directory's changes do on the host: never (discarded), on-pass (applied when the verdict is pass) or always (applied whatever the verdict; persistence findings, set-id bits and special files are still withheld); default: the profile's"`
 }
 
 // RunOutput is the structured content of sbx_run and sbx_get_report: the sbx.report/v1 report, its
@@ -56,7 +57,10 @@ func (s *Server) addRunTool() {
 			"left behind: exit_code, verdict (pass or violation) with violations, processes left running, " +
 			"listening sockets, refused network attempts, DNS queries, file changes, plus stdout and stderr " +
 			"(capped). A non-zero exit or a violation is a normal result, not an error. The sandbox is torn " +
-			"down before the call returns; files written inside it do not reach the host.",
+			"down before the call returns; files written inside it do not reach the host, unless apply " +
+			"(or the profile) says so: with apply on-pass the working directory's changes are applied to " +
+			"the host when the verdict is pass, and the result's apply section says what was applied, " +
+			"withheld and in conflict.",
 		Annotations: &mcp.ToolAnnotations{Title: "sbx run", OpenWorldHint: &openWorld},
 	}
 	in, out, inResolved, err := typedSchemas[RunInput, RunOutput]()
@@ -201,6 +205,7 @@ func (s *Server) plan(in RunInput, cwd string) (*policy.Plan, error) {
 		return nil, fmt.Errorf("timeout_sec %v is negative", in.TimeoutSec)
 	}
 	ov.Timeout = seconds(in.TimeoutSec)
+	ov.ApplyMode = in.Apply
 	key, err := planKey(p, cwd, ov)
 	if err != nil {
 		return nil, err
@@ -322,6 +327,13 @@ func summary(o *RunOutput) string {
 	fmt.Fprintf(&b, "sbx %s: %s, exit %d, profile %s, %.0f ms\n", o.ID, verdict, o.ExitCode, o.Profile, o.Timings.Total)
 	for _, v := range o.Violations {
 		fmt.Fprintf(&b, "  violation %s: %s\n", v.Rule, v.Message)
+	}
+	if a := o.Apply; a.Mode != "" && a.Mode != report.ApplyNever {
+		if a.Applied {
+			fmt.Fprintf(&b, "  applied %d entries (%d bytes) to the working directory; %d withheld, %d in conflict\n", a.Entries, a.Bytes, len(a.Withheld), len(a.Conflicts))
+		} else {
+			fmt.Fprintf(&b, "  not applied: %s\n", a.Reason)
+		}
 	}
 	for _, part := range []struct {
 		name, text string

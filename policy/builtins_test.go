@@ -13,7 +13,7 @@ import (
 // and compiles to a plan with a sound seccomp filter.
 func TestBuiltinsLoadCompileAndRoundTrip(t *testing.T) {
 	names := Builtins()
-	for _, want := range []string{"contract", "default", "node-build", "python-build", "strict"} {
+	for _, want := range []string{"agent", "contract", "default", "node-build", "python-build", "strict"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("built-in %q missing from %v", want, names)
 		}

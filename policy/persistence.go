@@ -256,6 +256,13 @@ func compileRecord(q *Profile) Record {
 		// loaded the filter: a notification then would wait for an answer from sbx, which does not hold
 		// the fd yet. runc refuses to notify on write (its init writes the fd's number with it).
 		r.Syscalls = slices.DeleteFunc(denyList(q.Syscalls), func(n string) bool { return slices.Contains(NeverNotify, n) })
+		if !q.Syscalls.AllowSetID {
+			for _, c := range SetIDSyscalls {
+				if !slices.Contains(r.Syscalls, c.Name) {
+					r.Syscalls = append(r.Syscalls, c.Name) // their refusals with a set-id bit
+				}
+			}
+		}
 	}
 	r.Writes = q.Filesystem.RecordWrites == nil || *q.Filesystem.RecordWrites
 	return r

@@ -49,6 +49,8 @@ type SyscallsConfig struct {
 	Deny  []string    `yaml:"deny,omitempty" doc:"syscalls that fail with errno, on top of sbx's built-in deny list"`
 	Allow []string    `yaml:"allow,omitempty" doc:"syscalls allowed even when the base or the built-in deny list refuses them"`
 	Errno string      `yaml:"errno,omitempty" doc:"errno name denied syscalls return; default EPERM"`
+	// AllowSetID: see SetIDSyscalls.
+	AllowSetID bool `yaml:"allow_setid,omitempty" doc:"let chmod and its kin set the set-user-ID and set-group-ID bits; by default they fail with EPERM (recorded)"`
 	// Record: see Plan.Record.Syscalls.
 	Record *bool `yaml:"record,omitempty" doc:"record each refused deny-list syscall with its arguments (seccomp user notification) in the report's denials; default true"`
 }

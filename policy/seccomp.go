@@ -106,6 +106,10 @@ func compileSeccomp(sc SyscallsConfig) (*specs.LinuxSeccomp, error) {
 	} else {
 		allow = append(allow, landlockSyscalls...)
 	}
+	setid := !sc.AllowSetID && !slices.ContainsFunc(SetIDSyscalls, func(c SetIDSyscall) bool { return slices.Contains(deny, c.Name) })
+	if setid {
+		allow = slices.DeleteFunc(allow, func(n string) bool { return isSetIDSyscall(n) })
+	}
 	out := removeNames(base, slices.Concat(deny, allow))
 	// Only the native architecture: syscalls made through a compat ABI (int 0x80 on x86_64) then hit
 	// the filter's bad-arch action and kill the process, and the filter is a third of the size.
@@ -118,7 +122,52 @@ func compileSeccomp(sc SyscallsConfig) (*specs.LinuxSeccomp, error) {
 	if len(deny) > 0 {
 		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: deny, Action: specs.ActErrno, ErrnoRet: &errno})
 	}
+	if setid {
+		refuseSetID(out)
+	}
 	return out, checkSeccomp(out)
+}
+
+// SetIDSyscall is a syscall that sets a file's mode, and the index of its mode argument.
+type SetIDSyscall struct {
+	Name string
+	Mode uint
+}
+
+// SetIDSyscalls are the chmod family. A mode with a set-user-ID or set-group-ID bit is refused with
+// EPERM (and recorded): such a file in a share, or applied to the host, runs with its owner's ids for
+// whoever starts it there (syscalls.allow_setid lets it through). Inside the sandbox no_new_privs already
+// keeps the bits from raising anything.
+var SetIDSyscalls = []SetIDSyscall{{"chmod", 1}, {"fchmod", 1}, {"fchmodat", 2}, {"fchmodat2", 2}}
+
+func isSetIDSyscall(n string) bool {
+	return slices.ContainsFunc(SetIDSyscalls, func(c SetIDSyscall) bool { return c.Name == n })
+}
+
+// refuseSetID splits the chmod family's rules on the mode argument: allowed as before without a set-id
+// bit, EPERM with one (one rule per bit: seccomp compares an argument under one mask at a time).
+func refuseSetID(sc *specs.LinuxSeccomp) {
+	eperm := uint(unix.EPERM)
+	for _, c := range SetIDSyscalls {
+		allowed := sc.DefaultAction == specs.ActAllow
+		for i := range sc.Syscalls {
+			r := &sc.Syscalls[i]
+			if r.Action == specs.ActAllow && len(r.Args) == 0 && slices.Contains(r.Names, c.Name) {
+				r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool { return n == c.Name })
+				allowed = true
+			}
+		}
+		if !allowed {
+			continue // the base refuses it whatever the mode
+		}
+		sc.Syscalls = append(sc.Syscalls, specs.LinuxSyscall{Names: []string{c.Name}, Action: specs.ActAllow,
+			Args: []specs.LinuxSeccompArg{{Index: c.Mode, Value: unix.S_ISUID | unix.S_ISGID, ValueTwo: 0, Op: specs.OpMaskedEqual}}})
+		for _, bit := range []uint64{unix.S_ISUID, unix.S_ISGID} {
+			sc.Syscalls = append(sc.Syscalls, specs.LinuxSyscall{Names: []string{c.Name}, Action: specs.ActErrno, ErrnoRet: &eperm,
+				Args: []specs.LinuxSeccompArg{{Index: c.Mode, Value: bit, ValueTwo: bit, Op: specs.OpMaskedEqual}}})
+		}
+	}
+	sc.Syscalls = slices.DeleteFunc(sc.Syscalls, func(r specs.LinuxSyscall) bool { return len(r.Names) == 0 })
 }
 
 // removeNames returns a copy of sc without names in any rule; rules left empty are dropped.
@@ -144,6 +193,9 @@ func checkSeccomp(sc *specs.LinuxSeccomp) error {
 	}
 	seen := map[string]action{}
 	for _, rule := range sc.Syscalls {
+		if len(rule.Args) > 0 {
+			continue // rules on arguments split a syscall by its arguments (refuseSetID, moby's own)
+		}
 		a := action{act: rule.Action}
 		if rule.ErrnoRet != nil {
 			a.errno = *rule.ErrnoRet

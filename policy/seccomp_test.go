@@ -41,7 +41,14 @@ func TestNetfilterSocketsDenied(t *testing.T) {
 func checkSeccompPlan(t *testing.T, sc *specs.LinuxSeccomp) {
 	t.Helper()
 	actions := map[string][]specs.LinuxSeccompAction{}
+	setid := map[string]int{}
 	for _, r := range sc.Syscalls {
+		if len(r.Args) > 0 { // split on arguments: each condition has its action
+			if r.Action == specs.ActErrno && isSetIDSyscall(r.Names[0]) && *r.ErrnoRet == 1 {
+				setid[r.Names[0]]++
+			}
+			continue
+		}
 		for _, n := range r.Names {
 			if !slices.Contains(actions[n], r.Action) {
 				actions[n] = append(actions[n], r.Action)
@@ -54,6 +61,12 @@ func checkSeccompPlan(t *testing.T, sc *specs.LinuxSeccomp) {
 	for n, a := range actions {
 		if len(a) > 1 {
 			t.Errorf("syscall %s has actions %v", n, a)
+		}
+	}
+	// A set-id bit is refused with EPERM in every built-in profile, by a rule per bit.
+	for _, c := range SetIDSyscalls {
+		if setid[c.Name] != 2 || len(actions[c.Name]) != 0 {
+			t.Errorf("%s: %d EPERM rules on the mode and plain actions %v; want 2 and none", c.Name, setid[c.Name], actions[c.Name])
 		}
 	}
 	for _, n := range BuiltinDeny {

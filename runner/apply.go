@@ -45,7 +45,11 @@ func (r *run) applyChanges() {
 	case a.Mode == report.ApplyNever:
 		a.Reason = "mode never: the working directory's changes are discarded"
 		if n := r.cwdChanges(cwd); n > 0 {
-			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("%d changes in the working directory discarded; --apply keeps them when the run passes", n))
+			what := "changes"
+			if n == 1 {
+				what = "change"
+			}
+			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("%d %s in the working directory discarded; --apply keeps them when the run passes", n, what))
 		}
 		return
 	case r.writableShareAt(cwd):

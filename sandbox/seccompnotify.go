@@ -92,6 +92,13 @@ func notifySeccomp(sc *specs.LinuxSeccomp, rec policy.Record) *specs.LinuxSeccom
 		}
 	}
 	for _, r := range sc.Syscalls {
+		if setIDRefusal(r, rec) {
+			// A refusal on the mode argument (policy.SetIDSyscalls): notified with its arguments kept;
+			// the listener answers EPERM.
+			r.Action, r.ErrnoRet = specs.ActNotify, nil
+			out.Syscalls = append(out.Syscalls, r)
+			continue
+		}
 		keep := slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool {
 			if r.Action == specs.ActErrno && len(r.Args) == 0 && slices.Contains(rec.Syscalls, n) {
 				notify = append(notify, n)
@@ -116,6 +123,13 @@ func notifySeccomp(sc *specs.LinuxSeccomp, rec policy.Record) *specs.LinuxSeccom
 		out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: notify, Action: specs.ActNotify})
 	}
 	return &out
+}
+
+// setIDRefusal says whether r is one of policy's refusals of a set-id mode that rec records.
+func setIDRefusal(r specs.LinuxSyscall, rec policy.Record) bool {
+	return r.Action == specs.ActErrno && len(r.Args) == 1 && len(r.Names) == 1 && r.ErrnoRet != nil &&
+		slices.ContainsFunc(policy.SetIDSyscalls, func(c policy.SetIDSyscall) bool { return c.Name == r.Names[0] }) &&
+		slices.Contains(rec.Syscalls, r.Names[0])
 }
 
 // openRules split an open syscall on its flags argument: without a write flag it stays a plain ALLOW
@@ -200,7 +214,8 @@ func newNotify(sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string) (
 		seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
 	for _, r := range sc.Syscalls {
 		for _, n := range r.Names {
-			if r.Action == specs.ActErrno && len(r.Args) == 0 && slices.Contains(rec.Syscalls, n) && r.ErrnoRet != nil {
+			if r.Action == specs.ActErrno && len(r.Args) == 0 && slices.Contains(rec.Syscalls, n) && r.ErrnoRet != nil ||
+				setIDRefusal(r, rec) {
 				l.addSyscall(n, func(nr int32) { l.errnos[nr] = int32(*r.ErrnoRet) })
 			}
 		}

@@ -420,3 +420,43 @@ func TestMCPCwd(t *testing.T) {
 		t.Errorf("cwd /etc with workspace %s: IsError %v, %q; want a refusal", ws, res.IsError, text)
 	}
 }
+
+// TestMCPApply: sbx_run with apply on-pass writes the working directory's changes to the workspace
+// when the run passes (the structured result and the text summary say so) and not when it is a
+// violation; without apply they are discarded.
+func TestMCPApply(t *testing.T) {
+	testutil.RequireRoot(t, "sbx mcp needs CAP_SYS_ADMIN")
+	root := mcpStateRoot(t, "mcpapply-")
+	ws := t.TempDir()
+	var mu sync.Mutex
+	var progress []string
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sess := mcpSession(t, root, &progress, &mu, "-w", ws)
+	for _, tt := range []struct {
+		name, apply, command, file string
+		want                       bool
+	}{
+		{"discarded", "", "echo x > discarded", "discarded", false},
+		{"on pass", "on-pass", "echo x > applied", "applied", true},
+		{"violation", "on-pass", "echo x > violated; nohup sleep 300 >/dev/null 2>&1 &", "violated", false},
+	} {
+		args := map[string]any{"command": tt.command}
+		if tt.apply != "" {
+			args["apply"] = tt.apply
+		}
+		res, out := callRun(ctx, t, sess, args)
+		text := res.Content[0].(*mcp.TextContent).Text
+		_, err := os.Stat(filepath.Join(ws, tt.file))
+		if got := err == nil; got != tt.want {
+			t.Errorf("%s: %s on the host: %v, want %v (%s)", tt.name, tt.file, got, tt.want, text)
+		}
+		a, _ := out["apply"].(map[string]any)
+		if a["applied"] != tt.want {
+			t.Errorf("%s: apply section %v, want applied %v", tt.name, a, tt.want)
+		}
+		if tt.want && !strings.Contains(text, "applied 1 entries") {
+			t.Errorf("%s: the summary does not say what was applied: %q", tt.name, text)
+		}
+	}
+}

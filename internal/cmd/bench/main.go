@@ -95,7 +95,24 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
 	if err != nil {
 		return err
 	}
+	// --apply's cost: 10 files changed in a tree of 100,000 (proportional to the change, not the tree),
+	// and 10,000 files written (each run removes the last run's and writes them anew), each beside the
+	// same run without --apply.
+	huge, err := tree(dir, "tree-100000", 100000)
+	if err != nil {
+		return err
+	}
+	scratch := filepath.Join(dir, "apply-10000")
+	if err := os.MkdirAll(scratch, 0o755); err != nil {
+		return err
+	}
+	ten := "for i in 0 1 2 3 4 5 6 7 8 9; do echo $$ > d123/f$i; done"
+	many := "rm -rf w; mkdir w; cd w; seq 10000 | xargs touch"
 	cs := []*contender{
+		{name: "sbx exec, 10 changed of 100,000", dir: huge, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "sh", "-c", ten} }},
+		{name: "sbx exec --apply, 10 of 100,000", dir: huge, argv: func(int) []string { return []string{sbx, "exec", "-q", "--apply", "--", "sh", "-c", ten} }},
+		{name: "sbx exec, 10,000 files written", dir: scratch, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "sh", "-c", many} }},
+		{name: "sbx exec --apply, 10,000 written", dir: scratch, argv: func(int) []string { return []string{sbx, "exec", "-q", "--apply", "--", "sh", "-c", many} }},
 		{name: "sbx exec -- true", argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
 		{name: "sbx exec --allow (contract)", argv: func(int) []string {
 			return []string{sbx, "exec", "-q", "--uplink-netns", up.Name, "--allow", fakenet.Public + ":443", "--", "true"}
@@ -167,7 +184,24 @@ func benchQuick(sbx, dir string, runc func(int) []string, n int) error {
 		return err
 	}
 	defer srv.close()
+	// --apply's cost: 10 files changed in a tree of 100,000 (proportional to the change, not the tree),
+	// and 10,000 files written (each run removes the last run's and writes them anew), each beside the
+	// same run without --apply.
+	huge, err := tree(dir, "tree-100000", 100000)
+	if err != nil {
+		return err
+	}
+	scratch := filepath.Join(dir, "apply-10000")
+	if err := os.MkdirAll(scratch, 0o755); err != nil {
+		return err
+	}
+	ten := "for i in 0 1 2 3 4 5 6 7 8 9; do echo $$ > d123/f$i; done"
+	many := "rm -rf w; mkdir w; cd w; seq 10000 | xargs touch"
 	cs := []*contender{
+		{name: "sbx exec, 10 changed of 100,000", dir: huge, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "sh", "-c", ten} }},
+		{name: "sbx exec --apply, 10 of 100,000", dir: huge, argv: func(int) []string { return []string{sbx, "exec", "-q", "--apply", "--", "sh", "-c", ten} }},
+		{name: "sbx exec, 10,000 files written", dir: scratch, argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "sh", "-c", many} }},
+		{name: "sbx exec --apply, 10,000 written", dir: scratch, argv: func(int) []string { return []string{sbx, "exec", "-q", "--apply", "--", "sh", "-c", many} }},
 		{name: "sbx exec -- true", argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }},
 		{name: "runc run (busybox)", argv: runc},
 		{name: "bwrap --unshare-all", argv: bwrapArgv},
