@@ -29,6 +29,15 @@ const (
 	MechPythonPth    = "python .pth file"
 	MechPythonSite   = "python site customization"
 	MechEnvrc        = "direnv .envrc"
+	MechGitConfig    = "git config that runs a program"
+	MechAutostart    = "desktop autostart entry"
+	MechSessionEnv   = "session environment (environment.d)"
+	MechUserBin      = "program in ~/.local/bin"
+	MechEditor       = "editor start-up file"
+	MechTerminal     = "terminal multiplexer or readline start-up file"
+	MechXSession     = "X session start-up file"
+	MechPackageTool  = "package tool config that runs a program"
+	MechSetID        = "set-id file"
 )
 
 // persistenceRule is one row of the persistence table. A path matches when one of its tests holds:
@@ -61,7 +70,7 @@ var persistenceTable = []persistenceRule{
 	{mech: MechShellStartup, exact: []string{"/etc/profile", "/etc/bash.bashrc", "/etc/environment", "/etc/zshrc",
 		"/etc/zprofile", "/etc/zshenv", "/etc/bash.bash_logout"},
 		under: []string{"/etc/profile.d", "/etc/zsh"},
-		base: []string{".bashrc", ".profile", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc", ".zprofile",
+		base: []string{".bashrc", ".bash_aliases", ".profile", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc", ".zprofile",
 			".zshenv", ".zlogin", ".zlogout", ".kshrc", ".mkshrc", ".cshrc", ".tcshrc"},
 		within: []string{"/.config/fish/"}},
 	{mech: MechSSHKeys, base: []string{"authorized_keys", "authorized_keys2"}},
@@ -79,6 +88,22 @@ var persistenceTable = []persistenceRule{
 	{mech: MechUdev, under: []string{"/etc/udev/rules.d", "/lib/udev/rules.d", "/usr/lib/udev/rules.d", "/run/udev/rules.d"}},
 	{mech: MechGitHook, within: []string{"/.git/hooks/"}},
 	{mech: MechGitHooksPath, within: []string{"/.git/"}, suffix: "/.git/config", inspect: setsHooksPath},
+	// git's configuration, wherever git reads it: the repository's, the user's (~/.gitconfig,
+	// ~/.config/git/config) and the system's. Any key that names a program, an alias that runs one, and
+	// any include (which pulls in a file that may) is a finding.
+	{mech: MechGitConfig, within: []string{"/.git/"}, suffix: "/.git/config", inspect: gitConfigRuns},
+	{mech: MechGitConfig, base: []string{".gitconfig"}, ends: []string{"/.config/git/config"},
+		exact: []string{"/etc/gitconfig"}, inspect: gitConfigRuns, unknown: true},
+	{mech: MechAutostart, within: []string{"/.config/autostart/", "/etc/xdg/autostart/"}, suffix: ".desktop"},
+	{mech: MechSessionEnv, within: []string{"/.config/environment.d/"}, under: []string{"/etc/environment.d"}},
+	{mech: MechUserBin, within: []string{"/.local/bin/"}},
+	{mech: MechEditor, base: []string{".vimrc", ".gvimrc", ".exrc", ".nexrc", ".emacs"},
+		within: []string{"/.vim/plugin/", "/.vim/autoload/", "/.config/nvim/", "/.emacs.d/", "/.local/share/nvim/site/"},
+		exact: []string{"/etc/vim/vimrc", "/etc/vim/vimrc.local"}},
+	{mech: MechTerminal, base: []string{".tmux.conf", ".screenrc", ".inputrc"}, within: []string{"/.config/tmux/"},
+		exact: []string{"/etc/tmux.conf", "/etc/inputrc", "/etc/screenrc"}},
+	{mech: MechXSession, base: []string{".xinitrc", ".xsession", ".xsessionrc", ".xprofile"}},
+	{mech: MechPackageTool, base: []string{".npmrc", ".yarnrc", ".yarnrc.yml"}, ends: []string{"/.cargo/config", "/.cargo/config.toml"}},
 	{mech: MechPythonPth, within: []string{"/site-packages/", "/dist-packages/"}, suffix: ".pth",
 		inspect: pthRunsCode, unknown: true},
 	{mech: MechPythonSite, base: []string{"sitecustomize.py", "usercustomize.py"},
@@ -110,6 +135,90 @@ func PersistenceMechanism(p string, content func() []byte) string {
 func MaybePersistence(p string) bool {
 	p = path.Clean("/" + p)
 	return slices.ContainsFunc(persistenceTable, func(r persistenceRule) bool { return r.matches(p) })
+}
+
+// gitProgramKeys are git configuration keys (section.key, or section.*.key for any subsection, lower
+// case) whose value git runs as a program (git-config(1)).
+var gitProgramKeys = []string{
+	"core.fsmonitor", "core.sshcommand", "core.pager", "core.editor", "core.askpass", "core.gitproxy",
+	"core.hookspath", "sequence.editor", "diff.external", "diff.*.textconv", "diff.*.command",
+	"merge.*.driver", "filter.*.clean", "filter.*.smudge", "filter.*.process", "credential.helper",
+	"credential.*.helper", "gpg.program", "gpg.*.program", "pager.*", "difftool.*.cmd", "mergetool.*.cmd",
+	"sendemail.smtpserver", "sendemail.*.smtpserver", "sendemail.tocmd", "sendemail.cccmd", "web.browser",
+	"browser.*.cmd", "browser.*.path", "man.*.cmd", "man.*.path", "instaweb.httpd", "remote.*.uploadpack",
+	"remote.*.receivepack", "remote.*.vcs", "uploadpack.packobjectshook", "protocol.allow", "protocol.*.allow",
+	"include.path", "includeif.*.path", "alias.*", "submodule.*.update", "core.alternaterefscommand",
+	"receive.procreceiverefs", "trailer.*.command", "trailer.*.cmd",
+}
+
+// maxGitConfigRead is how much of a git config is read (the content peek's bound): a file that fills it
+// may hide a key past it, and counts as a finding.
+const maxGitConfigRead = 64 << 10
+
+// gitConfigRuns says whether a git configuration file makes git run a program: a key of
+// gitProgramKeys (an alias only when it starts with "!", a protocol rule only when it allows ext, a
+// submodule's update only as "!command"), or an include. Read as git reads it: sections with or
+// without a subsection, keys case-insensitive, continued lines, comments.
+func gitConfigRuns(b []byte) bool {
+	if len(b) >= maxGitConfigRead {
+		return true
+	}
+	section, sub := "", ""
+	lines := strings.Split(strings.ReplaceAll(string(b), "\\\n", ""), "\n")
+	for _, line := range lines {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' || line[0] == ';' {
+			continue
+		}
+		if line[0] == '[' {
+			end := strings.IndexByte(line, ']')
+			if end < 0 {
+				return true // git refuses it; what it means is not known
+			}
+			head := strings.TrimSpace(line[1:end])
+			section, sub = head, ""
+			if i := strings.IndexAny(head, " \t"); i >= 0 {
+				section, sub = head[:i], strings.Trim(strings.TrimSpace(head[i:]), `"`)
+			} else if i := strings.IndexByte(head, '.'); i >= 0 { // [section.sub], the old form
+				section, sub = head[:i], head[i+1:]
+			}
+			section = strings.ToLower(section)
+			line = strings.TrimSpace(line[end+1:])
+			if line == "" {
+				continue
+			}
+		}
+		key, value, _ := strings.Cut(line, "=")
+		key = strings.ToLower(strings.TrimSpace(key))
+		value = strings.Trim(strings.TrimSpace(value), `"`)
+		if gitKeyRuns(section, sub, key, value) {
+			return true
+		}
+	}
+	return false
+}
+
+func gitKeyRuns(section, sub, key, value string) bool {
+	full := section + "." + key
+	any := section + ".*." + key
+	if sub == "" {
+		any = ""
+	}
+	for _, k := range gitProgramKeys {
+		if k != full && k != any && !(strings.HasSuffix(k, ".*") && strings.TrimSuffix(k, "*") == section+".") {
+			continue
+		}
+		switch {
+		case section == "alias":
+			return strings.HasPrefix(value, "!")
+		case section == "protocol":
+			return strings.Contains(strings.ToLower(sub+" "+value), "ext") && !strings.EqualFold(value, "never")
+		case section == "submodule":
+			return strings.HasPrefix(value, "!")
+		}
+		return true
+	}
+	return false
 }
 
 // setsHooksPath: git runs hooks from core.hooksPath, which a .git/config may name.
@@ -178,6 +287,13 @@ const (
 	ChangeCreated  = "created"
 	ChangeModified = "modified"
 	ChangeRefused  = "refused"
+	ChangeDeleted  = "deleted"
+)
+
+// The set-id bits of a file's mode (S_ISUID, S_ISGID).
+const (
+	setUID = 0o4000
+	setGID = 0o2000
 )
 
 // FindPersistence classifies every created or modified file of r and every write the sandbox refused
@@ -205,6 +321,15 @@ func FindPersistence(r *report.Report, content func(path string) []byte) {
 	for _, d := range r.Files.Details {
 		if d.Kind == "dir" {
 			dirs[d.Path] = true
+		}
+		// A set-id file runs with its owner's ids for whoever starts it, once it is where the host
+		// sees it (a share, the applied working directory).
+		if d.Kind == "file" && d.Mode&(setUID|setGID) != 0 && d.Change != ChangeDeleted {
+			f := report.Persistence{Mechanism: MechSetID, Path: d.Path, Change: d.Change}
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
 		}
 	}
 	for _, c := range []struct {

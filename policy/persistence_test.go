@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sbx-dev/sbx/report"
@@ -128,6 +129,55 @@ func checkPersistence(t *testing.T, got, want []report.Persistence) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("persistence[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestGitConfigRuns: every kind of git configuration that makes git run a program is a finding, read as
+// git reads it; settings that run nothing are not.
+func TestGitConfigRuns(t *testing.T) {
+	for _, c := range []struct {
+		conf string
+		want bool
+	}{
+		{"[core]\n\tfsmonitor = \"touch /tmp/pwned\"\n", true},
+		{"[CORE]\n\tFSMonitor=x\n", true},
+		{"[core] sshCommand = ssh -o ProxyCommand=x\n", true},
+		{"[core]\n\thooksPath = /tmp/h\n", true},
+		{"[include]\n\tpath = ../evil.cfg\n", true},
+		{"[includeIf \"gitdir:/\"]\n\tpath = x\n", true},
+		{"[alias]\n\tst = !sh -c 'curl x|sh'\n", true},
+		{"[alias]\n\tst = status -s\n", false},
+		{"[filter \"lfs\"]\n\tsmudge = evil %f\n", true},
+		{"[diff \"bin\"]\n\ttextconv = evil\n", true},
+		{"[diff.bin]\n\ttextconv = evil\n", true},
+		{"[merge \"m\"]\n\tdriver = evil %A\n", true},
+		{"[credential]\n\thelper = !evil\n", true},
+		{"[credential \"https://x\"]\n\thelper = evil\n", true},
+		{"[gpg]\n\tprogram = evil\n", true},
+		{"[pager]\n\tlog = evil\n", true},
+		{"[protocol \"ext\"]\n\tallow = always\n", true},
+		{"[protocol \"https\"]\n\tallow = always\n", false},
+		{"[core]\n\tpager\\\n = evil\n", true}, // a continued line
+		{"[user]\n\tname = A\n\temail = a@b\n[core]\n\tautocrlf = input\n\tbare = false\n[remote \"origin\"]\n\turl = https://x\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n", false},
+		{"# [core] fsmonitor = x\n; pager = y\n", false},
+		{"[core\n", true},
+		{strings.Repeat("# filler\n", maxGitConfigRead/9+1), true},
+	} {
+		if got := gitConfigRuns([]byte(c.conf)); got != c.want {
+			t.Errorf("gitConfigRuns(%.60q) = %v, want %v", c.conf, got, c.want)
+		}
+	}
+	for p, want := range map[string]string{
+		"/work/repo/.git/config": MechGitConfig, "/home/u/.gitconfig": MechGitConfig,
+		"/home/u/.config/git/config": MechGitConfig, "/home/u/.bash_aliases": MechShellStartup,
+		"/home/u/.config/autostart/x.desktop": MechAutostart, "/home/u/.config/environment.d/10-x.conf": MechSessionEnv,
+		"/home/u/.local/bin/git": MechUserBin, "/home/u/.vimrc": MechEditor, "/home/u/.config/nvim/init.lua": MechEditor,
+		"/home/u/.tmux.conf": MechTerminal, "/home/u/.inputrc": MechTerminal, "/home/u/.xsession": MechXSession,
+		"/work/.npmrc": MechPackageTool, "/home/u/.cargo/config.toml": MechPackageTool,
+	} {
+		if got := PersistenceMechanism(p, func() []byte { return []byte("[core]\nfsmonitor = x\n") }); got != want {
+			t.Errorf("PersistenceMechanism(%q) = %q, want %q", p, got, want)
 		}
 	}
 }
