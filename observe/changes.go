@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -84,6 +86,7 @@ var unbounded = Limits{MaxEntries: -1, MaxPathBytes: -1}
 const (
 	opaqueXattr   = "trusted.overlay.opaque"
 	metacopyXattr = "trusted.overlay.metacopy"
+	redirectXattr = "trusted.overlay.redirect"
 )
 
 // ErrUnreadable is matched by the error of a reading that could not open the layer at all.
@@ -231,6 +234,10 @@ func (w *walker) entry(up, low *os.File, rel, name string, depth int) {
 	c := change(p, &st, Created)
 	if inLower && c.Kind != "dir" {
 		c.Change = Modified
+		if c.Kind == "file" && w.d.before[p] == nil && w.d.copiedUnchanged(up, low, p, name, &st, &lst) {
+			w.d.seen(p)
+			return
+		}
 	}
 	if c.Kind == "file" && w.d.wantsMetacopy(p) {
 		c.Metacopy = hasXattr(up, name, metacopyXattr)
@@ -252,6 +259,77 @@ func (w *walker) entry(up, low *os.File, rel, name string, depth int) {
 		low = nil
 	}
 	w.descend(up, low, p, name, depth)
+}
+
+// copiedUnchanged says whether the regular file name of up is lower's copied up and nothing else: a new
+// hard link to it (overlayfs copies a file up to link it), an xattr set and removed again, a touch of
+// its mtime back to lower's. Its mode, owner, size, mtime and extended attributes (overlay's own left
+// out) are lower's, and so is its data: a metacopy copy-up whose data is its own path's in lower (no
+// redirect, or the one overlayfs sets on a metacopy file it links: its own path) has none of its own,
+// any other has the same bytes as lower's, compared within the budget.
+// Its ctime and link count are not looked at: a link moves both.
+func (d *differ) copiedUnchanged(up, low *os.File, p, name string, st, lst *unix.Stat_t) bool {
+	if lst.Mode != st.Mode || lst.Uid != st.Uid || lst.Gid != st.Gid || lst.Size != st.Size || lst.Mtim != st.Mtim {
+		return false
+	}
+	upPath, lowPath := fmt.Sprintf("/proc/self/fd/%d/%s", up.Fd(), name), fmt.Sprintf("/proc/self/fd/%d/%s", low.Fd(), name)
+	upX, err := userXattrs(upPath)
+	if err != nil {
+		return false
+	}
+	lowX, err := userXattrs(lowPath)
+	if err != nil || !maps.Equal(upX, lowX) {
+		return false
+	}
+	if hasXattr(up, name, metacopyXattr) {
+		redirect, err := xattrValue(upPath, redirectXattr)
+		if errors.Is(err, unix.ENODATA) || err == nil && redirect == p {
+			return true
+		}
+	}
+	same, ok := sameContent(up, low, name, st.Size, &d.budget)
+	return ok && same
+}
+
+// userXattrs reads the extended attributes of the file at path (its last component not followed),
+// leaving out overlay's own (trusted.overlay.*, and user.overlay.* of a rootless overlay's upper).
+func userXattrs(path string) (map[string]string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(path, buf)
+	if errors.Is(err, unix.ERANGE) {
+		if n, err = unix.Llistxattr(path, nil); err == nil {
+			buf = make([]byte, n)
+			n, err = unix.Llistxattr(path, buf)
+		}
+	}
+	if errors.Is(err, unix.ENOTSUP) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, a := range strings.Split(string(buf[:n]), "\x00") {
+		if a == "" || strings.HasPrefix(a, "trusted.overlay.") || strings.HasPrefix(a, "user.overlay.") {
+			continue
+		}
+		v, err := xattrValue(path, a)
+		if err != nil {
+			return nil, err
+		}
+		out[a] = v
+	}
+	return out, nil
+}
+
+// xattrValue reads the extended attribute attr of the file at path, its last component not followed.
+func xattrValue(path, attr string) (string, error) {
+	v := make([]byte, 64<<10) // XATTR_SIZE_MAX
+	n, err := unix.Lgetxattr(path, attr, v)
+	if err != nil {
+		return "", err
+	}
+	return string(v[:n]), nil
 }
 
 // descend reads the subdirectory name of up. Below a created or opaque directory nothing of lower shows.

@@ -331,3 +331,34 @@ func TestChangesSameSizeRewrite(t *testing.T) {
 		})
 	}
 }
+
+// TestChangesLinkNotModified: a new hard link of a lower file (which overlayfs copies up to link it)
+// is a created name, and the file it links to is not modified; a write through a link, a chmod or an
+// xattr set on a lower file are modifications.
+func TestChangesLinkNotModified(t *testing.T) {
+	for name, opts := range map[string]string{"plain": "", "metacopy": ",metacopy=on", "index": ",metacopy=on,index=on"} {
+		t.Run(name, func(t *testing.T) {
+			o := newTestOverlayOpts(t, opts)
+			m := o.merged
+			before, err := Changes(o.upper, o.lower)
+			mustOK(t, err)
+			mustOK(t, os.Link(m+"/etc/keep.conf", m+"/etc/keep.link"))
+			mustOK(t, os.Link(m+"/etc/modify.conf", m+"/etc/modify.link"))
+			f, err := os.OpenFile(m+"/etc/modify.link", os.O_WRONLY|os.O_APPEND, 0)
+			mustOK(t, err)
+			_, err = f.WriteString("more\n")
+			mustOK(t, err)
+			mustOK(t, f.Close())
+			mustOK(t, os.Chmod(m+"/usr/bin/tool", 0o755))
+			mustOK(t, unix.Setxattr(m+"/etc/delete.conf", "user.note", []byte("x"), 0))
+			after, err := ChangesSince(before, o.upper, o.lower, Limits{})
+			mustOK(t, err)
+			if got := paths(after.Created); !slices.Equal(got, []string{"/etc/keep.link", "/etc/modify.link"}) {
+				t.Errorf("created = %v, want the two links", got)
+			}
+			if got := paths(after.Modified); !slices.Equal(got, []string{"/etc/delete.conf", "/etc/modify.conf", "/usr/bin/tool"}) {
+				t.Errorf("modified = %v, want [/etc/delete.conf /etc/modify.conf /usr/bin/tool]", got)
+			}
+		})
+	}
+}

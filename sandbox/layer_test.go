@@ -80,6 +80,46 @@ func TestDiskLayer(t *testing.T) {
 	}
 }
 
+// TestLayerJournal: a layer of 32 MiB or more has a journal, so that creating files after deleting many
+// does not make ext4's inode allocator walk past every inode freed in the last 30 seconds (it does that
+// only without one); a smaller layer has none and still mounts. Both take files after deletions.
+func TestLayerJournal(t *testing.T) {
+	needRoot(t)
+	LayerDir = t.TempDir()
+	for _, c := range []struct {
+		size    int64
+		journal bool
+	}{{64 << 20, true}, {1 << 30, true}, {16 << 20, false}} {
+		dir := t.TempDir()
+		if _, err := mountLayer(dir, c.size, nil); err != nil {
+			t.Fatal(err)
+		}
+		dev := loopOf(t, dir)
+		_, err := os.Stat("/proc/fs/jbd2/" + dev + "-8")
+		if got := err == nil; got != c.journal {
+			t.Errorf("layer of %d MiB: journal %v, want %v", c.size>>20, got, c.journal)
+		}
+		for round := range 2 {
+			sub := filepath.Join(dir, "d")
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 200 {
+				if err := os.WriteFile(filepath.Join(sub, strconv.Itoa(i)), []byte("x"), 0o644); err != nil {
+					t.Fatalf("layer of %d MiB, round %d: %v", c.size>>20, round, err)
+				}
+			}
+			if err := os.RemoveAll(sub); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Fatal(err)
+		}
+		waitDetached(t, dev)
+	}
+}
+
 // TestLayerPrepRelease: a layer attached ahead (Create's) and never mounted, as when Create fails
 // before the overlays, leaves no loop device attached once released; so does a Create that fails
 // before its run dir exists.
@@ -247,30 +287,63 @@ func loopOf(t *testing.T, dir string) string {
 
 func devName(dev uint64) string { return fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev)) }
 
-// BenchmarkWritableLayer is the setup and teardown cost of the writable layer: the disk-backed ext4
-// (copy of the template, loop device, mount) against the tmpfs it replaces.
+// layerVariants are the writable layer's options measured against each other: what sbx uses (journal),
+// the options before it (no journal), the journal of mkfs's own size for the layer (32 MiB for 1 GiB),
+// and the journal with data=ordered.
+var layerVariants = []struct {
+	name  string
+	mkfs  func(size int64) []string
+	mount func(size int64) string
+}{
+	{"journal", mkfsArgs, mountOpts},
+	{"no-journal", func(size int64) []string { return variantArgs("-O ^has_journal,^resize_inode,inline_data") },
+		func(int64) string { return "noinit_itable,nobarrier" }},
+	{"journal-mkfs-size", func(size int64) []string { return variantArgs("-O ^resize_inode,inline_data") }, mountOpts},
+	{"journal-ordered", mkfsArgs, func(int64) string { return "noinit_itable,nobarrier" }},
+}
+
+func variantArgs(features string) []string {
+	return append([]string{"-q", "-F", "-t", "ext4", "-b", "4096", "-m", "0", "-i", "8192", "-I", "256",
+		"-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"}, strings.Fields(features)...)
+}
+
+// useVariant puts variant i's options in place until the benchmark ends, with a LayerDir of its own
+// (templates are named by sbx's options, not the variant's).
+func useVariant(b *testing.B, i int) {
+	oldArgs, oldOpts := layerMkfsArgs, layerMountOpts
+	b.Cleanup(func() { layerMkfsArgs, layerMountOpts = oldArgs, oldOpts })
+	layerMkfsArgs, layerMountOpts = layerVariants[i].mkfs, layerVariants[i].mount
+	LayerDir = b.TempDir()
+}
+
+// BenchmarkWritableLayer is the setup and teardown cost of the writable layer per run: the disk-backed
+// ext4 (copy of the template, loop device, mount) in each variant of its options, against the tmpfs it
+// replaces; and (mkfs) making a variant's template, which happens once per size.
 func BenchmarkWritableLayer(b *testing.B) {
 	needRoot(b)
-	LayerDir = b.TempDir()
 	const size = 1 << 30
-	for _, bc := range []struct {
-		name  string
-		mount func(dir string) error
-	}{
-		{"tmpfs", func(dir string) error {
-			return unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1073741824,mode=0700")
-		}},
-		{"ext4-loop", func(dir string) error { return prepareLayer(size).mount(dir) }},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
+	b.Run("tmpfs", func(b *testing.B) {
+		dir := b.TempDir()
+		for range b.N {
+			if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1073741824,mode=0700"); err != nil {
+				b.Fatal(err)
+			}
+			if err := unix.Unmount(dir, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for i, v := range layerVariants {
+		b.Run("ext4-loop-"+v.name, func(b *testing.B) {
+			useVariant(b, i)
 			dir := b.TempDir()
-			if err := bc.mount(dir); err != nil { // the template is made once, outside the timing
+			if err := prepareLayer(size).mount(dir); err != nil { // the template is made once, outside the timing
 				b.Fatal(err)
 			}
 			unix.Unmount(dir, 0)
 			b.ResetTimer()
 			for range b.N {
-				if err := bc.mount(dir); err != nil {
+				if err := prepareLayer(size).mount(dir); err != nil {
 					b.Fatal(err)
 				}
 				discardLayer(dir)
@@ -279,6 +352,91 @@ func BenchmarkWritableLayer(b *testing.B) {
 				}
 			}
 		})
+		b.Run("mkfs-"+v.name, func(b *testing.B) {
+			useVariant(b, i)
+			for range b.N {
+				f, err := openTmpfile(LayerDir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := mkfs(f, size); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkLayerRecreate is what issue 38 found 6-20 times slower in the sandbox than on the host:
+// creating files on a layer right after deleting as many (rm -rf node_modules && npm ci). Each op
+// creates SBX_BENCH_FILES small files (default 20,000) in directories of 1,000, removes them and
+// creates them again on a fresh 1 GiB layer of each variant; "host" does the same in a directory of
+// the host's LayerDir file system. first and again report the two creations' seconds apart.
+func BenchmarkLayerRecreate(b *testing.B) {
+	needRoot(b)
+	n := 20000
+	if v, err := strconv.Atoi(os.Getenv("SBX_BENCH_FILES")); err == nil && v > 0 {
+		n = v
+	}
+	cycle := func(b *testing.B, dir string) {
+		var first, again time.Duration
+		for range b.N {
+			root := filepath.Join(dir, "tree")
+			t0 := time.Now()
+			createFiles(b, root, n)
+			t1 := time.Now()
+			if err := os.RemoveAll(root); err != nil {
+				b.Fatal(err)
+			}
+			t2 := time.Now()
+			createFiles(b, root, n)
+			first, again = first+t1.Sub(t0), again+time.Since(t2)
+			b.StopTimer()
+			os.RemoveAll(root)
+			b.StartTimer()
+		}
+		b.ReportMetric(first.Seconds()/float64(b.N), "first-s")
+		b.ReportMetric(again.Seconds()/float64(b.N), "again-s")
+	}
+	b.Run("host", func(b *testing.B) {
+		old := LayerDir
+		if err := os.MkdirAll(old, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		dir, err := os.MkdirTemp(old, "bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		cycle(b, dir)
+	})
+	for i, v := range layerVariants {
+		b.Run(v.name, func(b *testing.B) {
+			useVariant(b, i)
+			dir := b.TempDir()
+			if err := prepareLayer(1 << 30).mount(dir); err != nil {
+				b.Fatal(err)
+			}
+			defer unix.Unmount(dir, unix.MNT_DETACH)
+			cycle(b, dir)
+		})
+	}
+}
+
+// createFiles makes n files of 100 bytes below root, 1,000 to a directory.
+func createFiles(tb testing.TB, root string, n int) {
+	buf := make([]byte, 100)
+	for i := range n {
+		d := filepath.Join(root, strconv.Itoa(i/1000))
+		if i%1000 == 0 {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, strconv.Itoa(i)), buf, 0o644); err != nil {
+			tb.Fatal(err)
+		}
 	}
 }
 

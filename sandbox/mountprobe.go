@@ -74,9 +74,12 @@ func MountProbe(bin, stateRoot string) ([]supervisor.ProbeStep, error) {
 	return steps, nil
 }
 
-// removeProbeDir removes the probe's dir: overlay leaves its work dir's own work dir with mode 0.
+// removeProbeDir removes the probe's dir: overlay leaves its work dir's own work dir (and index) with
+// mode 0.
 func removeProbeDir(dir string) {
-	os.Chmod(filepath.Join(dir, "work", "work"), 0o700)
+	for _, d := range []string{"work/work", "work-index/work", "work-index/index"} {
+		os.Chmod(filepath.Join(dir, d), 0o700)
+	}
 	os.RemoveAll(dir)
 }
 
@@ -117,21 +120,48 @@ type probeCache struct {
 // directProbe is why the direct start cannot build sandboxes here ("" when it can): the mount probe's
 // first failed step, probed once per boot and binary (cached in the state root), and once per process.
 func directProbe(stateRoot, bin string) string {
+	return probeSteps(stateRoot, bin).why
+}
+
+// probeSteps is the mount probe's answer for bin: once per boot and binary (cached in the state root),
+// and once per process.
+func probeSteps(stateRoot, bin string) probed {
 	directProbes.Lock()
 	defer directProbes.Unlock()
 	key := probeKey(bin)
-	if why, ok := directProbes.m[key]; ok {
-		return why
+	if p, ok := directProbes.m[key]; ok {
+		return p
 	}
-	why := cachedProbe(stateRoot, bin, key)
-	directProbes.m[key] = why
-	return why
+	p := cachedProbe(stateRoot, bin, key)
+	directProbes.m[key] = p
+	return p
+}
+
+// probed is an answer of the mount probe: its steps, and why the direct start cannot build ("" when it
+// can; the probe's own failure when it gave no steps).
+type probed struct {
+	steps []supervisor.ProbeStep
+	why   string
+}
+
+// stepErr is what the probe's step named step answered: "" when it passed, else its error (or that
+// it was not probed).
+func (p probed) stepErr(step string) string {
+	for _, s := range p.steps {
+		if s.Step == step {
+			return s.Err
+		}
+	}
+	if p.why != "" {
+		return p.why
+	}
+	return "not probed"
 }
 
 var directProbes = struct {
 	sync.Mutex
-	m map[string]string
-}{m: map[string]string{}}
+	m map[string]probed
+}{m: map[string]probed{}}
 
 // probeKey names the boot and the binary bin.
 func probeKey(bin string) string {
@@ -142,7 +172,7 @@ func probeKey(bin string) string {
 }
 
 // cachedProbe reads the probe's answer for key from the state root's cache, or probes and writes it.
-func cachedProbe(stateRoot, bin, key string) string {
+func cachedProbe(stateRoot, bin, key string) probed {
 	path := filepath.Join(stateRoot, probeCacheFile)
 	if f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
 		var c probeCache
@@ -150,19 +180,19 @@ func cachedProbe(stateRoot, bin, key string) string {
 		if unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && int(st.Uid) == os.Geteuid() {
 			if json.NewDecoder(io.LimitReader(f, maxProbeOutput)).Decode(&c) == nil && c.Key == key && len(c.Steps) > 0 {
 				f.Close()
-				return ProbeFailure(c.Steps)
+				return probed{c.Steps, ProbeFailure(c.Steps)}
 			}
 		}
 		f.Close()
 	}
 	steps, err := MountProbe(bin, stateRoot)
 	if err != nil {
-		return err.Error()
+		return probed{why: err.Error()}
 	}
 	if b, err := json.Marshal(probeCache{Key: key, Steps: steps}); err == nil {
 		writeProbeCache(path, b)
 	}
-	return ProbeFailure(steps)
+	return probed{steps, ProbeFailure(steps)}
 }
 
 // writeProbeCache replaces the cache file through a new file renamed over it.

@@ -41,7 +41,7 @@ func TestMountProbe(t *testing.T) {
 	}
 	// cachedProbe, not directProbe: another test may have probed through this binary already, and
 	// directProbe remembers that per process.
-	if why := cachedProbe(root, self, probeKey(self)); why != "" {
+	if why := cachedProbe(root, self, probeKey(self)).why; why != "" {
 		t.Errorf("cachedProbe = %q, want \"\"", why)
 	}
 	if _, err := os.Stat(root + "/" + probeCacheFile); err != nil {

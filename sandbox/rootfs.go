@@ -83,12 +83,30 @@ func (o *overlay) mountOverlay() error {
 		return fmt.Errorf("preparing the writable layer of %s: %w", o.At, err)
 	}
 	// xino=auto gives every file one inode number in both layers' ranges, so that a directory's inode from
-	// readdir (scandir, find -inum) is the one stat shows, as on the host.
-	opts := overlayDirs(o.Lower, o.Upper, o.work) + ",volatile,metacopy=on,xino=auto"
+	// readdir (scandir, find -inum) is the one stat shows, as on the host. index=on keeps the host's hard
+	// links one file (see indexed).
+	opts := overlayDirs(o.Lower, o.Upper, o.work) + ",volatile,metacopy=on,xino=auto,index=on"
 	if err := unix.Mount("overlay", o.merged, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting the overlay of %s: %w", o.At, err)
 	}
 	return nil
+}
+
+// indexed says whether the mounted overlay keeps its inodes index: overlayfs copies a lower file up once
+// for all its names (a link or a write through one name shows through the others, and every name keeps
+// the lower file's inode number: git clone --local checks that), where without it each name is copied
+// up on its own and the hard link is split. The kernel turns index=on off, with a line in its log and no
+// error, when a layer's file system cannot encode and decode file handles or the mounter lacks
+// CAP_DAC_READ_SEARCH of the host (any overlay mounted in a user namespace); it then makes no index
+// directory in the work directory, which is what this looks at.
+func (o *overlay) indexed() bool {
+	st, err := os.Lstat(filepath.Join(o.work, "index"))
+	return err == nil && st.IsDir()
+}
+
+// splitLinksNote is the report's note for an overlay at whose hard links of the host are split.
+func splitLinksNote(at string) string {
+	return "hard links: the overlay of " + at + " keeps no inodes index here (overlayfs turned index=on off): a host file with several names is copied up per name when the command writes to it or links it, so a write through one name does not show through the others and a new link shows another inode number than its source (git clone of a local repository fails, \"hardlink different from source\": git clone --no-hardlinks)"
 }
 
 // overlayEscaper escapes a path for overlayfs's mount data, which splits options at ',' and lower
@@ -115,6 +133,9 @@ type rootfs struct {
 	// an empty tmpfs (directories) or /dev/null (files) mounted over them.
 	top        []topLayer
 	hideMounts []specs.Mount
+	// index: the rootless overlays keep overlayfs's inodes index (index=on); indexWhy says why not.
+	index    bool
+	indexWhy string
 	// hidSeen is what hiding read of the host: a sandbox used later (a warm pool's) is stale once
 	// any of it changed (hiddenChanged).
 	hidSeen []hostSeen
@@ -225,8 +246,16 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 	if err := r.root.mountOverlay(); err != nil {
 		return err
 	}
+	if !r.root.indexed() {
+		r.notes = append(r.notes, splitLinksNote("/"))
+	}
 	if ownCwd {
-		return r.mountCwd(cwd)
+		if err := r.mountCwd(cwd); err != nil {
+			return err
+		}
+		if !r.cwd.indexed() {
+			r.notes = append(r.notes, splitLinksNote(cwd))
+		}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
 )
@@ -111,6 +112,31 @@ type topLayer struct {
 // overlay never syncs its upper (on the caller's disk, say ~/.local/state) and tearing the sandbox's
 // mount namespace down is about a millisecond faster (measured: kill 1.8 against 0.7 ms).
 const rootlessOverlayOpts = "userxattr,volatile"
+
+// overlayOpts are rootlessOverlayOpts, with index=on where the mount probe saw an overlay in a user
+// namespace keep its inodes index (rootlessIndex): the host's hard links then stay one file.
+func (r *rootfs) overlayOpts() string {
+	if r.index {
+		return rootlessOverlayOpts + ",index=on"
+	}
+	return rootlessOverlayOpts
+}
+
+// rootlessIndex is why a rootless sandbox's overlays keep no inodes index here ("" when they can): the
+// mount probe's step that mounts one with index=on, in a user namespace, its upper in the state root
+// (probed once per boot, never assumed from the kernel's version). Asked for where it failed, each
+// overlay would turn it off again, with a line in the kernel's log per mount.
+func rootlessIndex(cfg Config) string {
+	self, err := selfexe.Path()
+	if err != nil {
+		return err.Error()
+	}
+	bin := cfg.InitBinary
+	if bin == "" {
+		bin = initBinary(self)
+	}
+	return probeSteps(cfg.StateRoot, bin).stepErr(supervisor.ProbeIndexStep)
+}
 
 // kernelDirs are mounted by the spec's own mounts (proc, sysfs or /sys, the /dev tmpfs).
 var kernelDirs = []string{"proc", "sys", "dev"}
@@ -214,7 +240,7 @@ func (r *rootfs) cwdRootless(cwd string, hidden []string) error {
 			return err
 		}
 	}
-	opts := overlayDirs(cwd, r.cwd.Upper, r.cwd.work) + "," + rootlessOverlayOpts
+	opts := overlayDirs(cwd, r.cwd.Upper, r.cwd.work) + "," + r.overlayOpts()
 	r.hideMounts = append(r.hideMounts, specs.Mount{Destination: cwd, Type: "overlay", Source: "overlay",
 		Options: []string{"nosuid", "nodev", opts}})
 	return sameMode(r.cwd.Upper, cwd)
@@ -425,7 +451,7 @@ func (r *rootfs) rootlessMounts() []specs.Mount {
 			ms = append(ms, readOnlyTop(dst, l.locked, r.empty()))
 			continue
 		}
-		opts := overlayDirs(src, filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name)) + "," + rootlessOverlayOpts
+		opts := overlayDirs(src, filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name)) + "," + r.overlayOpts()
 		ms = append(ms, specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
 			Options: []string{"nosuid", "nodev", opts}})
 	}
@@ -686,7 +712,10 @@ func (s *Sandbox) rootlessNotes() []string {
 		// What root's sandbox gives and this one cannot (README.md, "Differences from running on the
 		// host"): said on every run, since the command's failure alone does not say it is sbx's.
 		"rootless: only the caller's id is mapped: chown to another owner fails with EINVAL, so tar x, cpio -i and cp -a of others' files fail (tar --no-same-owner, cpio --no-preserve-owner, cp -a --no-preserve=ownership)",
-		"rootless: what existed before the run is overlayfs's lower layer, which in a user namespace keeps no redirects nor origins: such a directory cannot be renamed (EXDEV: mv copies it, git mv and a bare rename(2) fail), and a hard link to such a file shows another inode number than the file (git clone of a local repository fails, \"hardlink different from source\": git clone --no-hardlinks)"}
+		"rootless: what existed before the run is overlayfs's lower layer, which in a user namespace keeps no redirects: such a directory cannot be renamed (EXDEV: mv copies it, git mv and a bare rename(2) fail)"}
+	if why := s.rootfs.indexWhy; why != "" {
+		notes = append(notes, "rootless: hard links of files that existed before the run are split: overlayfs keeps no inodes index in a user namespace here ("+why+"), so each name is copied up on its own when the command writes to it or links it: a write through one name does not show through the others, and a new link shows another inode number than its source (git clone of a local repository fails, \"hardlink different from source\": git clone --no-hardlinks)")
+	}
 	held := []string{"disk as the size of each file (RLIMIT_FSIZE; df shows the host's filesystem)"}
 	var byCgroup, none []string
 	for _, c := range delegControllers {

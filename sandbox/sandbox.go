@@ -367,6 +367,8 @@ func (s *Sandbox) buildFiles() error {
 		s.Notes = append(s.Notes, note)
 	}
 	if Rootless() {
+		s.rootfs.indexWhy = rootlessIndex(s.cfg)
+		s.rootfs.index = s.rootfs.indexWhy == ""
 		s.Notes = append(s.Notes, s.rootlessNotes()...)
 		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd))
 	}

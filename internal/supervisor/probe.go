@@ -105,11 +105,41 @@ func probeMounts(stateDir string) []ProbeStep {
 		return err
 	})
 	if state >= 0 {
-		step("an overlay with user xattrs, its upper in the state root", false, func() error {
+		if step("an overlay with user xattrs, its upper in the state root", false, func() error {
 			return probeOverlay(filepath.Join(scratch, "lower"), procFD(state), filepath.Join(scratch, "ovl"))
-		})
+		}) {
+			os.Mkdir(filepath.Join(scratch, "ovl-index"), 0o755)
+			step(ProbeIndexStep, true, func() error {
+				return probeIndex(filepath.Join(scratch, "lower"), procFD(state), filepath.Join(scratch, "ovl-index"))
+			})
+		}
 	}
 	return out
+}
+
+// ProbeIndexStep is the probe's step that says whether a rootless sandbox's overlays can keep the host's
+// hard links one file: overlayfs's inodes index (index=on), which needs file handles of its layers and,
+// in the kernels seen so far, the host's CAP_DAC_READ_SEARCH, which no mount in a user namespace has.
+const ProbeIndexStep = "an overlay with user xattrs and an inodes index (index=on: hard links stay one file; optional)"
+
+// probeIndex mounts an overlay as probeOverlay does, with index=on, and says whether the index held:
+// overlayfs turns it off without an error (a line in the kernel's log), and then makes no index
+// directory in its work dir.
+func probeIndex(lower, stateDir, dst string) error {
+	upper, work := filepath.Join(stateDir, "upper-index"), filepath.Join(stateDir, "work-index")
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	if err := attachNew(Mount{Type: "overlay", Source: "overlay",
+		Data: "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work + ",userxattr,index=on"}, dst); err != nil {
+		return err
+	}
+	if st, err := os.Lstat(filepath.Join(work, "index")); err != nil || !st.IsDir() {
+		return errors.New("overlayfs turned index=on off (a layer without file handles, or a mounter without the host's CAP_DAC_READ_SEARCH)")
+	}
+	return nil
 }
 
 // attachNew makes a new file system of m's kind and attaches it at path.

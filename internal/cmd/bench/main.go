@@ -37,7 +37,23 @@ func main() {
 	rounds := flag.Int("rounds", 8, "rounds of runs started at once")
 	burstsOnly := flag.Bool("bursts", false, "only the rounds of runs started at once")
 	quick := flag.Bool("quick", false, "only the headline ratios: cold sbx exec, runc, bwrap and a warm sbx_run")
+	files := flag.Int("files", 100000, "files of the create/delete/create cycle (0: none)")
+	filesOnly := flag.Bool("files-only", false, "only the create/delete/create cycle")
 	flag.Parse()
+
+	if *filesOnly {
+		sbxAbs, _ := filepath.Abs(*sbx)
+		dir, err := os.MkdirTemp("", "sbx-bench-")
+		if err == nil {
+			err = benchFiles(sbxAbs, dir, *files)
+			os.RemoveAll(dir)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	if *rssOnly {
 		sbxAbs, _ := filepath.Abs(*sbx)
@@ -47,13 +63,13 @@ func main() {
 		}
 		return
 	}
-	if err := benchmark(*sbx, *n, *rounds, *burstsOnly, *quick); err != nil {
+	if err := benchmark(*sbx, *n, *rounds, *burstsOnly, *quick, *files); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
+func benchmark(sbx string, n, rounds int, burstsOnly, quick bool, files int) error {
 	sbx, _ = filepath.Abs(sbx)
 	dir, err := os.MkdirTemp("", "sbx-bench-")
 	if err != nil {
@@ -173,6 +189,11 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool) error {
 	fmt.Printf("peak RSS of the sbx mcp server (pool of 2): %.1f MB\n", float64(srv.peakRSS())/(1<<20))
 	if err := benchBursts(sbx, dir, runc, rounds); err != nil {
 		return err
+	}
+	if files > 0 {
+		if err := benchFiles(sbx, dir, files); err != nil {
+			return err
+		}
 	}
 	return reportRSS(sbx, dir)
 }
