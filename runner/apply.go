@@ -147,11 +147,12 @@ func (r *run) writableShareAt(cwd string) bool {
 	return false
 }
 
-// cwdChanges counts the report's changes below the working directory.
+// cwdChanges counts the report's changes below the working directory that were discarded: those in a
+// writable share below it reached the host.
 func (r *run) cwdChanges(cwd string) int {
 	n := 0
 	for _, c := range r.rep.Files.Details {
-		if strings.HasPrefix(c.Path, strings.TrimSuffix(cwd, "/")+"/") {
+		if strings.HasPrefix(c.Path, strings.TrimSuffix(cwd, "/")+"/") && !r.writableShareAt(c.Path) {
 			n++
 		}
 	}

@@ -260,3 +260,34 @@ func TestChangesCopyStopsOnSignal(t *testing.T) {
 		t.Errorf("the partly copied file was left in DIR")
 	}
 }
+
+// TestGlobInWhole: a probe reads a directory whole; one with more entries than the bound is an error
+// (the run is then incomplete), not a listing cut silently where a planted hook could hide.
+func TestGlobInWhole(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, ".git", "hooks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 {
+		if err := os.WriteFile(filepath.Join(dir, ".git", "hooks", fmt.Sprintf("n%d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	got, err := globIn(root, ".git/hooks/*")
+	if err != nil || len(got) != 3000 {
+		t.Errorf("globIn: %d names, %v; want all 3000 (more than one read's worth) and no error", len(got), err)
+	}
+	d, err := root.Open(".git/hooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := readAllNames(d, 2999); err == nil {
+		t.Errorf("readAllNames past its bound: no error")
+	}
+}

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -45,12 +46,18 @@ var shareProbes = []string{
 	".ssh/authorized_keys", ".ssh/authorized_keys2", ".ssh/config", ".ssh/rc", ".ssh/environment",
 	".config/systemd/user/*", ".local/share/systemd/user/*",
 	"sitecustomize.py", "usercustomize.py",
+	".gitconfig", ".config/git/config", ".bash_aliases", ".config/autostart/*", ".config/environment.d/*",
+	".local/bin/*", ".vimrc", ".gvimrc", ".exrc", ".vim/plugin/*", ".config/nvim/*", ".emacs", ".emacs.d/*",
+	".tmux.conf", ".config/tmux/*", ".screenrc", ".inputrc", ".xinitrc", ".xsession", ".xsessionrc",
+	".xprofile", ".npmrc", ".yarnrc", ".yarnrc.yml", ".cargo/config", ".cargo/config.toml",
 	"lib/python3*/site-packages/*.pth", ".venv/lib/python3*/site-packages/*.pth",
 	"venv/lib/python3*/site-packages/*.pth", ".local/lib/python3*/site-packages/*.pth",
 }
 
-// maxProbeEntries bounds the entries one glob element reads from a directory.
-const maxProbeEntries = 4096
+// maxProbeEntries bounds the entries one glob element reads from a directory: past it the directory is
+// not read further and the share's reading is incomplete (a hook behind many thousands of other names
+// must not pass unseen).
+const maxProbeEntries = 100_000
 
 // clockSlack covers the file system's coarse clock (a tick behind the one sbx reads) when a change is
 // told from the run's start by its ctime.
@@ -75,7 +82,11 @@ func shareChanges(shares []shareAt, start time.Time) (created, modified []report
 			continue
 		}
 		for _, p := range probes {
-			for _, rel := range globIn(root, p) {
+			rels, gerr := globIn(root, p)
+			if gerr != nil {
+				errs = append(errs, fmt.Errorf("share %s: %w", sh.host, gerr))
+			}
+			for _, rel := range rels {
 				at := path.Join(sh.sandbox, rel)
 				if !policy.MaybePersistence(at) {
 					continue // "config" below a share that is no .git
@@ -100,10 +111,12 @@ func shareChanges(shares []shareAt, start time.Time) (created, modified []report
 // shareAt is a writable share: its host directory and where the sandbox shows it.
 type shareAt struct{ host, sandbox string }
 
-// globIn expands pattern (slash-separated, * within an element) below root, never leaving it and
-// reading at most maxProbeEntries entries of a directory.
-func globIn(root *os.Root, pattern string) []string {
+// globIn expands pattern (slash-separated, * within an element) below root, never leaving it. A
+// directory is read whole, up to maxProbeEntries entries; one that holds more, or cannot be read past
+// its start, is an error (the rest of the expansion is still returned).
+func globIn(root *os.Root, pattern string) ([]string, error) {
 	found := []string{"."}
+	var errs []error
 	for _, elem := range strings.Split(pattern, "/") {
 		var next []string
 		for _, dir := range found {
@@ -113,10 +126,13 @@ func globIn(root *os.Root, pattern string) []string {
 			}
 			d, err := root.Open(dir)
 			if err != nil {
-				continue
+				continue // absent: nothing there to judge
 			}
-			names, _ := d.Readdirnames(maxProbeEntries)
+			names, err := readAllNames(d, maxProbeEntries)
 			d.Close()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", dir, err))
+			}
 			for _, n := range names {
 				if ok, _ := filepath.Match(elem, n); ok {
 					next = append(next, path.Join(dir, n))
@@ -125,7 +141,26 @@ func globIn(root *os.Root, pattern string) []string {
 		}
 		found = next
 	}
-	return found
+	return found, errors.Join(errs...)
+}
+
+// readAllNames reads a directory's names, at most max: a directory with more is an error, as is one
+// whose reading fails (not a directory is no error: nothing to expand).
+func readAllNames(d *os.File, max int) ([]string, error) {
+	var out []string
+	for {
+		names, err := d.Readdirnames(1024)
+		out = append(out, names...)
+		if len(out) > max {
+			return out[:max], fmt.Errorf("more than %d entries: not read whole", max)
+		}
+		if err == io.EOF || errors.Is(err, unix.ENOTDIR) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
 }
 
 // changedSince says whether the entry rel of root (not followed when a link) was born or changed since
