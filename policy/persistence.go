@@ -99,7 +99,7 @@ var persistenceTable = []persistenceRule{
 	{mech: MechUserBin, within: []string{"/.local/bin/"}},
 	{mech: MechEditor, base: []string{".vimrc", ".gvimrc", ".exrc", ".nexrc", ".emacs"},
 		within: []string{"/.vim/plugin/", "/.vim/autoload/", "/.config/nvim/", "/.emacs.d/", "/.local/share/nvim/site/"},
-		exact: []string{"/etc/vim/vimrc", "/etc/vim/vimrc.local"}},
+		exact:  []string{"/etc/vim/vimrc", "/etc/vim/vimrc.local"}},
 	{mech: MechTerminal, base: []string{".tmux.conf", ".screenrc", ".inputrc"}, within: []string{"/.config/tmux/"},
 		exact: []string{"/etc/tmux.conf", "/etc/inputrc", "/etc/screenrc"}},
 	{mech: MechXSession, base: []string{".xinitrc", ".xsession", ".xsessionrc", ".xprofile"}},
