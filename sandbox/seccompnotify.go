@@ -459,7 +459,12 @@ func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall,
 	follow := (hasFlags || name == "creat" || name == "openat2" || name == "truncate") &&
 		f&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL && f&unix.O_NOFOLLOW == 0
 	task := taskOf(int(req.Pid))
-	for _, pa := range ws.paths {
+	paths := ws.paths
+	if name == "renameat2" && req.Args[4]&unix.RENAME_EXCHANGE != 0 {
+		// An exchange writes both names: the source gets the target's file.
+		paths = append([][2]int{{0, 1}}, paths...)
+	}
+	for _, pa := range paths {
 		r := task.resolveArg(req, req.Args[pa[1]], pa[0], inRoot, follow, b)
 		if why != "" && r.outcome != unresolved {
 			r = resolution{outcome: unresolved, path: r.path, dir: r.dir, why: why}
