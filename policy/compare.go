@@ -77,6 +77,11 @@ func Compare(exp Expect, r *report.Report) {
 		}
 	}
 	persistenceViolations(exp, r, add)
+	if !exp.CredentialsAllowed {
+		for _, c := range r.Credentials {
+			add(report.RuleCredentials, "%s: %s %s", c.Mechanism, c.Path, c.Access)
+		}
+	}
 	if exp.Execs != nil {
 		for _, e := range r.Processes.Execs {
 			if !execAllowed(exp.Execs, e.Exe) {

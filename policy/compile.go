@@ -224,6 +224,7 @@ func compileExpect(e ExpectConfig) Expect {
 		DeniedIsViolation:     e.NetworkDenied != ReactIgnore,
 		DNSRefusedIsViolation: e.DNSRefused != ReactIgnore,
 		PersistenceAllowed:    e.Persistence == PermAllow,
+		CredentialsAllowed:    e.Credentials == PermAllow,
 	}
 	if e.Writes != nil {
 		out.Writes = append([]string{}, e.Writes...)

@@ -120,6 +120,7 @@ type Expect struct {
 	Writes                []string   // globs of sandbox paths writes may land in; nil = anywhere Landlock allows
 	Execs                 []string   // globs of executables that may be run; nil = any
 	PersistenceAllowed    bool       // persistence findings are listed but are no violations
+	CredentialsAllowed    bool       // accesses to decoy secrets are listed but are no violations
 }
 
 // Record is what sbx records of what the sandbox refused, by its own means (kernel audit is usually

@@ -97,6 +97,7 @@ type ExpectConfig struct {
 	DNSRefused    Reaction   `yaml:"dns_refused,omitempty" doc:"violation (default) or ignore: what a refused DNS query is"`
 	Writes        Globs      `yaml:"writes,omitempty" doc:"globs of sandbox paths writes may land in; unset = anywhere Landlock allows"`
 	Execs         Globs      `yaml:"execs,omitempty" doc:"globs of executables that may run; unset = any"`
+	Credentials   Permission `yaml:"credentials,omitempty" doc:"allow or deny (default) reading the decoy secrets the sandbox shows where secrets live (SSH keys, cloud and registry tokens, ...), or sending or leaving their values (listed either way)"`
 	Persistence   Permission `yaml:"persistence,omitempty" doc:"allow or deny (default) persistence: cron, shell start-up files, authorized_keys, git hooks, ... written or tried (listed either way)"`
 }
 

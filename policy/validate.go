@@ -311,6 +311,7 @@ func (p *Profile) validateExpect() error {
 		{"expect.network_denied", string(e.NetworkDenied), e.NetworkDenied.Values()},
 		{"expect.dns_refused", string(e.DNSRefused), e.DNSRefused.Values()},
 		{"expect.persistence", string(e.Persistence), e.Persistence.Values()},
+		{"expect.credentials", string(e.Credentials), e.Credentials.Values()},
 	} {
 		if err := p.enum(v.field, v.value, v.values); err != nil {
 			return err

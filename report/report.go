@@ -36,6 +36,9 @@ const (
 	// RulePersistence: a file change or a refused write that would make something run later (cron,
 	// shell start-up files, authorized_keys, ...), unless expect.persistence is allow.
 	RulePersistence = "persistence"
+	// RuleCredentials: the command read a decoy credential (or sent or left one's value), unless
+	// expect.credentials is allow.
+	RuleCredentials = "credentials"
 )
 
 // MaxViolations bounds the violations a report lists (ViolationsTotal counts them all).
@@ -63,7 +66,11 @@ type Report struct {
 	Apply Apply `json:"apply"`
 	// Persistence lists the file changes and refused writes that plant a persistence mechanism.
 	Persistence []Persistence `json:"persistence"`
-	Timings     Timings       `json:"timings_ms"`
+	// Credentials lists the command's access to decoy secrets: the places where secrets live (an SSH
+	// key, cloud credentials, a registry token, ...), where the sandbox shows decoys, and decoy values
+	// found in what it sent or left.
+	Credentials []Credential `json:"credentials"`
+	Timings     Timings      `json:"timings_ms"`
 	// Denials are the syscalls and accesses the kernel (seccomp, Landlock) reported refusing.
 	Denials Denials `json:"denials"`
 	// Notes say what sbx could not observe in this run ("exec events unavailable: ..."), so that an
@@ -226,6 +233,16 @@ type Persistence struct {
 	Change    string `json:"change"`    // created, modified, or refused (a write the sandbox refused)
 }
 
+// Credential is one access to a decoy secret.
+type Credential struct {
+	Mechanism string `json:"mechanism"` // "ssh private key", "cloud credentials", ..., "exfiltration of a decoy value"
+	Path      string `json:"path"`      // the decoy, as seen inside the sandbox
+	// Access is what the command did: "read", "changed" (written, its mode or times set), "deleted",
+	// "refused" (a kernel keyring call), or where its value went ("sent in a DNS question for NAME",
+	// "written to PATH").
+	Access string `json:"access"`
+}
+
 // Timings are the phases of a run in milliseconds.
 type Timings struct {
 	Setup    float64 `json:"setup"`
@@ -248,6 +265,7 @@ func New(profile string, command []string) *Report {
 		Network:     Network{Mode: NetworkNone, Denied: []Denied{}, DNS: []DNSQuery{}},
 		Files:       Files{Created: []string{}, Modified: []string{}, Deleted: []string{}, Details: []FileChange{}},
 		Apply:       Apply{Mode: ApplyNever, Reason: "mode never: the working directory's changes are discarded", Withheld: []ApplyEntry{}, Conflicts: []ApplyEntry{}, Problems: []string{}},
+		Credentials: []Credential{},
 		Notes:       []string{},
 		Incomplete:  []string{},
 		Persistence: []Persistence{},

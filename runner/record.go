@@ -30,6 +30,7 @@ func (r *run) judge() {
 	}
 	r.rep.Denials = observe.MergeDenials(own, r.stopDenials())
 	policy.FindPersistence(r.rep, r.peek)
+	r.credentialsSent()
 	policy.Compare(r.opts.Plan.Expect, r.rep)
 }
 

@@ -224,6 +224,7 @@ type run struct {
 	shareWatch  *observe.ShareWatch
 	hostCwd     *os.File // the host's working directory, opened before the command when its changes may be applied
 	hostCwdErr  error
+	decoyRead   bool // the command touched a decoy: its value may be in what it sent or left
 	// inTree says whether a pid was the sandbox's at some time of a window (exec stream), nil without it.
 	inTree func(pid int, from, to uint64) bool
 }
@@ -529,6 +530,7 @@ func bound(rep *report.Report) {
 
 // observeAfterward collects what needs no live processes: execs, file changes, the network's records.
 func (r *run) observeAfterward(cmdPid int) {
+	r.decoysTouched()
 	if r.events != nil {
 		roots := []int{r.sb.InitPid()}
 		if cmdPid > 0 {

@@ -139,6 +139,9 @@ type rootfs struct {
 	// hidSeen is what hiding read of the host: a sandbox used later (a warm pool's) is stale once
 	// any of it changed (hiddenChanged).
 	hidSeen []hostSeen
+	// decoyHomes are the hidden homes that get decoys (decoys.go); decoys what was planted.
+	decoyHomes []string
+	decoys     []Decoy
 }
 
 // hostSeen is a host path as hiding found it: absent, or a directory whose entries were listed (names;
@@ -242,6 +245,13 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		if err := r.hide(h, cwd, keep, overlayCwd); err != nil {
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
+	}
+	if len(r.decoyHomes) > 0 {
+		d, err := plantDecoys(r.root.Upper, r.decoyHomes, append([]string{cwd}, keep...))
+		if err != nil {
+			return err
+		}
+		r.decoys = d
 	}
 	if err := r.root.mountOverlay(); err != nil {
 		return err

@@ -73,6 +73,7 @@ func (rr *renderer) render(r *report.Report) {
 	rr.files(r.Files)
 	rr.apply(r.Apply)
 	rr.persistence(r.Persistence)
+	rr.credentials(r.Credentials)
 	rr.denials(r.Denials)
 	rr.notes(r.Notes)
 }
@@ -603,6 +604,14 @@ func (rr *renderer) apply(a report.Apply) {
 	for _, p := range a.Problems {
 		fmt.Fprintf(rr.w, "  failed    %s\n", clean(p))
 	}
+}
+
+func (rr *renderer) credentials(cs []report.Credential) {
+	rows := make([][]string, 0, len(cs))
+	for _, c := range cs {
+		rows = append(rows, []string{c.Mechanism, c.Path, c.Access})
+	}
+	rr.table("credentials (decoys)", []string{"SECRET", "DECOY", "ACCESS"}, rows)
 }
 
 func (rr *renderer) persistence(ps []report.Persistence) {

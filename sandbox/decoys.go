@@ -1,0 +1,230 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/policy"
+)
+
+// Decoys: where secrets live (policy.CredentialPlaces) below a hidden home directory, the sandbox shows
+// a decoy instead of nothing, each holding a value unique to the run. sbx writes them into the writable
+// layer before the overlay is mounted, owned by the host's root (no id of the sandbox's: the command can
+// read them but cannot open them with O_NOATIME, which only an owner may), world-readable, their access
+// time set to the epoch. A read of a decoy through the overlay sets its access time on the layer's file
+// (the layer is mounted relatime: the first read after a change always does); a write, a chmod, a touch
+// changes its ctime, which nothing can set back; a removal leaves no file. After the run sbx looks at
+// each decoy (before anything of its own reads the layer) and names every access.
+//
+// Decoys never appear inside the working directory or a share, and never in place of a file the sandbox
+// would show: only below a hidden home, where the sandbox shows nothing of the host's.
+
+// Decoy is one decoy the sandbox shows.
+type Decoy struct {
+	Path      string // as seen inside the sandbox
+	Mechanism string // policy.Cred*
+	Token     string // the run-unique value in it
+	// ReadByTools: a read is no finding (policy.CredentialPlace.ReadByTools), only where its value goes.
+	ReadByTools bool
+	host        string // the layer's file
+	ctime       unix.Timespec
+}
+
+// DecoyAccess is what the command did to a decoy: "read", "changed", "deleted"; "" for nothing.
+func (d Decoy) access() string {
+	var st unix.Stat_t
+	if err := unix.Lstat(d.host, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return "deleted"
+		}
+		return "changed" // replaced by something sbx cannot look at
+	}
+	switch {
+	case st.Ctim != d.ctime:
+		return "changed"
+	case st.Atim.Sec != 0 || st.Atim.Nsec != 0:
+		return "read"
+	}
+	return ""
+}
+
+// DecoyAccesses lists the decoys the command touched, with what it did. Call it before anything reads
+// the writable layer (the file changes' content comparison would read a decoy, and so set its access
+// time).
+func (s *Sandbox) DecoyAccesses() (touched []Decoy, how []string) {
+	for _, d := range s.rootfs.decoys {
+		if a := d.access(); a != "" {
+			touched, how = append(touched, d), append(how, a)
+		}
+	}
+	return touched, how
+}
+
+// Decoys lists the sandbox's decoys.
+func (s *Sandbox) Decoys() []Decoy { return s.rootfs.decoys }
+
+// decoyHomes are the home directories where decoys go: the sandbox's HOME, root's and the caller's
+// (the sudo user's under sudo), each only when the profile hides it.
+func decoyHomes(plan *policy.Plan) []string {
+	homes := []string{envValue(plan.Env, "HOME"), "/root"}
+	if name := os.Getenv("SUDO_USER"); name != "" && os.Geteuid() == 0 {
+		if u, err := user.Lookup(name); err == nil {
+			homes = append(homes, u.HomeDir)
+		}
+	} else if h, err := os.UserHomeDir(); err == nil {
+		homes = append(homes, h)
+	}
+	var out []string
+	for _, h := range homes {
+		if h = filepath.Clean(h); filepath.IsAbs(h) && h != "/" && belowHidden(plan.Filesystem.Hidden, h) && !contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, l := range list {
+		if l == s {
+			return true
+		}
+	}
+	return false
+}
+
+// plantDecoys writes the decoys of every home into upper (the root overlay's upper layer, before it is
+// mounted). keep are the working directory and the shares' targets: no decoy goes inside one.
+func plantDecoys(upper string, homes, keep []string) ([]Decoy, error) {
+	var out []Decoy
+	for _, h := range homes {
+		for _, place := range policy.CredentialPlaces {
+			p := filepath.Join(h, place.Rel)
+			if blocked(p, keep) {
+				continue
+			}
+			if err := decoyParents(upper, h, filepath.Dir(p)); err != nil {
+				if errors.Is(err, errNoDecoyHere) {
+					continue
+				}
+				return out, fmt.Errorf("making the way to decoy %s: %w", p, err)
+			}
+			content, token := policy.NewDecoy(place)
+			d := Decoy{Path: p, Mechanism: place.Mechanism, Token: token, ReadByTools: place.ReadByTools, host: filepath.Join(upper, p)}
+			if err := writeDecoy(d.host, content); err != nil {
+				if errors.Is(err, unix.EEXIST) {
+					continue // something of sbx's own is there
+				}
+				return out, fmt.Errorf("writing decoy %s: %w", p, err)
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(d.host, &st); err != nil {
+				return out, err
+			}
+			d.ctime = st.Ctim
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// blocked says whether a decoy at p would lie inside a path of keep (the working directory, a share).
+// On the way down to one is fine: the host's entries beside the way are hidden there.
+func blocked(p string, keep []string) bool {
+	for _, k := range keep {
+		if within(p, filepath.Clean(k)) {
+			return true
+		}
+	}
+	return false
+}
+
+var errNoDecoyHere = errors.New("no decoy here")
+
+// decoyParents makes dir (below home, as seen in the sandbox) in upper: each missing directory is made
+// (mode 0755, the host's root as owner), a whiteout there (hideAround's) becomes an opaque directory,
+// since the host's directory of that name stays hidden. A home that is not in the layer (a hidden
+// directory that is not a directory on the host) takes no decoys.
+func decoyParents(upper, home, dir string) error {
+	hst, err := os.Lstat(filepath.Join(upper, home))
+	if err != nil || !hst.IsDir() {
+		if h, herr := os.Lstat(home); herr == nil && h.IsDir() && errors.Is(err, os.ErrNotExist) {
+			// Below an opaque hidden directory (the caller's home under /home): made here.
+			if err := decoyParents(upper, filepath.Dir(home), filepath.Dir(home)); err != nil {
+				return err
+			}
+			if err := mkdirLike(filepath.Join(upper, home), home); err != nil {
+				return err
+			}
+		} else {
+			return errNoDecoyHere
+		}
+	}
+	rel, err := filepath.Rel(home, dir)
+	if err != nil || rel == "." {
+		return err
+	}
+	cur := home
+	for _, part := range strings.Split(rel, "/") {
+		cur = filepath.Join(cur, part)
+		target := filepath.Join(upper, cur)
+		var st unix.Stat_t
+		err := unix.Lstat(target, &st)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			if err := mkdirDecoy(target); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0: // a whiteout
+			if err := os.Remove(target); err != nil {
+				return err
+			}
+			if err := mkdirDecoy(target); err != nil {
+				return err
+			}
+			if err := unix.Setxattr(target, opaqueXattr(), []byte("y"), 0); err != nil {
+				return err
+			}
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return errNoDecoyHere
+		}
+	}
+	return nil
+}
+
+func mkdirDecoy(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return os.Chmod(dir, 0o755)
+}
+
+// writeDecoy creates the decoy file (never over anything), world-readable, its access time the epoch.
+func writeDecoy(path string, content []byte) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	_, err = f.Write(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Chmod(path, 0o644)
+	}
+	if err != nil {
+		os.Remove(path)
+		return err
+	}
+	mtime := unix.NsecToTimespec(time.Now().Add(-time.Duration(len(content)%97+30) * 24 * time.Hour).UnixNano())
+	return unix.UtimesNanoAt(unix.AT_FDCWD, path, []unix.Timespec{{Sec: 0, Nsec: 0}, mtime}, unix.AT_SYMLINK_NOFOLLOW)
+}
