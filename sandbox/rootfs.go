@@ -141,6 +141,7 @@ type rootfs struct {
 	hidSeen []hostSeen
 	// decoyHomes are the hidden homes that get decoys (decoys.go); decoys what was planted.
 	decoyHomes []string
+	decoyKeep  []string // without root: the shares' targets (with root, mount's keep)
 	decoys     []Decoy
 }
 

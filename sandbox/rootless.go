@@ -180,6 +180,22 @@ func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top str
 	if err := r.stateRootShown(); err != nil {
 		return err
 	}
+	// Decoys go into the layer of a hidden top-level directory that has one (a writable one: /tmp);
+	// a read-only hidden one (/root) shows nothing the layer could hold.
+	var homes []string
+	for _, h := range r.decoyHomes {
+		name := strings.SplitN(strings.TrimPrefix(h, "/"), "/", 2)[0]
+		if slices.ContainsFunc(r.top, func(l topLayer) bool { return l.name == name && l.hidden && l.layered }) {
+			homes = append(homes, h)
+		}
+	}
+	if len(homes) > 0 {
+		d, err := plantDecoys(r.root.Upper, homes, append([]string{cwd}, r.decoyKeep...))
+		if err != nil {
+			return err
+		}
+		r.decoys = d
+	}
 	return r.cwdRootless(cwd, hidden)
 }
 

@@ -370,6 +370,7 @@ func (s *Sandbox) buildFiles() error {
 		s.rootfs.indexWhy = rootlessIndex(s.cfg)
 		s.rootfs.index = s.rootfs.indexWhy == ""
 		s.Notes = append(s.Notes, s.rootlessNotes()...)
+		s.rootfs.decoyHomes, s.rootfs.decoyKeep = decoyHomes(plan), shareTargets(plan.Filesystem.Shares)
 		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd))
 	}
 	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
