@@ -101,7 +101,9 @@ func contains(list []string, s string) bool {
 
 // plantDecoys writes the decoys of every home into upper (the root overlay's upper layer, before it is
 // mounted). keep are the working directory and the shares' targets: no decoy goes inside one.
-func plantDecoys(upper string, homes, keep []string) ([]Decoy, error) {
+// The directories it makes on the way are the command's (owner uid:gid, its host ids): tools create
+// their own files there (~/.config, ~/.ssh/authorized_keys, ~/.cargo/registry) as in an empty home.
+func plantDecoys(upper string, homes, keep []string, uid, gid int) ([]Decoy, error) {
 	var out []Decoy
 	for _, h := range homes {
 		for _, place := range policy.CredentialPlaces {
@@ -109,7 +111,7 @@ func plantDecoys(upper string, homes, keep []string) ([]Decoy, error) {
 			if blocked(p, keep) {
 				continue
 			}
-			if err := decoyParents(upper, h, filepath.Dir(p)); err != nil {
+			if err := decoyParents(upper, h, filepath.Dir(p), uid, gid); err != nil {
 				if errors.Is(err, errNoDecoyHere) {
 					continue
 				}
@@ -148,15 +150,15 @@ func blocked(p string, keep []string) bool {
 var errNoDecoyHere = errors.New("no decoy here")
 
 // decoyParents makes dir (below home, as seen in the sandbox) in upper: each missing directory is made
-// (mode 0755, the host's root as owner), a whiteout there (hideAround's) becomes an opaque directory,
+// (mode 0755, the command's), a whiteout there (hideAround's) becomes an opaque directory,
 // since the host's directory of that name stays hidden. A home that is not in the layer (a hidden
 // directory that is not a directory on the host) takes no decoys.
-func decoyParents(upper, home, dir string) error {
+func decoyParents(upper, home, dir string, uid, gid int) error {
 	hst, err := os.Lstat(filepath.Join(upper, home))
 	if err != nil || !hst.IsDir() {
 		if h, herr := os.Lstat(home); herr == nil && h.IsDir() && errors.Is(err, os.ErrNotExist) {
 			// Below an opaque hidden directory (the caller's home under /home): made here.
-			if err := decoyParents(upper, filepath.Dir(home), filepath.Dir(home)); err != nil {
+			if err := decoyParents(upper, filepath.Dir(home), filepath.Dir(home), uid, gid); err != nil {
 				return err
 			}
 			if err := mkdirLike(filepath.Join(upper, home), home); err != nil {
@@ -178,7 +180,7 @@ func decoyParents(upper, home, dir string) error {
 		err := unix.Lstat(target, &st)
 		switch {
 		case errors.Is(err, unix.ENOENT):
-			if err := mkdirDecoy(target); err != nil {
+			if err := mkdirDecoy(target, uid, gid); err != nil {
 				return err
 			}
 		case err != nil:
@@ -187,7 +189,7 @@ func decoyParents(upper, home, dir string) error {
 			if err := os.Remove(target); err != nil {
 				return err
 			}
-			if err := mkdirDecoy(target); err != nil {
+			if err := mkdirDecoy(target, uid, gid); err != nil {
 				return err
 			}
 			if err := unix.Setxattr(target, opaqueXattr(), []byte("y"), 0); err != nil {
@@ -200,11 +202,14 @@ func decoyParents(upper, home, dir string) error {
 	return nil
 }
 
-func mkdirDecoy(dir string) error {
+func mkdirDecoy(dir string, uid, gid int) error {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return os.Chmod(dir, 0o755)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	return ignoreUnprivileged(os.Lchown(dir, uid, gid))
 }
 
 // writeDecoy creates the decoy file (never over anything), world-readable, its access time the epoch.

@@ -28,7 +28,7 @@ func TestPlantDecoys(t *testing.T) {
 	if err := os.WriteFile(upper+"/tmp/h/.netrc", []byte("sbx's own\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	decoys, err := plantDecoys(upper, []string{home}, []string{"/tmp/h/proj", "/tmp/h/.kube"})
+	decoys, err := plantDecoys(upper, []string{home}, []string{"/tmp/h/proj", "/tmp/h/.kube"}, 12345, 12345)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +47,10 @@ func TestPlantDecoys(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(upper + "/tmp/h/.netrc"); string(b) != "sbx's own\n" {
 		t.Errorf(".netrc overwritten: %q", b)
+	}
+	var st unix.Stat_t
+	if unix.Lstat(upper+"/tmp/h/.aws", &st) != nil || st.Uid != 12345 {
+		t.Errorf(".aws is not the command's (uid %d): its tools could not write there", st.Uid)
 	}
 	if len(decoys) < 15 {
 		t.Errorf("%d decoys", len(decoys))
@@ -76,7 +80,7 @@ func BenchmarkPlantDecoys(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		upper := filepath.Join(dir, "u"+string(rune('a'+i%26))+filepath.Base(b.TempDir()))
 		os.MkdirAll(upper+"/tmp", 0o1777)
-		if _, err := plantDecoys(upper, []string{"/tmp"}, nil); err != nil {
+		if _, err := plantDecoys(upper, []string{"/tmp"}, nil, 0, 0); err != nil {
 			b.Fatal(err)
 		}
 	}

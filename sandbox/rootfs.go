@@ -142,6 +142,8 @@ type rootfs struct {
 	// decoyHomes are the hidden homes that get decoys (decoys.go); decoys what was planted.
 	decoyHomes []string
 	decoyKeep  []string // without root: the shares' targets (with root, mount's keep)
+	decoyUID   int      // the command's host ids: the owner of the directories made for decoys
+	decoyGID   int
 	decoys     []Decoy
 }
 
@@ -248,7 +250,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		}
 	}
 	if len(r.decoyHomes) > 0 {
-		d, err := plantDecoys(r.root.Upper, r.decoyHomes, append([]string{cwd}, keep...))
+		d, err := plantDecoys(r.root.Upper, r.decoyHomes, append([]string{cwd}, keep...), r.decoyUID, r.decoyGID)
 		if err != nil {
 			return err
 		}

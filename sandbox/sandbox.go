@@ -382,13 +382,13 @@ func (s *Sandbox) buildFiles() error {
 	ownFS := (!sameFS("/", cwd) || belowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
 	overlayCwd := ownFS || idmap != nil && !shared(plan.Filesystem.Shares, cwd)
 	shares := append(shareTargets(plan.Filesystem.Shares), s.shareLinks...)
-	s.rootfs.decoyHomes = decoyHomes(plan)
+	s.rootfs.decoyHomes, s.rootfs.decoyUID, s.rootfs.decoyGID = decoyHomes(plan), s.ids.HostUID, s.ids.HostGID
 	err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shares, idmap)
 	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
 		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
 		s.rootfs.unmount()
 		s.rootfs = newRootfs(s.run.dir)
-		s.rootfs.decoyHomes = decoyHomes(plan)
+		s.rootfs.decoyHomes, s.rootfs.decoyUID, s.rootfs.decoyGID = decoyHomes(plan), s.ids.HostUID, s.ids.HostGID
 		return s.giveCwd(plan, cwd, ownFS)
 	}
 	s.Notes = append(s.Notes, s.rootfs.notes...)
