@@ -59,6 +59,10 @@ type Options struct {
 	// (sbx with root; without root they are the caller's).
 	Chown bool
 	Stop  <-chan struct{}
+	// Journal, when set, is told each directory (relative to Host, "" for its top) before Apply first
+	// gives an entry there a temporary name: what a kill of sbx between that name and the rename leaves
+	// (TempPrefix*), the next sbx gc removes (see CleanTemps).
+	Journal func(rel string) error
 }
 
 // Result is what Apply did.

@@ -259,3 +259,24 @@ func BenchmarkApply10000(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestCleanTemps: what a kill left under a temporary name in a journaled directory is removed (files and
+// links, never followed), and nothing else.
+func TestCleanTemps(t *testing.T) {
+	host, outside := t.TempDir(), t.TempDir()
+	sh(t, host, "mkdir d; echo x > d/"+TempPrefix+"a; ln -s "+outside+" d/"+TempPrefix+"b; echo keep > d/keep; mkdir d/"+TempPrefix+"dir")
+	sh(t, outside, "echo o > f")
+	r := roots(t, host)
+	n, err := CleanTemps(r[0], []string{"d", "missing"})
+	if err != nil || n != 2 {
+		t.Errorf("CleanTemps: %d, %v; want 2 removed", n, err)
+	}
+	for _, p := range []string{"d/keep", "d/" + TempPrefix + "dir"} {
+		if _, err := os.Lstat(filepath.Join(host, p)); err != nil {
+			t.Errorf("%s removed", p)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "f")); err != nil {
+		t.Errorf("followed the link: %v", err)
+	}
+}

@@ -23,9 +23,27 @@ const copyChunk = 1 << 20
 
 // writer carries out the planned operations on the host.
 type writer struct {
-	o   Options
-	res *Result
-	buf []byte
+	o       Options
+	res     *Result
+	buf     []byte
+	noted   map[string]bool // directories told to the journal
+	curDir  string          // the directory of the operation being done
+	journal error
+}
+
+// note tells the journal the current directory once, before a temporary name is made there.
+func (w *writer) note() error {
+	if w.o.Journal == nil || w.noted[w.curDir] {
+		return w.journal
+	}
+	if w.noted == nil {
+		w.noted = map[string]bool{}
+	}
+	w.noted[w.curDir] = true
+	if err := w.o.Journal(w.curDir); err != nil {
+		w.journal = fmt.Errorf("the apply journal: %w", err)
+	}
+	return w.journal
 }
 
 func (w *writer) stopped() bool {
@@ -59,6 +77,7 @@ func (w *writer) changed(st *unix.Stat_t) bool {
 // any link.
 func (w *writer) do(x op) {
 	dirRel, name := safefs.Split(strings.TrimPrefix(x.rel, "/"))
+	w.curDir = dirRel
 	parent, err := safefs.OpenDir(w.o.Host, dirRel)
 	if err != nil {
 		w.problem(x.rel, fmt.Errorf("its host directory: %w", err))
@@ -142,7 +161,7 @@ func (w *writer) file(parent *os.File, name string, x op, inHost bool, hst *unix
 		w.problem(x.rel, errors.New("no longer a regular file in the layer"))
 		return
 	}
-	out, linkTmp, err := tempFile(parent)
+	out, linkTmp, err := tempFile(parent, w.note)
 	if err != nil {
 		w.problem(x.rel, err)
 		return
@@ -184,6 +203,10 @@ func (w *writer) replace(parent *os.File, name, rel string, inHost bool, hst *un
 		if !w.remove(parent, name, rel, hst) {
 			return
 		}
+	}
+	if err := w.note(); err != nil {
+		w.problem(rel, err) // no temporary name sbx could not find again
+		return
 	}
 	tmp := tempName()
 	if err := make(tmp); err != nil {
@@ -266,10 +289,13 @@ func (w *writer) own(parent *os.File, name string, f *os.File) {
 // tempFile makes the file a new version is written to: an O_TMPFILE in parent, nameless until linked
 // (a kill leaves nothing behind), or where the file system has none a file of a temporary name, which
 // linkTmp then names.
-func tempFile(parent *os.File) (f *os.File, linkTmp string, err error) {
+func tempFile(parent *os.File, note func() error) (f *os.File, linkTmp string, err error) {
 	fd, err := unix.Openat(int(parent.Fd()), ".", unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
 	if err == nil {
 		return os.NewFile(uintptr(fd), "tmpfile"), "", nil
+	}
+	if err := note(); err != nil {
+		return nil, "", err
 	}
 	linkTmp = tempName()
 	fd, err = unix.Openat(int(parent.Fd()), linkTmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
@@ -339,6 +365,40 @@ func futimens(f *os.File, t unix.Timespec) error {
 		return e
 	}
 	return nil
+}
+
+// CleanTemps removes what Apply left under a temporary name in the directories rel (relative to
+// host, a root handle) that its journal named: entries named TempPrefix*, regular files or symlinks,
+// never followed. It returns how many it removed.
+func CleanTemps(host *os.File, rels []string) (int, error) {
+	n := 0
+	var errs []error
+	for _, rel := range rels {
+		dir, err := safefs.OpenDir(host, rel)
+		if err != nil {
+			if !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		names, err := readNames(dir)
+		for _, name := range names {
+			var st unix.Stat_t
+			if !strings.HasPrefix(name, TempPrefix) || unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				continue
+			}
+			if t := st.Mode & unix.S_IFMT; t == unix.S_IFREG || t == unix.S_IFLNK {
+				if unix.Unlinkat(int(dir.Fd()), name, 0) == nil {
+					n++
+				}
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		dir.Close()
+	}
+	return n, errors.Join(errs...)
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

@@ -99,7 +99,7 @@ func (r *run) applyChanges() {
 		findings[p.Path] = p.Mechanism
 	}
 	res := apply.Apply(apply.Options{Upper: upper, View: view, Host: r.hostCwd, Since: r.started, Stop: stop,
-		Chown: !sandbox.Rootless(), Own: r.ownEntry(layer, rel),
+		Chown: !sandbox.Rootless(), Own: r.ownEntry(layer, rel), Journal: r.sb.ApplyJournal(cwd),
 		Withhold: func(p string) string {
 			if m, ok := findings[path.Join(cwd, p)]; ok {
 				return "a persistence finding: " + m

@@ -13,6 +13,8 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/apply"
+	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
 )
 
@@ -363,6 +365,9 @@ func gcRun(root, id string) error {
 	for _, d := range cgroups {
 		os.Remove(d)
 	}
+	if err := cleanApplyTemps(run); err != nil {
+		errs = append(errs, err)
+	}
 	netcontract.KillPasta(run) // without root: the uplink of a run that died
 	if err := netcontract.Cleanup("sbx" + id); err != nil {
 		errs = append(errs, err)
@@ -524,4 +529,66 @@ func counter(file, key string) int {
 		}
 	}
 	return 0
+}
+
+// applyJournalName is the file in a run's dir where its apply names the directories it gives temporary
+// names in (apply.Options.Journal): the working directory's path, then one directory a line, each
+// Go-quoted.
+const applyJournalName = "apply-journal"
+
+// ApplyJournal returns the journal function of this run's apply, its working directory being cwd.
+func (s *Sandbox) ApplyJournal(cwd string) func(rel string) error {
+	path := filepath.Join(s.run.dir, applyJournalName)
+	return func(rel string) error {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Size() == 0 {
+			if _, err := f.WriteString(strconv.Quote(cwd) + "\n"); err != nil {
+				return err
+			}
+		}
+		if _, err := f.WriteString(strconv.Quote(rel) + "\n"); err != nil {
+			return err
+		}
+		return f.Sync()
+	}
+}
+
+// maxApplyJournal bounds what gc reads of a dead run's journal.
+const maxApplyJournal = 16 << 20
+
+// cleanApplyTemps removes what a killed run's apply left under temporary names in the host's working
+// directory, as its journal names them.
+func cleanApplyTemps(run string) error {
+	b, err := os.ReadFile(filepath.Join(run, applyJournalName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(b) > maxApplyJournal {
+		b = b[:maxApplyJournal]
+	}
+	lines := strings.Split(string(b), "\n")
+	cwd, err := strconv.Unquote(lines[0])
+	if err != nil {
+		return fmt.Errorf("apply journal: %w", err)
+	}
+	var rels []string
+	for _, l := range lines[1:] {
+		if rel, err := strconv.Unquote(l); err == nil {
+			rels = append(rels, rel)
+		}
+	}
+	host, err := safefs.OpenNoLinks(cwd)
+	if err != nil {
+		return fmt.Errorf("apply journal: %w", err)
+	}
+	defer host.Close()
+	_, err = apply.CleanTemps(host, rels)
+	return err
 }
