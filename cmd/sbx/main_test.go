@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -39,6 +40,9 @@ func scriptParams(dir, prefix string) testscript.Params {
 			if cond == "rootless" {
 				return false, nil // true in the suites that run sbx as an ordinary user
 			}
+			if cond == "memfd_secret" {
+				return memfdSecret(), nil
+			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: scriptCmds(),
@@ -59,6 +63,17 @@ func scriptParams(dir, prefix string) testscript.Params {
 			return nil
 		},
 	}
+}
+
+// memfdSecret says whether this kernel gives memfd_secret: before 6.5 it is off unless booted with
+// secretmem.enable=1 (Debian 12's 6.1 answers ENOSYS).
+func memfdSecret() bool {
+	fd, _, errno := unix.Syscall(unix.SYS_MEMFD_SECRET, 0, 0, 0)
+	if errno != 0 {
+		return false
+	}
+	unix.Close(int(fd))
+	return true
 }
 
 // testStateParent is the directory of the tests' state roots, searchable by the sandboxes' roots
