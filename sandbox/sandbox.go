@@ -714,7 +714,7 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Pro
 
 // rlimitTypes are the rlimits sbx's specs set.
 var rlimitTypes = map[string]int{"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_AS": unix.RLIMIT_AS,
-	"RLIMIT_FSIZE": unix.RLIMIT_FSIZE, "RLIMIT_NPROC": unix.RLIMIT_NPROC}
+	"RLIMIT_FSIZE": unix.RLIMIT_FSIZE, "RLIMIT_NPROC": unix.RLIMIT_NPROC, "RLIMIT_MEMLOCK": unix.RLIMIT_MEMLOCK}
 
 // processRlimits converts the spec's rlimits for libcontainer's process.
 func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
