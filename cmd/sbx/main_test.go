@@ -103,6 +103,7 @@ func scriptCmds() map[string]func(ts *testscript.TestScript, neg bool, args []st
 		"alive":       cmdAlive,
 		"hostfile":    cmdHostFile,
 		"within":      cmdWithin,
+		"scaled":      cmdScaled,
 		"sbxbg":       cmdSbxBg,
 		"sbxsig":      cmdSbxSig,
 		"sbxwait":     cmdSbxWait,
