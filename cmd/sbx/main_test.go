@@ -6,7 +6,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -43,6 +45,9 @@ func scriptParams(dir, prefix string) testscript.Params {
 			if cond == "memfd_secret" {
 				return memfdSecret(), nil
 			}
+			if cond == "procevents_unprivileged" {
+				return proceventsUnprivileged(), nil
+			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: scriptCmds(),
@@ -75,6 +80,16 @@ func memfdSecret() bool {
 	unix.Close(int(fd))
 	return true
 }
+
+// proceventsUnprivileged says whether the kernel's process-events connector takes a listener without
+// CAP_NET_ADMIN (Linux 6.6 and later; before, sbx without root has no exec events): an ordinary uid
+// (nobody) binds a connector socket to the process-events group.
+var proceventsUnprivileged = sync.OnceValue(func() bool {
+	probe := "import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 11).bind((0, 1))" // NETLINK_CONNECTOR, CN_IDX_PROC
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c", probe)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"} // the rootless scripts' (testUser.argv)
+	return cmd.Run() == nil
+})
 
 // testStateParent is the directory of the tests' state roots, searchable by the sandboxes' roots
 // (unprivileged host uids that reach their run dirs by path).
