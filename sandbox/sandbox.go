@@ -907,7 +907,7 @@ func (s *Sandbox) Start() (*Running, error) {
 	}
 	tr.mark("network")
 	if err := s.ctl.SendGo(s.supervisorConfig()); err != nil {
-		return nil, fmt.Errorf("starting the command: %w", err)
+		return nil, fmt.Errorf("starting the command: %w", s.initGone(err))
 	}
 	tr.mark("go")
 	st, err := s.ctl.ReadStarted()
@@ -968,7 +968,7 @@ func (s *Sandbox) awaitReady() error {
 	}
 	switch {
 	case s.notify != nil && fd >= 0:
-		s.notify.attach(fd)
+		s.notify.attach(fd, s.initPid)
 	case fd >= 0:
 		unix.Close(fd)
 	case s.notify != nil && s.seccomp != nil && s.seccomp.Flags&unix.SECCOMP_FILTER_FLAG_NEW_LISTENER != 0:

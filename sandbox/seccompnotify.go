@@ -179,6 +179,11 @@ type notifyListener struct {
 	recCPU     time.Duration // the recorder's own CPU time, over every notification
 	over       bool          // past its budget: writes are answered unresolved, unread
 	lastPid    int           // the last notifying task (procCPU's, without a cgroup)
+
+	// supervisor is the host pid of the sandbox's supervisor (0: unknown); selfDenied names the first
+	// syscall of the deny list that one of its own threads made, which ended the sandbox.
+	supervisor int
+	selfDenied string
 }
 
 type notifyKey struct {
@@ -217,10 +222,12 @@ func newNotify(sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string) (
 	return l, nil
 }
 
-// attach serves the notifications of fd (the listener owns it from here) until stop.
-func (l *notifyListener) attach(fd int) {
+// attach serves the notifications of fd (the listener owns it from here) until stop. supervisor is the
+// host pid of the sandbox's supervisor, whose filtered thread notifies too.
+func (l *notifyListener) attach(fd, supervisor int) {
 	l.mu.Lock()
 	l.fd = fd
+	l.supervisor = supervisor
 	l.mu.Unlock()
 	l.done = make(chan struct{})
 	go l.serve(fd)
@@ -284,6 +291,41 @@ func (l *notifyListener) serve(fd int) {
 	}
 }
 
+// ofSupervisor says whether task tid (a host tid) is a thread of the sandbox's supervisor: the thread
+// that loads the command's filter runs the supervisor's own code under it until the command starts and
+// after (its Go runtime: futex, signal stacks, its exit).
+func (l *notifyListener) ofSupervisor(tid int) bool {
+	if l.supervisor <= 0 {
+		return false
+	}
+	_, err := os.Lstat("/proc/" + strconv.Itoa(l.supervisor) + "/task/" + strconv.Itoa(tid))
+	return err == nil
+}
+
+// endSupervisor ends the sandbox when the profile's deny list refuses the supervisor a syscall its own
+// code makes: answered with the errno, Go's runtime crashed or, for a futex wait, retried it for ever
+// (a refused wait returns at once), each retry a notification that sbx answered while the thread that
+// would wake it waited for a CPU: under emulation the run hung (seccomp_handover in the 6.1 VM). The
+// supervisor is sbx's child, not yet reaped: its pid is still its own.
+func (l *notifyListener) endSupervisor(name string) {
+	l.mu.Lock()
+	first := l.selfDenied == ""
+	if first {
+		l.selfDenied = name
+	}
+	l.mu.Unlock()
+	if first {
+		unix.Kill(l.supervisor, unix.SIGKILL)
+	}
+}
+
+// supervisorDenied names the syscall of the deny list that ended the sandbox (endSupervisor), or "".
+func (l *notifyListener) supervisorDenied() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.selfDenied
+}
+
 // seccompNotif and seccompNotifResp are struct seccomp_notif and seccomp_notif_resp.
 type seccompNotif struct {
 	ID    uint64
@@ -327,6 +369,9 @@ func (l *notifyListener) handle(fd int) {
 	start, cpu0 := time.Now(), threadCPU()
 	resp := seccompNotifResp{ID: req.ID}
 	if errno, ok := l.errnos[req.Nr]; ok {
+		if l.ofSupervisor(int(req.Pid)) {
+			l.endSupervisor(l.names[req.Nr])
+		}
 		resp.Error = -errno
 		l.record(fd, &req, false, l.names[req.Nr], decodeArgs(l.names[req.Nr], &req), "", "", "")
 	} else if ws, ok := l.writes[req.Nr]; ok {
