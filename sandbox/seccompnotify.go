@@ -302,11 +302,12 @@ func (l *notifyListener) ofSupervisor(tid int) bool {
 	return err == nil
 }
 
-// endSupervisor ends the sandbox when the profile's deny list refuses the supervisor a syscall its own
-// code makes: answered with the errno, Go's runtime crashed or, for a futex wait, retried it for ever
-// (a refused wait returns at once), each retry a notification that sbx answered while the thread that
-// would wake it waited for a CPU: under emulation the run hung (seccomp_handover in the 6.1 VM). The
-// supervisor is sbx's child, not yet reaped: its pid is still its own.
+// endSupervisor ends the sandbox when the profile's deny list refuses the supervisor futex, which its
+// Go runtime cannot do without: a refused wake crashes it, but a refused wait returns at once and the
+// runtime waits again, each retry a notification that sbx answers, for as long as the thread that
+// would wake it waits for a CPU (seccomp_handover hung once in the 6.1 VM). Other refusals the
+// supervisor either survives (prctl: the supervisor tries, and goes on without) or crashes on at once,
+// as before. The supervisor is sbx's child, not yet reaped: its pid is still its own.
 func (l *notifyListener) endSupervisor(name string) {
 	l.mu.Lock()
 	first := l.selfDenied == ""
@@ -369,7 +370,7 @@ func (l *notifyListener) handle(fd int) {
 	start, cpu0 := time.Now(), threadCPU()
 	resp := seccompNotifResp{ID: req.ID}
 	if errno, ok := l.errnos[req.Nr]; ok {
-		if l.ofSupervisor(int(req.Pid)) {
+		if l.names[req.Nr] == "futex" && l.ofSupervisor(int(req.Pid)) {
 			l.endSupervisor(l.names[req.Nr])
 		}
 		resp.Error = -errno
