@@ -719,7 +719,7 @@ func (s *Sandbox) initProcess(spec *specs.Spec, ctl *os.File) (*libcontainer.Pro
 
 // rlimitTypes are the rlimits sbx's specs set.
 var rlimitTypes = map[string]int{"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_AS": unix.RLIMIT_AS,
-	"RLIMIT_FSIZE": unix.RLIMIT_FSIZE, "RLIMIT_NPROC": unix.RLIMIT_NPROC}
+	"RLIMIT_FSIZE": unix.RLIMIT_FSIZE, "RLIMIT_NPROC": unix.RLIMIT_NPROC, "RLIMIT_MEMLOCK": unix.RLIMIT_MEMLOCK}
 
 // processRlimits converts the spec's rlimits for libcontainer's process.
 func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
@@ -919,7 +919,7 @@ func (s *Sandbox) Start() (*Running, error) {
 	}
 	tr.mark("network")
 	if err := s.ctl.SendGo(s.supervisorConfig()); err != nil {
-		return nil, fmt.Errorf("starting the command: %w", err)
+		return nil, fmt.Errorf("starting the command: %w", s.initGone(err))
 	}
 	tr.mark("go")
 	st, err := s.ctl.ReadStarted()
@@ -980,7 +980,7 @@ func (s *Sandbox) awaitReady() error {
 	}
 	switch {
 	case s.notify != nil && fd >= 0:
-		s.notify.attach(fd)
+		s.notify.attach(fd, s.initPid)
 	case fd >= 0:
 		unix.Close(fd)
 	case s.notify != nil && s.seccomp != nil && s.seccomp.Flags&unix.SECCOMP_FILTER_FLAG_NEW_LISTENER != 0:

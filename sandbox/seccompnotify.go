@@ -193,6 +193,11 @@ type notifyListener struct {
 	recCPU     time.Duration // the recorder's own CPU time, over every notification
 	over       bool          // past its budget: writes are answered unresolved, unread
 	lastPid    int           // the last notifying task (procCPU's, without a cgroup)
+
+	// supervisor is the host pid of the sandbox's supervisor (0: unknown); selfDenied names the first
+	// syscall of the deny list that one of its own threads made, which ended the sandbox.
+	supervisor int
+	selfDenied string
 }
 
 type notifyKey struct {
@@ -232,10 +237,12 @@ func newNotify(sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string) (
 	return l, nil
 }
 
-// attach serves the notifications of fd (the listener owns it from here) until stop.
-func (l *notifyListener) attach(fd int) {
+// attach serves the notifications of fd (the listener owns it from here) until stop. supervisor is the
+// host pid of the sandbox's supervisor, whose filtered thread notifies too.
+func (l *notifyListener) attach(fd, supervisor int) {
 	l.mu.Lock()
 	l.fd = fd
+	l.supervisor = supervisor
 	l.mu.Unlock()
 	l.done = make(chan struct{})
 	go l.serve(fd)
@@ -299,6 +306,42 @@ func (l *notifyListener) serve(fd int) {
 	}
 }
 
+// ofSupervisor says whether task tid (a host tid) is a thread of the sandbox's supervisor: the thread
+// that loads the command's filter runs the supervisor's own code under it until the command starts and
+// after (its Go runtime: futex, signal stacks, its exit).
+func (l *notifyListener) ofSupervisor(tid int) bool {
+	if l.supervisor <= 0 {
+		return false
+	}
+	_, err := os.Lstat("/proc/" + strconv.Itoa(l.supervisor) + "/task/" + strconv.Itoa(tid))
+	return err == nil
+}
+
+// endSupervisor ends the sandbox when the profile's deny list refuses the supervisor futex, which its
+// Go runtime cannot do without: a refused wake crashes it, but a refused wait returns at once and the
+// runtime waits again, each retry a notification that sbx answers, for as long as the thread that
+// would wake it waits for a CPU (seccomp_handover hung once in the 6.1 VM). Other refusals the
+// supervisor either survives (prctl: the supervisor tries, and goes on without) or crashes on at once,
+// as before. The supervisor is sbx's child, not yet reaped: its pid is still its own.
+func (l *notifyListener) endSupervisor(name string) {
+	l.mu.Lock()
+	first := l.selfDenied == ""
+	if first {
+		l.selfDenied = name
+	}
+	l.mu.Unlock()
+	if first {
+		unix.Kill(l.supervisor, unix.SIGKILL)
+	}
+}
+
+// supervisorDenied names the syscall of the deny list that ended the sandbox (endSupervisor), or "".
+func (l *notifyListener) supervisorDenied() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.selfDenied
+}
+
 // seccompNotif and seccompNotifResp are struct seccomp_notif and seccomp_notif_resp.
 type seccompNotif struct {
 	ID    uint64
@@ -342,6 +385,9 @@ func (l *notifyListener) handle(fd int) {
 	start, cpu0 := time.Now(), threadCPU()
 	resp := seccompNotifResp{ID: req.ID}
 	if errno, ok := l.errnos[req.Nr]; ok {
+		if l.names[req.Nr] == "futex" && l.ofSupervisor(int(req.Pid)) {
+			l.endSupervisor(l.names[req.Nr])
+		}
 		resp.Error = -errno
 		l.record(fd, &req, false, l.names[req.Nr], decodeArgs(l.names[req.Nr], &req), "", "", "")
 	} else if ws, ok := l.writes[req.Nr]; ok {
@@ -650,8 +696,12 @@ func (s *Sandbox) startNotify() error {
 }
 
 // cpuUsage is the CPU time the sandbox has used: its cgroup's (v2 cpu.stat, v1 cpuacct.usage), else,
-// with no cgroup to read, that of the notifying task's thread group (a sandbox of many processes gets
-// less budget then, never more).
+// with no cgroup to read (without root, where none is delegated), that of the sandbox's pid 1 (the
+// supervisor) with every process it reaped, which is every orphan and what each had reaped in turn,
+// and of the notifying task's thread group with the children it reaped. The live processes but the
+// notifying one are left out (the budget is less then, never more); counting the notifying task alone
+// left a run of many short processes (a build, a test suite) with about the bare allowance, which a
+// slow machine's recording passed (rootless compat_tools under qemu's emulation: 598 writes unread).
 func (s *Sandbox) cpuUsage(pid int) (time.Duration, bool) {
 	var dirs []string
 	if paths := s.cgroupPaths(); paths != nil {
@@ -673,11 +723,17 @@ func (s *Sandbox) cpuUsage(pid int) (time.Duration, bool) {
 			}
 		}
 	}
-	return procCPU(pid)
+	t, ok := procCPU(pid)
+	if s.initPid > 0 && s.initPid != pid {
+		if i, iok := procCPU(s.initPid); iok {
+			t, ok = t+i, true
+		}
+	}
+	return t, ok
 }
 
-// procCPU is the user and system CPU time of pid's thread group, from /proc/PID/stat (clock ticks of
-// 1/100 s).
+// procCPU is the user and system CPU time of pid's thread group and of the children it reaped (and
+// theirs), from /proc/PID/stat (clock ticks of 1/100 s).
 func procCPU(pid int) (time.Duration, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -688,12 +744,15 @@ func procCPU(pid int) (time.Duration, bool) {
 		return 0, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
+	if len(f) < 15 {
 		return 0, false
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond, true
+	var ticks int64
+	for _, v := range f[11:15] { // utime, stime, cutime, cstime
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, true
 }
 
 // Denials returns what sbx recorded itself of what the sandbox refused so far (seccomp-notify and

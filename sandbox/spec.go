@@ -461,8 +461,23 @@ func rlimits(l policy.Limits) []specs.POSIXRlimit {
 	if caller, ok := cgprime.CallerNoFile(); ok {
 		soft = max(caller, minSoftNoFile)
 	}
-	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: hard, Soft: min(hard, soft)}}
+	out := []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: hard, Soft: min(hard, soft)}}
+	if callerMemlockOK {
+		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_MEMLOCK", Hard: callerMemlock.Max, Soft: callerMemlock.Cur})
+	}
+	return out
 }
+
+// callerMemlock is the limit of locked memory sbx started with, read as the package initializes, before
+// anything in sbx changed it: the cgroups library raises sbx's own to unlimited whenever it loads a
+// cgroup v2 device filter (a BPF program; kernels before 5.11 charged them to RLIMIT_MEMLOCK), and what
+// sbx starts after that inherits it: the supervisor of a direct start (whose cgroup is set up before it
+// starts), libcontainer's init of a later run in the same process. The command gets its caller's, as on
+// the host, whatever the cgroup version.
+var callerMemlock, callerMemlockOK = func() (unix.Rlimit, bool) {
+	var l unix.Rlimit
+	return l, unix.Getrlimit(unix.RLIMIT_MEMLOCK, &l) == nil
+}()
 
 // childrenNoFile makes the processes sbx starts (libcontainer's init, the supervisor, the layer's
 // helpers) start with sbx's own soft limit of open files, which Go's runtime raised to the hard limit,

@@ -6,10 +6,13 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -39,6 +42,12 @@ func scriptParams(dir, prefix string) testscript.Params {
 			if cond == "rootless" {
 				return false, nil // true in the suites that run sbx as an ordinary user
 			}
+			if cond == "memfd_secret" {
+				return memfdSecret(), nil
+			}
+			if cond == "procevents_unprivileged" {
+				return proceventsUnprivileged(), nil
+			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: scriptCmds(),
@@ -60,6 +69,27 @@ func scriptParams(dir, prefix string) testscript.Params {
 		},
 	}
 }
+
+// memfdSecret says whether this kernel gives memfd_secret: before 6.5 it is off unless booted with
+// secretmem.enable=1 (Debian 12's 6.1 answers ENOSYS).
+func memfdSecret() bool {
+	fd, _, errno := unix.Syscall(unix.SYS_MEMFD_SECRET, 0, 0, 0)
+	if errno != 0 {
+		return false
+	}
+	unix.Close(int(fd))
+	return true
+}
+
+// proceventsUnprivileged says whether the kernel's process-events connector takes a listener without
+// CAP_NET_ADMIN (Linux 6.6 and later; before, sbx without root has no exec events): an ordinary uid
+// (nobody) binds a connector socket to the process-events group.
+var proceventsUnprivileged = sync.OnceValue(func() bool {
+	probe := "import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 11).bind((0, 1))" // NETLINK_CONNECTOR, CN_IDX_PROC
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c", probe)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"} // the rootless scripts' (testUser.argv)
+	return cmd.Run() == nil
+})
 
 // testStateParent is the directory of the tests' state roots, searchable by the sandboxes' roots
 // (unprivileged host uids that reach their run dirs by path).
@@ -88,6 +118,7 @@ func scriptCmds() map[string]func(ts *testscript.TestScript, neg bool, args []st
 		"alive":       cmdAlive,
 		"hostfile":    cmdHostFile,
 		"within":      cmdWithin,
+		"scaled":      cmdScaled,
 		"sbxbg":       cmdSbxBg,
 		"sbxsig":      cmdSbxSig,
 		"sbxwait":     cmdSbxWait,

@@ -93,6 +93,17 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// scaled NAME DURATION: sets NAME to DURATION stretched by SBX_TEST_TIME_SCALE (testutil.Scaled), for
+// a bound a script hands sbx itself (--timeout) that the command must reach something within.
+func cmdScaled(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: scaled NAME DURATION")
+	}
+	d, err := time.ParseDuration(args[1])
+	ts.Check(err)
+	ts.Setenv(args[0], testutil.Scaled(d).String())
+}
+
 // within MAX N PROG [ARG...]: PROG exits with status N in at most MAX (a Go duration), stretched by
 // SBX_TEST_TIME_SCALE (testutil.Scaled: the VM harness sets it under emulation).
 func cmdWithin(ts *testscript.TestScript, neg bool, args []string) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -96,5 +97,46 @@ func TestOptionalSourceGone(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, "full", "x")); err != nil {
 			t.Errorf("a mount point that is not empty was removed: %v", err)
 		}
+	})
+}
+
+// TestOverlayPathsByFD: where overlay has no fsconfig parsing of its own (before Linux 6.5) the kernel
+// refuses an option value with a comma, escaped or not; the layers whose paths hold one then go as
+// /proc/self/fd/N, the others as they were, and overlay, which follows the link, mounts them either way.
+func TestOverlayPathsByFD(t *testing.T) {
+	dir := t.TempDir()
+	odd, plain := filepath.Join(dir, `a,b:c\d e`), filepath.Join(dir, "plain")
+	for _, d := range []string{odd, plain} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	esc := func(p string) string {
+		return strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`).Replace(p)
+	}
+	v, fds, err := overlayPathsByFD(esc(odd) + ":" + esc(plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	layers := strings.Split(v, ":")
+	if len(fds) != 1 || len(layers) != 2 || layers[1] != plain {
+		t.Fatalf("overlayPathsByFD: %q, fds %v; want the first layer by fd, the second as it was", v, fds)
+	}
+	if got, err := os.Readlink(layers[0]); err != nil || got != odd {
+		t.Errorf("%s leads to %q (%v), want %q", layers[0], got, err, odd)
+	}
+	t.Run("mounted", func(t *testing.T) {
+		testutil.RequireRoot(t, "fsopen needs CAP_SYS_ADMIN (nothing is mounted)")
+		mnt, err := newFS(Mount{Type: "overlay", Source: "overlay", Destination: "/x",
+			Data: "lowerdir=" + esc(odd) + ":" + esc(plain)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(mnt)
 	})
 }

@@ -662,6 +662,52 @@ func splitOptions(fsType, data string) []string {
 	return append(out, data[start:])
 }
 
+// overlayPathsByFD rewrites an overlay option's value of layers (lowerdir's, split at unescaped ':';
+// upperdir's and workdir's, one) so that each layer whose path holds a comma is /proc/self/fd/N of a
+// descriptor opened here (O_PATH), which overlay follows as it looks the path up; the caller closes fds
+// once the file system is made.
+func overlayPathsByFD(v string) (string, []int, error) {
+	var layers []string
+	var cur strings.Builder
+	escaped := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case escaped:
+			cur.WriteByte('\\')
+			cur.WriteByte(c)
+			escaped = false
+		case c == '\\':
+			escaped = true
+		case c == ':':
+			layers = append(layers, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	layers = append(layers, cur.String())
+	var fds []int
+	for i, l := range layers {
+		if !strings.Contains(l, ",") {
+			continue
+		}
+		path := overlayUnescaper.Replace(l)
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range fds {
+				unix.Close(f)
+			}
+			return "", nil, fmt.Errorf("opening the overlay layer %s: %w", path, err)
+		}
+		fds = append(fds, fd)
+		layers[i] = "/proc/self/fd/" + strconv.Itoa(fd)
+	}
+	return strings.Join(layers, ":"), fds, nil
+}
+
+// overlayUnescaper undoes sbx's escapes of ',' ':' and '\' in an overlay layer's path.
+var overlayUnescaper = strings.NewReplacer(`\\`, `\`, `\,`, `,`, `\:`, `:`)
+
 // newFS makes a detached mount of a new file system of m's type with m's options.
 func newFS(m Mount) (int, error) {
 	fs, err := unix.Fsopen(m.Type, unix.FSOPEN_CLOEXEC)
@@ -681,6 +727,21 @@ func newFS(m Mount) (int, error) {
 		k, v, hasValue := strings.Cut(o, "=")
 		if hasValue {
 			err = unix.FsconfigSetString(fs, k, v)
+			if errors.Is(err, unix.EINVAL) && m.Type == "overlay" && strings.Contains(v, ",") {
+				// A file system without fsconfig parsing of its own (overlay before Linux 6.5) gets its
+				// options through the kernel's legacy wrapper, which refuses a value holding a comma
+				// ("Legacy: Option contained comma"), escaped or not: its paths go as descriptors.
+				var fds []int
+				if v, fds, err = overlayPathsByFD(v); err == nil {
+					err = unix.FsconfigSetString(fs, k, v)
+				}
+				// Overlay resolves the paths when the file system is made (FsconfigCreate, below).
+				defer func() {
+					for _, fd := range fds {
+						unix.Close(fd)
+					}
+				}()
+			}
 		} else {
 			err = unix.FsconfigSetFlag(fs, k)
 		}

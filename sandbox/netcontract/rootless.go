@@ -175,10 +175,31 @@ func (pastaLink) addrs() linkAddrs {
 // pastaArgs join pasta to the init's namespaces: in the foreground (sbx owns its lifetime), the tap
 // configured from the host's interface, no port forwarded either way (-t/-u: from the host into the
 // sandbox, -T/-U: from the sandbox's lo to the host's), the gateway not mapped to the host's loopback.
-func pastaArgs(initPid int) []string {
-	ns := "/proc/" + strconv.Itoa(initPid) + "/ns/"
+// The namespaces are pasta's own descriptors 3 (user) and 4 (net), which sbx opened (pastaNS): a path
+// under /proc/PID/ns would have pasta introspect another process, which a confined pasta may not do
+// (Debian 12's AppArmor profile for passt has no ptrace rule: "Couldn't open user namespace
+// /proc/PID/ns/user: Permission denied"), and a descriptor of its own it always may (the kernel leaves
+// a process's introspection of itself to no security module); nor does AppArmor mediate opening the
+// namespace file itself (nsfs is an internal mount).
+func pastaArgs() []string {
 	return []string{"-f", "-q", "--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
-		"--no-map-gw", "--no-dhcp", "--no-dhcpv6", "--no-ra", "--userns", ns + "user", "--netns", ns + "net"}
+		"--no-map-gw", "--no-dhcp", "--no-dhcpv6", "--no-ra", "--userns", "/proc/self/fd/3", "--netns", "/proc/self/fd/4"}
+}
+
+// pastaNS opens the init's user and network namespaces for pasta (its descriptors 3 and 4).
+func pastaNS(initPid int) ([]*os.File, error) {
+	var out []*os.File
+	for _, ns := range []string{"user", "net"} {
+		f, err := os.Open("/proc/" + strconv.Itoa(initPid) + "/ns/" + ns)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, fmt.Errorf("the sandbox's %s namespace for pasta: %w", ns, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // maxPastaOut bounds what sbx keeps of pasta's messages.
@@ -186,7 +207,18 @@ const maxPastaOut = 4096
 
 // startPasta starts pasta and records its pid in the run's state dir.
 func (n *Net) startPasta(initPid int) error {
-	cmd := exec.Command("pasta", pastaArgs(initPid)...)
+	ns, err := pastaNS(initPid)
+	if err != nil {
+		return err
+	}
+	// The child has its copies once it started: sbx's are closed whatever happened.
+	defer func() {
+		for _, f := range ns {
+			f.Close()
+		}
+	}()
+	cmd := exec.Command("pasta", pastaArgs()...)
+	cmd.ExtraFiles = ns
 	n.pastaLog = &boundedBuffer{max: maxPastaOut}
 	cmd.Stdout, cmd.Stderr = n.pastaLog, n.pastaLog
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true, Pdeathsig: unix.SIGKILL}
