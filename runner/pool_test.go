@@ -94,7 +94,7 @@ except OSError as e: print("refused", e)`
 	}
 	waitIdle(t, p, 1)
 	o.Stdin = nil
-	rep, out, pooled = poolRun(t, p, o, "sh", "-c", `echo reopened > /dev/stdout; ls -A; ls -A /tmp | grep -v -x `+strings.Split(strings.TrimPrefix(cwd, "/tmp/"), "/")[0]+`; ps -e -o comm= | grep -v -e '^ps$' -e '^sh$' -e '^grep$';
+	rep, out, pooled = poolRun(t, p, o, "sh", "-c", `echo reopened > /dev/stdout; ls -A; ls /tmp | grep -v -x `+strings.Split(strings.TrimPrefix(cwd, "/tmp/"), "/")[0]+`; ps -e -o comm= | grep -v -e '^ps$' -e '^sh$' -e '^grep$';
 		cat /proc/net/tcp /proc/net/tcp6 | grep -c ':223D ' ; python3 -c '`+connect+`' `+fakenet.Public2)
 	if !pooled {
 		t.Fatal("run N+1 started cold, want a pooled sandbox")
