@@ -392,7 +392,46 @@ func (s *Sandbox) buildFiles() error {
 	if err != nil {
 		return err
 	}
-	return s.openWays(plan, cwd)
+	if err := s.openWays(plan, cwd); err != nil {
+		return err
+	}
+	return s.giveWayUp(plan, cwd, give)
+}
+
+// giveWayUp hands the working directory's ancestors that lie in a write path (/tmp/me above
+// /tmp/me/repo) and that the working directory's owner owns on the host to the command's user, in the
+// overlay: without root the command is the caller, who owns them, and creates a sibling of the working
+// directory there (git worktree add ../x, a build's ../out) in the sandbox's layer; as root it ran as
+// another user, and the kernel refused it with EACCES, which Landlock (the path is a write path) never
+// saw and the report did not show. The host's directories keep their owners; what the command makes
+// beside the working directory stays in the layer, as anything outside it does.
+func (s *Sandbox) giveWayUp(plan *policy.Plan, cwd string, give bool) error {
+	if !give {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(cwd, &st); err != nil || int(st.Uid) == s.ids.HostUID {
+		return nil
+	}
+	for d := filepath.Dir(cwd); d != "/" && slices.ContainsFunc(plan.Filesystem.Write, func(w string) bool { return within(d, filepath.Clean(w)) }); d = filepath.Dir(d) {
+		var up unix.Stat_t
+		if err := unix.Lstat(d, &up); err != nil || up.Uid != st.Uid || up.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return nil
+		}
+		if up.Mode&0o002 != 0 {
+			continue // anyone may write there already (/tmp itself)
+		}
+		f, err := s.rootfs.openDir(d)
+		if err != nil {
+			return fmt.Errorf("handing %s to the command's user: %w", d, err)
+		}
+		err = unix.Fchown(int(f.Fd()), s.ids.HostUID, s.ids.HostGID)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("handing %s to the command's user: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // openWays lets the sandbox's root (an unprivileged uid on the host, which libcontainer runs as inside)
