@@ -87,7 +87,8 @@ type Sandbox struct {
 	// shareLinks are the paths of shares that led through a link, moved to where it leads
 	// (resolveShares); hiding keeps the way down to them.
 	shareLinks []string
-	passwd     string // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
+	caches     []shownCache // the toolchain caches shown (caches.go)
+	passwd     string       // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
 	net        *netcontract.Net
 	container  runtimeContainer // libcontainer's, or a direct start's (direct.go)
 	prepared   chan error       // the supervisor's preparation was sent (nil) or could not be
@@ -362,6 +363,8 @@ func (s *Sandbox) buildFiles() error {
 		}
 		s.cfg.Command.Cwd = real
 	}
+	s.pickCaches()
+	defer s.cacheEnv()
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
 	if note := hiddenRepoNote(plan.Filesystem, cwd, s.cfg.Command.Top); note != "" {
 		s.Notes = append(s.Notes, note)
@@ -370,7 +373,10 @@ func (s *Sandbox) buildFiles() error {
 		s.rootfs.indexWhy = rootlessIndex(s.cfg)
 		s.rootfs.index = s.rootfs.indexWhy == ""
 		s.Notes = append(s.Notes, s.rootlessNotes()...)
-		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd))
+		if err := s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd)); err != nil {
+			return err
+		}
+		return s.rootfs.cachesRootless(s.caches)
 	}
 	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
 	idmap := s.cwdIDMap(give)
@@ -395,7 +401,10 @@ func (s *Sandbox) buildFiles() error {
 	if err := s.openWays(plan, cwd); err != nil {
 		return err
 	}
-	return s.giveWayUp(plan, cwd, give)
+	if err := s.giveWayUp(plan, cwd, give); err != nil {
+		return err
+	}
+	return s.mountCaches()
 }
 
 // giveWayUp hands the working directory's ancestors that lie in a write path (/tmp/me above
@@ -490,6 +499,9 @@ func (s *Sandbox) giveCwd(plan *policy.Plan, cwd string, overlayCwd bool) error 
 		return err
 	}
 	s.Notes = append(s.Notes, "this kernel has no idmapped mounts: the working directory was handed to the command's user by changing owners in the overlay")
+	if err := s.mountCaches(); err != nil {
+		return err
+	}
 	if !whole {
 		s.Notes = append(s.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, plan.UID))
 	}
@@ -564,6 +576,9 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	}
 	if s.rootfs.cwd != nil {
 		in.CwdOverlay = s.rootfs.cwd.merged
+	}
+	if !Rootless() {
+		in.Caches = s.rootfs.cacheMounts()
 	}
 	if len(cmd.Args) > 0 && cmd.Args[0] == selfPath {
 		in.Binary = self // the command is sbx itself in another role (SelfCommand)
@@ -844,10 +859,11 @@ func (s *Sandbox) supervisorPrepare() supervisor.Prepare {
 // writePaths are the Landlock write paths of the command: the profile's and the working directory.
 func (s *Sandbox) writePaths() []string {
 	fs := s.cfg.Plan.Filesystem
+	out := append(slices.Clone(fs.Write), s.cachePaths()...)
 	if fs.WriteCwd {
-		return append(slices.Clone(fs.Write), s.cfg.Command.Cwd)
+		return append(out, s.cfg.Command.Cwd)
 	}
-	return fs.Write
+	return out
 }
 
 // toBytes keeps strings as bytes: JSON would replace invalid UTF-8 in strings, and argv and env are
