@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 # pasta is the network contract's uplink).
 DEBS := libseccomp-dev libc6-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc uidmap passt apparmor
 
-.PHONY: all deps build install install-apparmor test test-vm test-vm-smoke test-k8s lint man demo bench soak compat compat-deps clean
+.PHONY: all deps build install install-apparmor test test-vm test-vm-smoke test-k8s lint man demo bench soak compat compat-deps toolchains clean
 all: build
 
 deps:
@@ -159,6 +159,13 @@ compat-deps:
 
 compat: build compat-deps
 	$(GO) run ./internal/cmd/compat -sbx $(BIN) -known testdata/compat/known.txt
+
+# Builds with warm caches on the host and in sbx (filesystem.toolchains): go build of a module with
+# dependencies, npm ci --offline, pip install from the pip cache, cargo build --offline, each the
+# median of RUNS (5) runs, with the ratio sbx/host (target: within 1.5x). A toolchain that is not
+# installed is left out. No network; the npm, pip and cargo caches are made in a scratch HOME.
+toolchains: build
+	SBX=$(BIN) sh testdata/toolchains/bench.sh
 
 clean:
 	rm -rf bin man

@@ -47,6 +47,8 @@ func Compile(p *Profile, ctx CompileContext) (*Plan, error) {
 		Record:     compileRecord(q),
 		resolved:   q,
 	}
+	plan.Filesystem.Caches = compileCaches(q.Filesystem.Toolchains, ctx.CallerEnv, ctx.Cwd)
+	plan.Filesystem.KnownCaches = compileCaches(ToolchainsAuto, ctx.CallerEnv, ctx.Cwd)
 	plan.Env, plan.Notes = compileEnv(q.Env, ctx.CallerEnv, ctx.Overrides.Env, plan.Filesystem, ctx.Cwd)
 	if t := q.Limits.Timeout; t != nil {
 		plan.Timeout = time.Duration(*t)

@@ -51,6 +51,11 @@ func hidden(path string, fs Filesystem, cwd string) bool {
 			return false
 		}
 	}
+	for _, c := range fs.Caches {
+		if within(path, c.Host) {
+			return false
+		}
+	}
 	for _, h := range fs.Hidden {
 		h = filepath.Clean(h)
 		if within(path, h) && !(cwd != h && within(cwd, h) && within(path, cwd)) {

@@ -25,6 +25,8 @@ type Overrides struct {
 	DNSUpstream string
 	// ApplyMode (--apply, --apply=MODE) replaces filesystem.apply.
 	ApplyMode string
+	// Toolchains (--toolchains auto|none|NAME,...) replaces filesystem.toolchains.
+	Toolchains string
 }
 
 // flagError is an *Error about a command-line value; it has no file position.
@@ -51,6 +53,13 @@ func (o Overrides) Apply(p *Profile, cwd string) (*Profile, error) {
 			return nil, flagError("--apply takes never, on-pass (the default of --apply) or always", "--apply=%s: unknown mode", o.ApplyMode)
 		}
 		q.Filesystem.Apply = ApplyMode(o.ApplyMode)
+	}
+	if o.Toolchains != "" {
+		t, err := ParseToolchains(o.Toolchains)
+		if err != nil {
+			return nil, flagError(err.(*valueError).hint, "--toolchains %s: %s", o.Toolchains, err)
+		}
+		q.Filesystem.Toolchains = t
 	}
 	if _, _, err := splitEnvFlags(o.Env); err != nil {
 		return nil, err

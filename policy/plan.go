@@ -54,6 +54,13 @@ type Filesystem struct {
 	LandlockDegrade bool
 	Hidden          []string // paths replaced by an empty directory or /dev/null
 	Shares          []Share  // host paths bind-mounted in
+	// Caches are the toolchain caches of the caller's shown at their own paths, read-only below a
+	// writable layer thrown away with the sandbox (filesystem.toolchains); those missing on the host
+	// are left out by the sandbox.
+	Caches []Cache
+	// KnownCaches are every toolchain's caches, shown or not, for the report's hint when a command
+	// that fails ran a toolchain whose cache the sandbox does not show.
+	KnownCaches []Cache
 	// Apply is what the working directory's changes do on the host: report.ApplyNever, ApplyOnPass or
 	// ApplyAlways.
 	Apply string

@@ -31,7 +31,9 @@ type FilesystemConfig struct {
 	Hidden   []string      `yaml:"hidden,omitempty" doc:"absolute paths replaced by an empty directory or an empty file"`
 	Share    []ShareConfig `yaml:"share,omitempty" doc:"host paths bind-mounted into the sandbox"`
 	Landlock LandlockMode  `yaml:"landlock,omitempty" doc:"required (default: fail when Landlock cannot be applied) or degrade (run without it)"`
-	Apply    ApplyMode     `yaml:"apply,omitempty" doc:"what the working directory's changes do on the host: never (default: discarded at teardown), on-pass (applied when the verdict is pass) or always (applied whatever the verdict; persistence findings are withheld)"`
+	// Toolchains: see Cache.
+	Toolchains Toolchains `yaml:"toolchains,omitempty" doc:"auto, none (default) or a list of go, npm, pip, cargo, maven: the caller's caches of those toolchains shown at their own paths, read-only below a throwaway writable layer, with the tools' variables pointing at them"`
+	Apply      ApplyMode  `yaml:"apply,omitempty" doc:"what the working directory's changes do on the host: never (default: discarded at teardown), on-pass (applied when the verdict is pass) or always (applied whatever the verdict; persistence findings are withheld)"`
 	// RecordWrites: see Plan.Record.Writes.
 	RecordWrites *bool `yaml:"record_writes,omitempty" doc:"record each open for writing, mkdir, mknod, rename, link or symlink outside the write paths (refused by Landlock) in the report's denials; default true"`
 }

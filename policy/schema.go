@@ -28,10 +28,11 @@ func Schema() []byte {
 type enumType interface{ Values() []string }
 
 var (
-	enumIface    = reflect.TypeFor[enumType]()
-	sizeType     = reflect.TypeFor[Size]()
-	durationType = reflect.TypeFor[Duration]()
-	listenerType = reflect.TypeFor[Listener]()
+	enumIface      = reflect.TypeFor[enumType]()
+	sizeType       = reflect.TypeFor[Size]()
+	durationType   = reflect.TypeFor[Duration]()
+	listenerType   = reflect.TypeFor[Listener]()
+	toolchainsType = reflect.TypeFor[Toolchains]()
 )
 
 func schemaOf(t reflect.Type) map[string]any {
@@ -47,6 +48,11 @@ func schemaOf(t reflect.Type) map[string]any {
 		return map[string]any{"type": "string", "pattern": `^(none|0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`}
 	case t == listenerType:
 		return map[string]any{"type": "string", "pattern": `^((tcp|udp):([0-9]{1,5}|\*)|unix:\*)$`}
+	case t == toolchainsType:
+		return map[string]any{"oneOf": []any{
+			map[string]any{"type": "string", "enum": []string{string(ToolchainsAuto), string(ToolchainsNone)}},
+			map[string]any{"type": "array", "items": map[string]any{"type": "string", "enum": ToolchainNames}},
+		}}
 	case t == netRuleType:
 		obj := schemaOf(reflect.TypeFor[netRuleMap]())
 		obj["properties"].(map[string]any)["port"] = map[string]any{"type": []string{"integer", "string"}, "description": "port number or *"}

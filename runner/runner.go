@@ -319,6 +319,7 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 		cmdPid = cmd.Pid
 	}
 	r.observeAfterward(cmdPid)
+	r.toolchainHints()
 	r.judge()
 	r.applyChanges()
 	bound(r.rep)

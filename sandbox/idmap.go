@@ -29,6 +29,12 @@ func bindIDMapped(src *os.File, dst string, m idmapping) error {
 		return err
 	}
 	defer ns.Close()
+	return bindInUserns(src, dst, ns)
+}
+
+// bindInUserns is bindIDMapped through the idmapping's user namespace ns, made already: several binds
+// of one mapping (the toolchain caches') share one.
+func bindInUserns(src *os.File, dst string, ns *os.File) error {
 	fd, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return noIDMap("open_tree", src.Name(), err)

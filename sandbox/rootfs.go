@@ -28,6 +28,7 @@ type overlay struct {
 	work   string
 	merged string
 	idmap  *idmapping // when set, the lower layer shows At's files as the command's (see bindIDMapped)
+	userns *os.File   // idmap's user namespace when made already (bindInUserns); nil: bindLower makes one
 }
 
 // bindLower binds At read-only as the lower layer (and makes the merged mount point): the part of an
@@ -48,7 +49,11 @@ func (o *overlay) bindLower() error {
 		return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 	}
 	defer src.Close()
-	if o.idmap != nil {
+	if o.idmap != nil && o.userns != nil {
+		if err := bindInUserns(src, o.Lower, o.userns); err != nil {
+			return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
+		}
+	} else if o.idmap != nil {
 		if err := bindIDMapped(src, o.Lower, *o.idmap); err != nil {
 			return fmt.Errorf("binding the lower layer of %s: %w", o.At, err)
 		}
@@ -127,6 +132,7 @@ type rootfs struct {
 	layer  string // tmpfs holding every upper and work dir
 	root   overlay
 	cwd    *overlay   // nil when the working directory is on the root file system
+	caches []*overlay // the toolchain caches' (caches.go)
 	notes  []string   // what the rootfs could only partly do, for the report
 	prep   *layerPrep // the disk layer's device, attached ahead (Create) or in mount, and its claim
 	// Rootless: the top level of / (see rootless.go) and hidden paths below read-only binds, which get
@@ -250,7 +256,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 		}
 	}
 	if len(r.decoyHomes) > 0 {
-		d, err := plantDecoys(r.root.Upper, r.decoyHomes, append([]string{cwd}, keep...), r.decoyUID, r.decoyGID)
+		d, err := plantDecoys(r.root.Upper, r.decoyHomes, append(append([]string{cwd}, keep...), r.decoyKeep...), r.decoyUID, r.decoyGID)
 		if err != nil {
 			return err
 		}
@@ -296,7 +302,11 @@ func (r *rootfs) unmount() error {
 		return nil // its mounts are in the sandbox's mount namespace only, gone with it
 	}
 	var errs []error
-	mounts := []string{filepath.Join(r.runDir, "cwd"), filepath.Join(r.runDir, "lower-cwd"), r.root.merged, r.layer, r.root.Lower}
+	var mounts []string
+	for _, o := range r.caches {
+		mounts = append(mounts, o.merged, o.Lower)
+	}
+	mounts = append(mounts, filepath.Join(r.runDir, "cwd"), filepath.Join(r.runDir, "lower-cwd"), r.root.merged, r.layer, r.root.Lower)
 	for _, m := range mounts {
 		if m == r.layer {
 			discardLayer(m)

@@ -819,7 +819,7 @@ func openWorkDirs(dir string) {
 	defer unix.Close(root)
 	var patterns []string
 	for _, w := range overlayWorkDirs {
-		patterns = append(patterns, "layer/work/*/"+w, "layer/work-cwd/"+w)
+		patterns = append(patterns, "layer/work/*/"+w, "layer/work-cwd/"+w, "layer/work-cache-*/"+w)
 	}
 	for _, pattern := range patterns {
 		matches, _ := filepath.Glob(filepath.Join(dir, pattern))

@@ -87,7 +87,8 @@ type Sandbox struct {
 	// shareLinks are the paths of shares that led through a link, moved to where it leads
 	// (resolveShares); hiding keeps the way down to them.
 	shareLinks []string
-	passwd     string // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
+	caches     []shownCache // the toolchain caches shown (caches.go)
+	passwd     string       // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
 	net        *netcontract.Net
 	container  runtimeContainer // libcontainer's, or a direct start's (direct.go)
 	prepared   chan error       // the supervisor's preparation was sent (nil) or could not be
@@ -362,6 +363,8 @@ func (s *Sandbox) buildFiles() error {
 		}
 		s.cfg.Command.Cwd = real
 	}
+	s.pickCaches()
+	defer s.cacheEnv()
 	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
 	if note := hiddenRepoNote(plan.Filesystem, cwd, s.cfg.Command.Top); note != "" {
 		s.Notes = append(s.Notes, note)
@@ -370,8 +373,11 @@ func (s *Sandbox) buildFiles() error {
 		s.rootfs.indexWhy = rootlessIndex(s.cfg)
 		s.rootfs.index = s.rootfs.indexWhy == ""
 		s.Notes = append(s.Notes, s.rootlessNotes()...)
-		s.rootfs.decoyHomes, s.rootfs.decoyKeep = decoyHomes(plan), shareTargets(plan.Filesystem.Shares)
-		return s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd))
+		s.rootfs.decoyHomes, s.rootfs.decoyKeep = decoyHomes(plan), append(shareTargets(plan.Filesystem.Shares), s.cachePaths()...)
+		if err := s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd)); err != nil {
+			return err
+		}
+		return s.rootfs.cachesRootless(s.caches)
 	}
 	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
 	idmap := s.cwdIDMap(give)
@@ -383,6 +389,7 @@ func (s *Sandbox) buildFiles() error {
 	overlayCwd := ownFS || idmap != nil && !shared(plan.Filesystem.Shares, cwd)
 	shares := append(shareTargets(plan.Filesystem.Shares), s.shareLinks...)
 	s.rootfs.decoyHomes, s.rootfs.decoyUID, s.rootfs.decoyGID = decoyHomes(plan), s.ids.HostUID, s.ids.HostGID
+	s.rootfs.decoyKeep = s.cachePaths() // no decoy inside a toolchain cache shown
 	err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shares, idmap)
 	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
 		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
@@ -395,7 +402,49 @@ func (s *Sandbox) buildFiles() error {
 	if err != nil {
 		return err
 	}
-	return s.openWays(plan, cwd)
+	if err := s.openWays(plan, cwd); err != nil {
+		return err
+	}
+	if err := s.giveWayUp(plan, cwd, give); err != nil {
+		return err
+	}
+	return s.mountCaches()
+}
+
+// giveWayUp hands the working directory's ancestors that lie in a write path (/tmp/me above
+// /tmp/me/repo) and that the working directory's owner owns on the host to the command's user, in the
+// overlay: without root the command is the caller, who owns them, and creates a sibling of the working
+// directory there (git worktree add ../x, a build's ../out) in the sandbox's layer; as root it ran as
+// another user, and the kernel refused it with EACCES, which Landlock (the path is a write path) never
+// saw and the report did not show. The host's directories keep their owners; what the command makes
+// beside the working directory stays in the layer, as anything outside it does.
+func (s *Sandbox) giveWayUp(plan *policy.Plan, cwd string, give bool) error {
+	if !give {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(cwd, &st); err != nil || int(st.Uid) == s.ids.HostUID {
+		return nil
+	}
+	for d := filepath.Dir(cwd); d != "/" && slices.ContainsFunc(plan.Filesystem.Write, func(w string) bool { return within(d, filepath.Clean(w)) }); d = filepath.Dir(d) {
+		var up unix.Stat_t
+		if err := unix.Lstat(d, &up); err != nil || up.Uid != st.Uid || up.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return nil
+		}
+		if up.Mode&0o002 != 0 {
+			continue // anyone may write there already (/tmp itself)
+		}
+		f, err := s.rootfs.openDir(d)
+		if err != nil {
+			return fmt.Errorf("handing %s to the command's user: %w", d, err)
+		}
+		err = unix.Fchown(int(f.Fd()), s.ids.HostUID, s.ids.HostGID)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("handing %s to the command's user: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // openWays lets the sandbox's root (an unprivileged uid on the host, which libcontainer runs as inside)
@@ -454,6 +503,9 @@ func (s *Sandbox) giveCwd(plan *policy.Plan, cwd string, overlayCwd bool) error 
 		return err
 	}
 	s.Notes = append(s.Notes, "this kernel has no idmapped mounts: the working directory was handed to the command's user by changing owners in the overlay")
+	if err := s.mountCaches(); err != nil {
+		return err
+	}
 	if !whole {
 		s.Notes = append(s.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, plan.UID))
 	}
@@ -528,6 +580,9 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	}
 	if s.rootfs.cwd != nil {
 		in.CwdOverlay = s.rootfs.cwd.merged
+	}
+	if !Rootless() {
+		in.Caches = s.rootfs.cacheMounts()
 	}
 	if len(cmd.Args) > 0 && cmd.Args[0] == selfPath {
 		in.Binary = self // the command is sbx itself in another role (SelfCommand)
@@ -808,10 +863,11 @@ func (s *Sandbox) supervisorPrepare() supervisor.Prepare {
 // writePaths are the Landlock write paths of the command: the profile's and the working directory.
 func (s *Sandbox) writePaths() []string {
 	fs := s.cfg.Plan.Filesystem
+	out := append(slices.Clone(fs.Write), s.cachePaths()...)
 	if fs.WriteCwd {
-		return append(slices.Clone(fs.Write), s.cfg.Command.Cwd)
+		return append(out, s.cfg.Command.Cwd)
 	}
-	return fs.Write
+	return out
 }
 
 // toBytes keeps strings as bytes: JSON would replace invalid UTF-8 in strings, and argv and env are

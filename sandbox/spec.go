@@ -44,8 +44,9 @@ type SpecInput struct {
 	Passwd     string // host path bind-mounted at /etc/passwd (see passwdFile); "" = none
 	Args       []string
 	Cwd        string
-	CwdOverlay string // host path of the working directory's own overlay, mounted at Cwd; "" = none
-	Notify     bool   // the syscalls the plan records notify sbx's listener (seccompnotify.go)
+	CwdOverlay string        // host path of the working directory's own overlay, mounted at Cwd; "" = none
+	Caches     []specs.Mount // binds of the toolchain caches' overlays (caches.go), after CwdOverlay's
+	Notify     bool          // the syscalls the plan records notify sbx's listener (seccompnotify.go)
 	// OwnSys: the sandbox's /sys is mounted in Rootfs already (a sysfs of NetNS's own, sysfs.go); the
 	// spec mounts none there. Without it, a joined NetNS (the host user namespace's) gets the spec's
 	// sysfs, which the sandbox's root may not mount there: the build fails rather than bind the host's
@@ -95,6 +96,7 @@ func Spec(in SpecInput) *specs.Spec {
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: in.Cwd, Type: "bind", Source: in.CwdOverlay,
 			Options: []string{"bind", "nosuid", "nodev"}})
 	}
+	s.Mounts = append(s.Mounts, in.Caches...)
 	for _, sh := range in.Plan.Filesystem.Shares {
 		// rro, rnosuid, rnodev: the mounts below a share too (ro alone holds only for the share's
 		// own mount; below it, Landlock would still stop writes but not chmod, utimes or setxattr).

@@ -80,6 +80,7 @@ Examples:
 	fl.Float64Var(&f.overrides.CPUs, "cpus", 0, "CPU limit in cores, e.g. 1.5 (overrides limits.cpu)")
 	fl.StringVar(&f.overrides.ApplyMode, "apply", "", "apply the working directory's changes to the host's: `MODE` on-pass (the default of a bare --apply: only when the verdict is pass), always, or never (overrides filesystem.apply)")
 	fl.Lookup("apply").NoOptDefVal = "on-pass"
+	fl.StringVar(&f.overrides.Toolchains, "toolchains", "", "share the caller's toolchain caches read-only below a throwaway layer: `WHICH` auto (all), none, or a list of go, npm, pip, cargo, maven (overrides filesystem.toolchains)")
 	fl.StringVar(&f.changes, "changes", "", "copy the files the command created or changed into `DIR` before teardown")
 	fl.BoolVar(&f.probe, "probe", false, "run sbx probe first and refuse to run the command when the contract does not hold")
 	addNetworkFlags(c, &f.overrides)
