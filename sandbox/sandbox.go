@@ -396,6 +396,7 @@ func (s *Sandbox) buildFiles() error {
 		s.rootfs.unmount()
 		s.rootfs = newRootfs(s.run.dir)
 		s.rootfs.decoyHomes, s.rootfs.decoyUID, s.rootfs.decoyGID = decoyHomes(plan), s.ids.HostUID, s.ids.HostGID
+		s.rootfs.decoyKeep = s.cachePaths()
 		return s.giveCwd(plan, cwd, ownFS)
 	}
 	s.Notes = append(s.Notes, s.rootfs.notes...)
