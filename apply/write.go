@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/safefs"
+	"github.com/sbx-dev/sbx/observe"
 )
 
 // copyChunk is how much is copied between two looks at the Stop channel.
@@ -315,46 +315,18 @@ func tempName() string {
 	return TempPrefix + hex.EncodeToString(b)
 }
 
-// copyData copies the data segments of in (up to size) to out at the same offsets, holes left holes.
+// copyData copies in to out, holes left holes (observe.CopySegments), looking at the stop channel
+// between chunks.
 func (w *writer) copyData(in, out *os.File, size int64) (int64, error) {
 	if w.buf == nil {
 		w.buf = make([]byte, copyChunk)
 	}
-	ifd := int(in.Fd())
-	var total int64
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(ifd, off, unix.SEEK_DATA)
-		if err == unix.ENXIO {
-			break
+	return observe.CopySegments(in, out, size, w.buf, func(int64) error {
+		if w.stopped() {
+			return ErrStopped
 		}
-		if err != nil {
-			return total, fmt.Errorf("finding data: %w", err)
-		}
-		hole, err := unix.Seek(ifd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return total, fmt.Errorf("finding a hole: %w", err)
-		}
-		hole = min(hole, size)
-		for o := data; o < hole; {
-			if w.stopped() {
-				return total, ErrStopped
-			}
-			got, err := in.ReadAt(w.buf[:min(int64(len(w.buf)), hole-o)], o)
-			if got == 0 {
-				if err == io.EOF {
-					break
-				}
-				return total, err
-			}
-			if _, err := out.WriteAt(w.buf[:got], o); err != nil {
-				return total, err
-			}
-			o += int64(got)
-			total += int64(got)
-		}
-		off = hole
-	}
-	return total, out.Truncate(size)
+		return nil
+	})
 }
 
 // futimens sets f's access and modification times to t (utimensat on the fd itself: a NULL path).

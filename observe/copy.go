@@ -240,53 +240,61 @@ var errOverBudget = errors.New("over the copy budget")
 // copyData copies the data segments of in (up to size) to out at the same offsets and sets out's size,
 // so that a hole in in is a hole in out. Each segment is charged to the budget before it is written.
 func (cp *Copier) copyData(in, out *os.File, size int64) error {
+	n, err := CopySegments(in, out, size, make([]byte, copyChunk), func(n int64) error {
+		if cp.stopped() {
+			return ErrCopyStopped
+		}
+		if n > cp.Budget {
+			return errOverBudget
+		}
+		cp.Budget -= n
+		return nil
+	})
+	cp.Bytes += n
+	return err
+}
+
+// CopySegments copies the data segments of in (up to size) to out at the same offsets and sets out's
+// size: a hole in in stays a hole in out. before is called with each chunk's length before it is read
+// and written, len(buf) at most (a budget, a look at a stop); its error ends the copy. A file that shrank
+// since is copied as far as it goes. It returns the data bytes written.
+func CopySegments(in, out *os.File, size int64, buf []byte, before func(n int64) error) (int64, error) {
 	ifd := int(in.Fd())
-	buf := make([]byte, copyChunk)
+	var total int64
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(ifd, off, unix.SEEK_DATA)
 		if err == unix.ENXIO {
 			break // the rest is a hole
 		}
 		if err != nil {
-			return fmt.Errorf("finding data: %w", err)
+			return total, fmt.Errorf("finding data: %w", err)
 		}
 		hole, err := unix.Seek(ifd, data, unix.SEEK_HOLE)
 		if err != nil {
-			return fmt.Errorf("finding a hole: %w", err)
+			return total, fmt.Errorf("finding a hole: %w", err)
 		}
 		hole = min(hole, size)
-		if err := cp.copyRange(in, out, buf, data, hole); err != nil {
-			return err
+		for o := data; o < hole; {
+			n := min(int64(len(buf)), hole-o)
+			if err := before(n); err != nil {
+				return total, err
+			}
+			got, err := in.ReadAt(buf[:n], o)
+			if got == 0 {
+				if err == io.EOF {
+					return total, out.Truncate(size)
+				}
+				return total, err
+			}
+			if _, err := out.WriteAt(buf[:got], o); err != nil {
+				return total, err
+			}
+			o += int64(got)
+			total += int64(got)
 		}
 		off = hole
 	}
-	return out.Truncate(size)
-}
-
-func (cp *Copier) copyRange(in, out *os.File, buf []byte, from, to int64) error {
-	for off := from; off < to; {
-		if cp.stopped() {
-			return ErrCopyStopped
-		}
-		n := min(int64(len(buf)), to-off)
-		if n > cp.Budget {
-			return errOverBudget
-		}
-		got, err := in.ReadAt(buf[:n], off)
-		if got == 0 {
-			if err == io.EOF {
-				return nil // the file shrank since it was listed: copy what there was
-			}
-			return err
-		}
-		if _, err := out.WriteAt(buf[:got], off); err != nil {
-			return err
-		}
-		cp.Budget -= int64(got)
-		cp.Bytes += int64(got)
-		off += int64(got)
-	}
-	return nil
+	return total, out.Truncate(size)
 }
 
 func (cp *Copier) skip(format string, args ...any) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,7 +38,7 @@ type Decoy struct {
 	ctime       unix.Timespec
 }
 
-// DecoyAccess is what the command did to a decoy: "read", "changed", "deleted"; "" for nothing.
+// access is what the command did to a decoy: "read", "changed", "deleted"; "" for nothing.
 func (d Decoy) access() string {
 	var st unix.Stat_t
 	if err := unix.Lstat(d.host, &st); err != nil {
@@ -83,20 +84,11 @@ func decoyHomes(plan *policy.Plan) []string {
 	}
 	var out []string
 	for _, h := range homes {
-		if h = filepath.Clean(h); filepath.IsAbs(h) && h != "/" && belowHidden(plan.Filesystem.Hidden, h) && !contains(out, h) {
+		if h = filepath.Clean(h); filepath.IsAbs(h) && h != "/" && belowHidden(plan.Filesystem.Hidden, h) && !slices.Contains(out, h) {
 			out = append(out, h)
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, l := range list {
-		if l == s {
-			return true
-		}
-	}
-	return false
 }
 
 // plantDecoys writes the decoys of every home into upper (the root overlay's upper layer, before it is

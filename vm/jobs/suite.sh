@@ -2,6 +2,8 @@
 # vm/payload.sh --tests): every package's test binary as root, one package at a time as make test runs
 # them (-p 1), each from its package's directory; then sbx without root as sbxuser in its delegated
 # cgroup. Full logs: out/tests/PKG.log (vm/run.sh copies out/ to the host's logs dir).
+# SBX_VM_PKGS, when set, keeps only the packages whose tests.list line matches it (an ERE, e.g.
+# '^cmd/sbx/'; default: all), to iterate on a few packages.
 . ./lib.sh
 set -u
 # TCG runs 5-20x slower than the host: a generous per-package timeout (SBX_VM_TEST_TIMEOUT).
@@ -28,7 +30,7 @@ while read -r t; do
 	echo "$line"
 	summary="$summary$line
 "
-done <tests.list
+done < <(grep -E "${SBX_VM_PKGS:-.}" tests.list)
 echo "--- packages:"
 printf %s "$summary"
 
