@@ -10,7 +10,8 @@
 # The VM: TCG (SBX_VM_ACCEL=kvm where KVM boots Debian's kernels; on this host's PVM it hangs), 2 vCPUs,
 # 4 GiB, NO network device (-nic none, always: nothing a test does can leave the VM), a fresh qcow2
 # overlay over the cached image (thrown away after), serial console to console.log, and a hard timeout
-# (SBX_VM_TIMEOUT seconds, default 3600) after which qemu is killed by its pid.
+# (SBX_VM_TIMEOUT seconds, default 3600) after which qemu is killed by its pid. A guest kernel that
+# panics while booting (before the job starts) is booted again, at most three boots in all.
 # Logs: $SBX_VM_CACHE/logs/KERNEL-JOBNAME/ (console.log, job.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,42 +48,59 @@ echo "$kernel" >"$run/share/kernel"
 	[ "$accel" = tcg ] && [ -z "${SBX_TEST_TIME_SCALE:-}" ] && echo "export SBX_TEST_TIME_SCALE=10"
 	env | grep -E '^SBX_(VM|TEST)_' | sed "s/^\([^=]*\)=\(.*\)/export \1='\2'/"
 } >"$run/share/env" || true
-qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$run/overlay.qcow2"
-
 case $accel in
 kvm) accel_args=(-accel kvm -cpu host) ;;
 # -cpu max: every feature TCG has (Landlock, seccomp and the rest do not care; the kernels want x86-64-v1).
 *) accel_args=(-accel tcg,thread=multi -cpu max) ;;
 esac
-t0=$(date +%s)
-qemu-system-x86_64 "${accel_args[@]}" -machine q35 -smp 2 -m 4096 \
-	-nic none -nographic -no-reboot -serial "file:$logs/console.log" -monitor none \
-	-kernel "$vmlinuz" -initrd "$initrd" \
-	-append "root=/dev/vda rw console=ttyS0 panic=1 systemd.show_status=1 net.ifnames=0 mitigations=off" \
-	-drive "file=$run/overlay.qcow2,format=qcow2,if=virtio,cache=unsafe" \
-	-drive "file=$run/job.img,format=raw,if=virtio,readonly=on" \
-	-virtfs "local,path=$run/share,mount_tag=host0,security_model=none,id=host0" \
-	</dev/null >"$logs/qemu.log" 2>&1 &
-qemu=$!
-echo "vm: $name: kernel ${vmlinuz##*/vmlinuz-}, accel $accel, qemu pid $qemu, timeout ${timeout}s, logs $logs" >&2
 
-# Stream the job's output; note when the job starts (the guest's first line) to split boot from job time.
-tail -n +1 -F "$run/share/out/job.log" 2>/dev/null &
-tailer=$!
-booted=
-while kill -0 $qemu 2>/dev/null; do
-	if [ -z "$booted" ] && [ -s "$run/share/out/job.log" ]; then booted=$(date +%s); fi
-	if [ $(($(date +%s) - t0)) -ge "$timeout" ]; then
-		echo "vm: $name: timeout after ${timeout}s: killing qemu ($qemu)" >&2
-		kill "$qemu"; sleep 2; kill -9 "$qemu" 2>/dev/null || true
-		break
-	fi
+# boot: one boot of a fresh overlay, streaming the job's output, until qemu exits or the timeout. Sets
+# t0, and booted when the job's first line came (to split boot time from job time).
+boot() {
+	rm -f "$run/overlay.qcow2" "$run/share/out/job.log" "$run/share/out/status"
+	qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$run/overlay.qcow2"
+	t0=$(date +%s)
+	qemu-system-x86_64 "${accel_args[@]}" -machine q35 -smp 2 -m 4096 \
+		-nic none -nographic -no-reboot -serial "file:$logs/console.log" -monitor none \
+		-kernel "$vmlinuz" -initrd "$initrd" \
+		-append "root=/dev/vda rw console=ttyS0 panic=1 systemd.show_status=1 net.ifnames=0 mitigations=off" \
+		-drive "file=$run/overlay.qcow2,format=qcow2,if=virtio,cache=unsafe" \
+		-drive "file=$run/job.img,format=raw,if=virtio,readonly=on" \
+		-virtfs "local,path=$run/share,mount_tag=host0,security_model=none,id=host0" \
+		</dev/null >"$logs/qemu.log" 2>&1 &
+	qemu=$!
+	echo "vm: $name: kernel ${vmlinuz##*/vmlinuz-}, accel $accel, qemu pid $qemu, timeout ${timeout}s, logs $logs" >&2
+	tail -n +1 -F "$run/share/out/job.log" 2>/dev/null &
+	tailer=$!
+	booted=
+	while kill -0 $qemu 2>/dev/null; do
+		if [ -z "$booted" ] && [ -s "$run/share/out/job.log" ]; then booted=$(date +%s); fi
+		if [ $(($(date +%s) - t0)) -ge "$timeout" ]; then
+			echo "vm: $name: timeout after ${timeout}s: killing qemu ($qemu)" >&2
+			kill "$qemu"; sleep 2; kill -9 "$qemu" 2>/dev/null || true
+			break
+		fi
+		sleep 1
+	done
+	wait $qemu 2>/dev/null || true
 	sleep 1
+	kill $tailer 2>/dev/null || true
+	wait $tailer 2>/dev/null || true
+}
+
+# A guest kernel that panics while booting, before the job's first line, is the emulator's fault
+# (multi-threaded TCG has produced rare "Fatal exception in interrupt" panics at boot): boot again, at
+# most twice, and say so with the panic's first lines. A panic once the job runs is the job's failure.
+for attempt in 1 2 3; do
+	boot
+	[ -s "$run/share/out/job.log" ] && break
+	grep -q "Kernel panic" "$logs/console.log" 2>/dev/null || break
+	[ $attempt = 3 ] && break
+	echo "vm: $name: the guest kernel panicked while booting, before the job started (attempt $attempt of 3):" >&2
+	grep -B2 -A14 -m1 -E "BUG:|Oops|general protection|invalid opcode|Kernel panic" "$logs/console.log" >&2 || true
+	cp "$logs/console.log" "$logs/console-panic-$attempt.log"
+	echo "vm: $name: booting again" >&2
 done
-wait $qemu 2>/dev/null || true
-sleep 1
-kill $tailer 2>/dev/null || true
-wait $tailer 2>/dev/null || true
 end=$(date +%s)
 cp "$run/share/out/job.log" "$logs/job.log" 2>/dev/null || true
 # Whatever else the job left in out/ (reports, per-package logs).
