@@ -111,17 +111,14 @@ func plantDecoys(upper string, homes, keep []string, uid, gid int) ([]Decoy, err
 			}
 			content, token := policy.NewDecoy(place)
 			d := Decoy{Path: p, Mechanism: place.Mechanism, Token: token, ReadByTools: place.ReadByTools, host: filepath.Join(upper, p)}
-			if err := writeDecoy(d.host, content); err != nil {
+			ctime, err := writeDecoy(d.host, content)
+			if err != nil {
 				if errors.Is(err, unix.EEXIST) {
 					continue // something of sbx's own is there
 				}
 				return out, fmt.Errorf("writing decoy %s: %w", p, err)
 			}
-			var st unix.Stat_t
-			if err := unix.Lstat(d.host, &st); err != nil {
-				return out, err
-			}
-			d.ctime = st.Ctim
+			d.ctime = ctime
 			out = append(out, d)
 		}
 	}
@@ -204,24 +201,45 @@ func mkdirDecoy(dir string, uid, gid int) error {
 	return ignoreUnprivileged(os.Lchown(dir, uid, gid))
 }
 
-// writeDecoy creates the decoy file (never over anything), world-readable, its access time the epoch.
-func writeDecoy(path string, content []byte) error {
+// writeDecoy creates the decoy file (never over anything), world-readable, its access time the epoch,
+// and returns its ctime. One lookup of the path; the rest goes through the descriptor.
+func writeDecoy(path string, content []byte) (unix.Timespec, error) {
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
-		return err
+		return unix.Timespec{}, err
 	}
-	f := os.NewFile(uintptr(fd), path)
-	_, err = f.Write(content)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	var st unix.Stat_t
+	err = writeAll(fd, content)
+	if err == nil {
+		err = unix.Fchmod(fd, 0o644)
 	}
 	if err == nil {
-		err = unix.Chmod(path, 0o644)
+		mtime := time.Now().Add(-time.Duration(len(content)%97+30) * 24 * time.Hour)
+		err = unix.Futimes(fd, []unix.Timeval{{}, unix.NsecToTimeval(mtime.UnixNano())})
+	}
+	if err == nil {
+		err = unix.Fstat(fd, &st)
+	}
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
 	}
 	if err != nil {
-		os.Remove(path)
-		return err
+		unix.Unlink(path)
+		return unix.Timespec{}, err
 	}
-	mtime := unix.NsecToTimespec(time.Now().Add(-time.Duration(len(content)%97+30) * 24 * time.Hour).UnixNano())
-	return unix.UtimesNanoAt(unix.AT_FDCWD, path, []unix.Timespec{{Sec: 0, Nsec: 0}, mtime}, unix.AT_SYMLINK_NOFOLLOW)
+	return st.Ctim, nil
+}
+
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -78,8 +79,10 @@ func overlayOpaque(dir string) bool {
 func BenchmarkPlantDecoys(b *testing.B) {
 	dir := b.TempDir()
 	for i := 0; b.Loop(); i++ {
-		upper := filepath.Join(dir, "u"+string(rune('a'+i%26))+filepath.Base(b.TempDir()))
-		os.MkdirAll(upper+"/tmp", 0o1777)
+		upper := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.MkdirAll(upper+"/tmp", 0o1777); err != nil {
+			b.Fatal(err)
+		}
 		if _, err := plantDecoys(upper, []string{"/tmp"}, nil, 0, 0); err != nil {
 			b.Fatal(err)
 		}
