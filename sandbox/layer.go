@@ -18,9 +18,10 @@ import (
 // system of its own with the profile's disk size, so that filling it is ENOSPC and nothing more:
 //
 //   - As root: an ext4 file system in an unnamed file (O_TMPFILE) on the host's disk, attached to a
-//     loop device that detaches itself when the layer is unmounted (LO_FLAGS_AUTOCLEAR). Its pages
-//     are ordinary page cache: written back and reclaimed under memory pressure, so files do not
-//     count against the memory limit. Nothing of it has a name on the host; a crash leaves only the
+//     loop device that detaches itself when the layer is unmounted (LO_FLAGS_AUTOCLEAR) and writes
+//     to the file with direct I/O once mounted. The layer's pages are ordinary page cache, cached
+//     once: written back and reclaimed under memory pressure, so files do not count against the
+//     memory limit. Nothing of it has a name on the host; a crash leaves only the
 //     mount, which gc removes, and the kernel frees the rest.
 //   - Without loop devices (a rootless run, a host without /dev/loop-control): a tmpfs. It bounds the
 //     size too, but its pages are memory charged to the sandbox's cgroup: the run's notes say so.
@@ -123,8 +124,9 @@ func layerSize(diskBytes int64) int64 {
 type layerPrep struct {
 	done  chan struct{}
 	size  int64
-	dev   *os.File // the loop device; nil after mount or release
-	claim *os.File // holds the device's claim (attachLoop) until unclaim, after the layer's unmount
+	dev   *os.File      // the loop device; nil after mount or release
+	claim *os.File      // holds the device's claim (attachLoop) until unclaim, after the layer's unmount
+	dio   chan struct{} // closed once the mounted device is switched to direct I/O (directIO)
 	err   error
 }
 
@@ -154,11 +156,27 @@ func (p *layerPrep) mount(dir string) error {
 	}
 	dev := p.dev
 	p.dev = nil
-	defer dev.Close() // with autoclear, the mount keeps the device; without a mount, this frees it
 	if err := unix.Mount(dev.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, layerMountOpts(p.size)); err != nil {
+		dev.Close() // autoclear: without a mount, this frees the device
 		return fmt.Errorf("%w: mounting %s: %w", ErrNoDiskLayer, dev.Name(), err)
 	}
+	p.dio = make(chan struct{})
+	go directIO(dev, p.dio)
 	return os.Chmod(dir, 0o700)
+}
+
+// directIO switches the mounted layer's loop device to direct I/O and closes it (with autoclear, the
+// mount keeps the device): the backing file's pages then never enter the page cache, where the loop
+// device's writes charge them to the sandbox's memory cgroup beside the layer's own (cgroup v2 charges
+// loop I/O to the writer's cgroup): 160 MiB written under a 64 MiB limit was an OOM kill on Linux 6.12,
+// and is written in a quarter of the time with direct I/O. Switched once the layer is mounted, not at
+// attach: the mount's metadata reads still come from the cached copy of the template, and the switch
+// (a flush of the backing file, a freeze of the device's queue: milliseconds) is off the run's path.
+// Where the backing file system refuses direct I/O, the device stays buffered, as before.
+func directIO(dev *os.File, done chan struct{}) {
+	defer close(done)
+	_ = unix.IoctlSetInt(int(dev.Fd()), unix.LOOP_SET_DIRECT_IO, 1)
+	dev.Close()
 }
 
 // release frees a device that was never mounted; it is safe after mount and on nil.
@@ -180,6 +198,9 @@ func (p *layerPrep) unclaim() {
 		return
 	}
 	<-p.done
+	if p.dio != nil {
+		<-p.dio
+	}
 	if p.claim != nil {
 		p.claim.Close()
 		p.claim = nil
@@ -337,8 +358,9 @@ func attachLoop(img *os.File) (dev, claim *os.File, err error) {
 		}
 	}()
 	cfg := unix.LoopConfig{Fd: uint32(img.Fd()), Size: 4096}
-	// No direct I/O: it would spare a second cached copy of each page (reclaimable anyway), but every
-	// metadata read of ext4 would then go to the disk (measured: setup 30% slower).
+	// Buffered while the layer is mounted: the mount's metadata reads come from the template copy's
+	// cached pages (with direct I/O from the start, setup measured 30% slower); mount switches it to
+	// direct I/O after (directIO).
 	cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
 	n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 	if err != nil {
