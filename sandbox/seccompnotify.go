@@ -57,6 +57,9 @@ const (
 type writeSyscall struct {
 	paths [][2]int
 	flags int
+	// sockaddr: bind's socket address argument (0 = none): an AF_UNIX address with a path names a
+	// new file, as mknod does.
+	sockaddr int
 }
 
 // writeSyscalls are the syscalls that create or open files for writing, by path.
@@ -71,6 +74,8 @@ var writeSyscalls = map[string]writeSyscall{
 	"mknod": {paths: [][2]int{{-1, 0}}, flags: -1}, "mknodat": {paths: [][2]int{{0, 1}}, flags: -1},
 	// truncate writes a file by its path (Landlock's truncate right refuses it outside the write paths).
 	"truncate": {paths: [][2]int{{-1, 0}}, flags: -1},
+	// bind of an AF_UNIX socket to a path makes a socket file there (Landlock's make_sock right).
+	"bind": {flags: -1, sockaddr: 1},
 }
 
 // openWriteFlags are the open flags that make an open a write.
@@ -510,27 +515,45 @@ func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall,
 		// An exchange writes both names: the source gets the target's file.
 		paths = append([][2]int{{0, 1}}, paths...)
 	}
+	if ws.sockaddr > 0 {
+		p, err := readUnixPath(int(req.Pid), req.Args[ws.sockaddr], req.Args[ws.sockaddr+1])
+		if err == nil && p == "" {
+			return // not a socket file: another family, an abstract name, an invalid address
+		}
+		r := resolution{outcome: unresolved, path: p, why: fmt.Sprintf("reading the socket address from the process's memory: %v", err)}
+		if err == nil {
+			r = task.resolvePath(req, p, -1, false, false, b)
+		}
+		l.judgeWrite(fd, req, name, flags, r)
+		return
+	}
 	for _, pa := range paths {
 		r := task.resolveArg(req, req.Args[pa[1]], pa[0], inRoot, follow, b)
 		if why != "" && r.outcome != unresolved {
 			r = resolution{outcome: unresolved, path: r.path, dir: r.dir, why: why}
 		}
-		switch r.outcome {
-		case noWrite:
-			continue
-		case landed, spelled:
-			// spelled: the kernel fails the walk on the way (a missing directory), and the path as
-			// far as it resolves is all there is to judge.
-			if l.writable(r.path) {
-				continue
-			}
-		case unresolved:
-			l.mu.Lock()
-			l.cost.Unresolved++
-			l.mu.Unlock()
-		}
-		l.record(fd, req, true, name, r.path, flags, r.why, r.dir)
+		l.judgeWrite(fd, req, name, flags, r)
 	}
+}
+
+// judgeWrite records one resolved path of a write that lies outside the write paths, or that sbx could
+// not resolve.
+func (l *notifyListener) judgeWrite(fd int, req *seccompNotif, name, flags string, r resolution) {
+	switch r.outcome {
+	case noWrite:
+		return
+	case landed, spelled:
+		// spelled: the kernel fails the walk on the way (a missing directory), and the path as far as
+		// it resolves is all there is to judge.
+		if l.writable(r.path) {
+			return
+		}
+	case unresolved:
+		l.mu.Lock()
+		l.cost.Unresolved++
+		l.mu.Unlock()
+	}
+	l.record(fd, req, true, name, r.path, flags, r.why, r.dir)
 }
 
 // writable says whether p lies in one of the write paths (or is one).

@@ -90,7 +90,7 @@ func TestNotifySeccomp(t *testing.T) {
 	// The hot path: every other syscall keeps its rules as they were.
 	for _, r := range sc.Syscalls {
 		for _, n := range r.Names {
-			if slices.Contains(plan.Record.Syscalls, n) || writeSyscalls[n].paths != nil {
+			if _, write := writeSyscalls[n]; write || slices.Contains(plan.Record.Syscalls, n) {
 				continue
 			}
 			if !slices.ContainsFunc(actions[n], func(g specs.LinuxSyscall) bool { return g.Action == r.Action }) {
@@ -392,6 +392,42 @@ func TestResolveThreadSelf(t *testing.T) {
 	} {
 		if c.r.outcome != landed || c.r.path != c.want {
 			t.Errorf("%s from the thread: %+v, want %s", c.name, c.r, c.want)
+		}
+	}
+}
+
+// TestNameWritersCovered checks the recorder's list against the kernel's: every syscall that makes,
+// replaces or opens for writing a file by its name notifies the recorder under the default profile,
+// and those the recorder cannot decode (a handle, a ring of requests) are refused outright.
+func TestNameWritersCovered(t *testing.T) {
+	plan := builtinPlan(t, "default")
+	got := notifySeccomp(plan.Seccomp, plan.Record)
+	actions := map[string][]specs.LinuxSeccompAction{}
+	for _, r := range got.Syscalls {
+		for _, n := range r.Names {
+			actions[n] = append(actions[n], r.Action)
+		}
+	}
+	recorded := []string{"open", "openat", "openat2", "creat", "mkdir", "mkdirat", "mknod", "mknodat",
+		"link", "linkat", "symlink", "symlinkat", "rename", "renameat", "renameat2", "truncate", "bind"}
+	for _, n := range recorded {
+		if _, ok := writeSyscalls[n]; !ok {
+			t.Errorf("%s writes a name and is not in writeSyscalls", n)
+		}
+		if !slices.Contains(actions[n], specs.ActNotify) {
+			t.Errorf("%s: rules %v, want a NOTIFY rule", n, actions[n])
+		}
+	}
+	if got.DefaultAction == specs.ActAllow {
+		t.Fatalf("default action %s, want a refusal", got.DefaultAction)
+	}
+	for _, n := range []string{"open_by_handle_at", "io_uring_setup", "io_uring_enter", "io_uring_register",
+		"mount", "move_mount", "fsopen", "fsmount", "open_tree", "acct", "swapon"} {
+		// NOTIFY only as a recorded denial: the listener answers it with the errno.
+		_, write := writeSyscalls[n]
+		notified := slices.Contains(actions[n], specs.ActNotify)
+		if slices.Contains(actions[n], specs.ActAllow) || write || notified && !slices.Contains(plan.Record.Syscalls, n) {
+			t.Errorf("%s writes files the recorder cannot see: rules %v, want it refused", n, actions[n])
 		}
 	}
 }

@@ -129,10 +129,15 @@ func (t notifTask) resolveArg(req *seccompNotif, addr uint64, dirArg int, inRoot
 	}
 	p, err := readPathArg(t.tid, addr)
 	b.spend(len(p))
-	switch {
-	case err != nil:
+	if err != nil {
 		return resolution{outcome: unresolved, path: p, why: fmt.Sprintf("reading the path from the process's memory: %v after %d bytes", err, len(p))}
-	case p == "" || len(p) >= kernelPathMax:
+	}
+	return t.resolvePath(req, p, dirArg, inRoot, follow, b)
+}
+
+// resolvePath resolves the path p, read from the task's memory, as resolveArg does.
+func (t notifTask) resolvePath(req *seccompNotif, p string, dirArg int, inRoot, follow bool, b *budget) resolution {
+	if p == "" || len(p) >= kernelPathMax {
 		return resolution{outcome: noWrite} // ENOENT, ENAMETOOLONG
 	}
 	proc := "/proc/" + strconv.Itoa(t.tid)
@@ -196,6 +201,36 @@ func readPathArg(pid int, addr uint64) (string, error) {
 		}
 	}
 	return string(buf), nil // no NUL within PATH_MAX: ENAMETOOLONG
+}
+
+// sockaddrUnSize is sizeof(struct sockaddr_un): sun_family and a 108-byte sun_path.
+const sockaddrUnSize = 110
+
+// readUnixPath reads bind's socket address (addr, addrlen) from the task's memory: the path of an
+// AF_UNIX address that names a file, "" for anything that names none (another family, an abstract
+// or automatic name, a length the kernel refuses), and an error when the read failed.
+func readUnixPath(pid int, addr, addrlen uint64) (string, error) {
+	n := int(int32(addrlen))
+	if addr == 0 || n <= 2 || n > sockaddrUnSize {
+		return "", nil // EFAULT, EINVAL, or autobind (the family alone)
+	}
+	buf := make([]byte, n)
+	m, err := unix.ProcessVMReadv(pid, []unix.Iovec{{Base: &buf[0], Len: uint64(n)}},
+		[]unix.RemoteIovec{{Base: uintptr(addr), Len: n}}, 0)
+	if err == nil && m != n {
+		err = fmt.Errorf("a short read (%d of %d bytes)", m, n)
+	}
+	if err != nil {
+		return "", err
+	}
+	if family := uint16(buf[0]) | uint16(buf[1])<<8; family != unix.AF_UNIX || buf[2] == 0 {
+		return "", nil
+	}
+	p := buf[2:]
+	if i := strings.IndexByte(string(p), 0); i >= 0 {
+		p = p[:i]
+	}
+	return string(p), nil
 }
 
 // readOpenHow reads the flags and resolve fields of openat2's struct open_how.
