@@ -32,10 +32,10 @@ import (
 // unresolved, not judged.
 const (
 	maxKernelLinks   = 40
-	maxResolveSteps  = 1024    // path components walked, over every link's target (a real path has tens)
-	maxResolveBytes  = 1 << 18 // bytes read from the process's memory and from links
-	maxResolveTime   = 20 * time.Millisecond
-	kernelPathMax    = unix.PathMax // a path argument of PATH_MAX bytes or more is ENAMETOOLONG
+	maxResolveSteps  = 1024                   // path components walked, over every link's target (a real path has tens)
+	maxResolveBytes  = 1 << 18                // bytes read from the process's memory and from links
+	maxResolveTime   = 100 * time.Millisecond // wall time: a loaded or emulated host is slower, the steps bound the work
+	kernelPathMax    = unix.PathMax           // a path argument of PATH_MAX bytes or more is ENAMETOOLONG
 	procSuperMagic   = 0x9fa0
 	procRootIno      = 1
 	openHowSize      = 24 // struct open_how: flags, mode, resolve

@@ -48,6 +48,10 @@ func scriptParams(dir, prefix string) testscript.Params {
 			if cond == "procevents_unprivileged" {
 				return proceventsUnprivileged(), nil
 			}
+			if cond == "pip" {
+				// Debian's python3 has no pip without python3-pip (the VM image's).
+				return exec.Command("/usr/bin/python3", "-m", "pip", "--version").Run() == nil, nil
+			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: scriptCmds(),

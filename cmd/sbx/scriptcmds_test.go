@@ -93,15 +93,24 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// scaled NAME DURATION: sets NAME to DURATION stretched by SBX_TEST_TIME_SCALE (testutil.Scaled), for
-// a bound a script hands sbx itself (--timeout) that the command must reach something within.
+// scaled [-ms] NAME DURATION: sets NAME to DURATION stretched by SBX_TEST_TIME_SCALE (testutil.Scaled),
+// for a bound a script hands sbx itself (--timeout) that the command must reach something within; with
+// -ms, as a number of milliseconds (for a bound a script computes, in jq).
 func cmdScaled(ts *testscript.TestScript, neg bool, args []string) {
+	ms := len(args) > 0 && args[0] == "-ms"
+	if ms {
+		args = args[1:]
+	}
 	if neg || len(args) != 2 {
-		ts.Fatalf("usage: scaled NAME DURATION")
+		ts.Fatalf("usage: scaled [-ms] NAME DURATION")
 	}
 	d, err := time.ParseDuration(args[1])
 	ts.Check(err)
-	ts.Setenv(args[0], testutil.Scaled(d).String())
+	v := testutil.Scaled(d).String()
+	if ms {
+		v = strconv.FormatFloat(float64(testutil.Scaled(d))/float64(time.Millisecond), 'f', -1, 64)
+	}
+	ts.Setenv(args[0], v)
 }
 
 // within MAX N PROG [ARG...]: PROG exits with status N in at most MAX (a Go duration), stretched by
