@@ -17,7 +17,8 @@ import (
 
 // Decoys: where secrets live (policy.CredentialPlaces) below a hidden home directory, the sandbox shows
 // a decoy instead of nothing, each holding a value unique to the run. sbx writes them into the writable
-// layer before the overlay is mounted, owned by the host's root (no id of the sandbox's: the command can
+// layer (with root through the mounted overlay, beside the container's start; without root before the
+// overlay is mounted), owned by the host's root (no id of the sandbox's: the command can
 // read them but cannot open them with O_NOATIME, which only an owner may), world-readable, their access
 // time set to the epoch. A read of a decoy through the overlay sets its access time on the layer's file
 // (the layer is mounted relatime: the first read after a change always does); a write, a chmod, a touch
@@ -91,11 +92,12 @@ func decoyHomes(plan *policy.Plan) []string {
 	return out
 }
 
-// plantDecoys writes the decoys of every home into upper (the root overlay's upper layer, before it is
-// mounted). keep are the working directory and the shares' targets: no decoy goes inside one.
+// plantDecoys writes the decoys of every home into view: the root overlay's upper layer before it is
+// mounted (view is upper), or its mounted tree, whose new files land in upper. keep are the working
+// directory and the shares' targets: no decoy goes inside one.
 // The directories it makes on the way are the command's (owner uid:gid, its host ids): tools create
 // their own files there (~/.config, ~/.ssh/authorized_keys, ~/.cargo/registry) as in an empty home.
-func plantDecoys(upper string, homes, keep []string, uid, gid int) ([]Decoy, error) {
+func plantDecoys(view, upper string, homes, keep []string, uid, gid int) ([]Decoy, error) {
 	var out []Decoy
 	for _, h := range homes {
 		for _, place := range policy.CredentialPlaces {
@@ -103,7 +105,7 @@ func plantDecoys(upper string, homes, keep []string, uid, gid int) ([]Decoy, err
 			if blocked(p, keep) {
 				continue
 			}
-			if err := decoyParents(upper, h, filepath.Dir(p), uid, gid); err != nil {
+			if err := decoyParents(view, h, filepath.Dir(p), uid, gid); err != nil {
 				if errors.Is(err, errNoDecoyHere) {
 					continue
 				}
@@ -111,7 +113,7 @@ func plantDecoys(upper string, homes, keep []string, uid, gid int) ([]Decoy, err
 			}
 			content, token := policy.NewDecoy(place)
 			d := Decoy{Path: p, Mechanism: place.Mechanism, Token: token, ReadByTools: place.ReadByTools, host: filepath.Join(upper, p)}
-			ctime, err := writeDecoy(d.host, content)
+			ctime, err := writeDecoy(filepath.Join(view, p), content)
 			if err != nil {
 				if errors.Is(err, unix.EEXIST) {
 					continue // something of sbx's own is there

@@ -29,7 +29,7 @@ func TestPlantDecoys(t *testing.T) {
 	if err := os.WriteFile(upper+"/tmp/h/.netrc", []byte("sbx's own\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	decoys, err := plantDecoys(upper, []string{home}, []string{"/tmp/h/proj", "/tmp/h/.kube"}, 12345, 12345)
+	decoys, err := plantDecoys(upper, upper, []string{home}, []string{"/tmp/h/proj", "/tmp/h/.kube"}, 12345, 12345)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func BenchmarkPlantDecoys(b *testing.B) {
 		if err := os.MkdirAll(upper+"/tmp", 0o1777); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := plantDecoys(upper, []string{"/tmp"}, nil, 0, 0); err != nil {
+		if _, err := plantDecoys(upper, upper, []string{"/tmp"}, nil, 0, 0); err != nil {
 			b.Fatal(err)
 		}
 	}

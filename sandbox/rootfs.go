@@ -151,6 +151,35 @@ type rootfs struct {
 	decoyUID   int      // the command's host ids: the owner of the directories made for decoys
 	decoyGID   int
 	decoys     []Decoy
+	decoysDone chan error // startDecoys' planting; nil when none runs
+}
+
+// startDecoys plants the decoys (with root) through the mounted root overlay, on a goroutine of its
+// own, beside the container's start: a cold run does not wait for its few dozen files, and the
+// overlay itself makes the opaque directories over hidden ones. Files made through the overlay are
+// the upper layer's, where DecoyAccesses looks. Call it once the sandbox's files are laid out (nothing
+// else of sbx's writes there after), and awaitDecoys before anything reads the layer or unmounts it.
+func (r *rootfs) startDecoys() {
+	if len(r.decoyHomes) == 0 || r.decoysDone != nil {
+		return
+	}
+	done := make(chan error, 1)
+	r.decoysDone = done
+	go func() {
+		d, err := plantDecoys(r.root.merged, r.root.Upper, r.decoyHomes, r.decoyKeep, r.decoyUID, r.decoyGID)
+		r.decoys = d
+		done <- err
+	}()
+}
+
+// awaitDecoys waits for startDecoys' planting; nil when none runs (or was waited for already).
+func (r *rootfs) awaitDecoys() error {
+	if r.decoysDone == nil {
+		return nil
+	}
+	err := <-r.decoysDone
+	r.decoysDone = nil
+	return err
 }
 
 // hostSeen is a host path as hiding found it: absent, or a directory whose entries were listed (names;
@@ -255,13 +284,8 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
-	if len(r.decoyHomes) > 0 {
-		d, err := plantDecoys(r.root.Upper, r.decoyHomes, append(append([]string{cwd}, keep...), r.decoyKeep...), r.decoyUID, r.decoyGID)
-		if err != nil {
-			return err
-		}
-		r.decoys = d
-	}
+	// The decoys go in through the mounted overlay, beside the container's start (startDecoys).
+	r.decoyKeep = append(append([]string{cwd}, keep...), r.decoyKeep...)
 	if err := r.root.mountOverlay(); err != nil {
 		return err
 	}

@@ -190,7 +190,7 @@ func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top str
 		}
 	}
 	if len(homes) > 0 {
-		d, err := plantDecoys(r.root.Upper, homes, append([]string{cwd}, r.decoyKeep...), os.Getuid(), os.Getgid())
+		d, err := plantDecoys(r.root.Upper, r.root.Upper, homes, append([]string{cwd}, r.decoyKeep...), os.Getuid(), os.Getgid())
 		if err != nil {
 			return err
 		}

@@ -170,6 +170,9 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if err != nil {
 		return sb, err
 	}
+	if !Rootless() {
+		sb.rootfs.startDecoys() // beside the network and the container's start; waited for below
+	}
 	tr.mark("files")
 	if cfg.Plan.Network.Mode == policy.NetContract {
 		// The contract loads while the container starts; Start waits for it before the command runs.
@@ -191,6 +194,10 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		sb.net.Attach(sb.initPid) // a rootless contract
 		sb.net.AttachNone(sb.initPid, sb.netSent)
 	}
+	if derr := sb.rootfs.awaitDecoys(); err == nil && derr != nil {
+		err = fmt.Errorf("planting decoys: %w", derr)
+	}
+	tr.mark("decoys")
 	return sb, err
 }
 
@@ -1137,7 +1144,10 @@ func (s *Sandbox) Destroy() error {
 	// the host's mount table lets go of them while the sandbox's own mount namespace still holds its
 	// copies until its last process is gone.
 	unmounted := make(chan error, 1)
-	go func() { unmounted <- s.rootfs.unmount() }()
+	go func() {
+		s.rootfs.awaitDecoys() // nothing writes through the overlay once it is unmounted
+		unmounted <- s.rootfs.unmount()
+	}()
 	if s.container != nil {
 		if s.init != nil && s.initPid > 0 {
 			// Killing pid 1 of a pid namespace kills every process in it.
