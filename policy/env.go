@@ -47,25 +47,25 @@ func visibleEnv(env map[string]string, fs Filesystem, cwd, callerShell string, s
 // sandbox's hiding rule: a working directory that is the hidden directory itself shows nothing).
 func hidden(path string, fs Filesystem, cwd string) bool {
 	for _, sh := range fs.Shares {
-		if within(path, sh.Sandbox) {
+		if Within(path, sh.Sandbox) {
 			return false
 		}
 	}
 	for _, c := range fs.Caches {
-		if within(path, c.Host) {
+		if Within(path, c.Host) {
 			return false
 		}
 	}
 	for _, h := range fs.Hidden {
 		h = filepath.Clean(h)
-		if within(path, h) && !(cwd != h && within(cwd, h) && within(path, cwd)) {
+		if Within(path, h) && !(cwd != h && Within(cwd, h) && Within(path, cwd)) {
 			return true
 		}
 	}
 	return false
 }
 
-// within reports whether path is dir or below it.
-func within(path, dir string) bool {
+// Within reports whether path is dir or below it (both clean and absolute).
+func Within(path, dir string) bool {
 	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
 }

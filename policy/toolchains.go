@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -74,10 +75,7 @@ func (t *Toolchains) unmarshalNode(n *yaml.Node) error {
 		if err != nil {
 			return err
 		}
-		if len(names) == 0 {
-			v = ToolchainsNone
-		}
-		*t = v
+		*t = v // an empty list is none
 		return nil
 	}
 	s, err := scalarString(n)
@@ -132,18 +130,18 @@ func compileCaches(t Toolchains, caller []string, cwd string) []Cache {
 		}
 		return filepath.Join(append([]string{base}, rel...)...)
 	}
-	cacheHome := cmpOr(absEnv(caller, "XDG_CACHE_HOME"), under(home, ".cache"))
+	cacheHome := cmp.Or(absEnv(caller, "XDG_CACHE_HOME"), under(home, ".cache"))
 	var out []Cache
 	add := func(tool, what, host, env string) {
 		if host == "" || host == "/" {
 			return
 		}
 		for _, c := range out {
-			if within(host, c.Host) || within(c.Host, host) {
+			if Within(host, c.Host) || Within(c.Host, host) {
 				return
 			}
 		}
-		if cwd != "" && (within(cwd, host) || within(host, cwd)) {
+		if cwd != "" && (Within(cwd, host) || Within(host, cwd)) {
 			return
 		}
 		if env != "" {
@@ -158,15 +156,15 @@ func compileCaches(t Toolchains, caller []string, cwd string) []Cache {
 			if first, _, _ := strings.Cut(lookupEnv(caller, "GOPATH"), ":"); filepath.IsAbs(first) {
 				gopath = filepath.Clean(first)
 			}
-			add(n, "Go module cache", cmpOr(absEnv(caller, "GOMODCACHE"), under(gopath, "pkg", "mod"), under(home, "go", "pkg", "mod")), "GOMODCACHE")
-			add(n, "Go build cache", cmpOr(absEnv(caller, "GOCACHE"), under(cacheHome, "go-build")), "GOCACHE")
+			add(n, "Go module cache", cmp.Or(absEnv(caller, "GOMODCACHE"), under(gopath, "pkg", "mod"), under(home, "go", "pkg", "mod")), "GOMODCACHE")
+			add(n, "Go build cache", cmp.Or(absEnv(caller, "GOCACHE"), under(cacheHome, "go-build")), "GOCACHE")
 		case "npm":
-			add(n, "npm cache", cmpOr(absEnv(caller, "npm_config_cache"), absEnv(caller, "NPM_CONFIG_CACHE"), under(home, ".npm")), "npm_config_cache")
+			add(n, "npm cache", cmp.Or(absEnv(caller, "npm_config_cache"), absEnv(caller, "NPM_CONFIG_CACHE"), under(home, ".npm")), "npm_config_cache")
 		case "pip":
-			add(n, "pip cache", cmpOr(absEnv(caller, "PIP_CACHE_DIR"), under(cacheHome, "pip")), "PIP_CACHE_DIR")
+			add(n, "pip cache", cmp.Or(absEnv(caller, "PIP_CACHE_DIR"), under(cacheHome, "pip")), "PIP_CACHE_DIR")
 		case "cargo":
-			add(n, "cargo home (its credentials hidden)", cmpOr(absEnv(caller, "CARGO_HOME"), under(home, ".cargo")), "CARGO_HOME")
-			add(n, "rustup toolchains", cmpOr(absEnv(caller, "RUSTUP_HOME"), under(home, ".rustup")), "RUSTUP_HOME")
+			add(n, "cargo home (its credentials hidden)", cmp.Or(absEnv(caller, "CARGO_HOME"), under(home, ".cargo")), "CARGO_HOME")
+			add(n, "rustup toolchains", cmp.Or(absEnv(caller, "RUSTUP_HOME"), under(home, ".rustup")), "RUSTUP_HOME")
 		case "maven":
 			// Maven takes its repository from user.home, which is the sandbox's HOME (its passwd
 			// entry): maven.repo.local points it at the caller's.
@@ -192,15 +190,6 @@ var CredentialNames = []string{"credentials", "credentials.toml", ".npmrc", "set
 func absEnv(env []string, key string) string {
 	if v := lookupEnv(env, key); filepath.IsAbs(v) {
 		return filepath.Clean(v)
-	}
-	return ""
-}
-
-func cmpOr(vs ...string) string {
-	for _, v := range vs {
-		if v != "" {
-			return v
-		}
 	}
 	return ""
 }

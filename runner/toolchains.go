@@ -65,7 +65,7 @@ func (r *run) toolchainHints() {
 		if shown[c.Toolchain] {
 			continue
 		}
-		reached := ran[c.Toolchain] || slices.ContainsFunc(denied, func(p string) bool { return within(p, c.Host) })
+		reached := ran[c.Toolchain] || slices.ContainsFunc(denied, func(p string) bool { return policy.Within(p, c.Host) })
 		if st, err := os.Stat(c.Host); !reached || err != nil || !st.IsDir() {
 			continue
 		}
@@ -82,9 +82,4 @@ func (r *run) toolchainHints() {
 		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("toolchains: the command failed, and it used %s, whose caches on the host the sandbox does not show (%s): --toolchains %s or filesystem.toolchains: [%s] shows them read-only below a throwaway layer (auto: every toolchain's)",
 			tool, strings.Join(what, ", "), tool, tool))
 	}
-}
-
-// within reports whether path is dir or below it.
-func within(path, dir string) bool {
-	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
 }

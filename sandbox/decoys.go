@@ -210,10 +210,11 @@ func writeDecoy(path string, content []byte) (unix.Timespec, error) {
 	if err != nil {
 		return unix.Timespec{}, err
 	}
+	f := os.NewFile(uintptr(fd), path)
 	var st unix.Stat_t
-	err = writeAll(fd, content)
+	_, err = f.Write(content)
 	if err == nil {
-		err = unix.Fchmod(fd, 0o644)
+		err = f.Chmod(0o644)
 	}
 	if err == nil {
 		mtime := time.Now().Add(-time.Duration(len(content)%97+30) * 24 * time.Hour)
@@ -222,26 +223,12 @@ func writeDecoy(path string, content []byte) (unix.Timespec, error) {
 	if err == nil {
 		err = unix.Fstat(fd, &st)
 	}
-	if cerr := unix.Close(fd); err == nil {
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		unix.Unlink(path)
+		os.Remove(path)
 		return unix.Timespec{}, err
 	}
 	return st.Ctim, nil
-}
-
-func writeAll(fd int, b []byte) error {
-	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
 }

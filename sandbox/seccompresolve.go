@@ -15,6 +15,8 @@ package sandbox
 // are unresolved: recorded with what is known, and the run is incomplete. Never a silent skip.
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -223,11 +225,11 @@ func readUnixPath(pid int, addr, addrlen uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if family := uint16(buf[0]) | uint16(buf[1])<<8; family != unix.AF_UNIX || buf[2] == 0 {
+	if binary.NativeEndian.Uint16(buf) != unix.AF_UNIX || buf[2] == 0 {
 		return "", nil
 	}
 	p := buf[2:]
-	if i := strings.IndexByte(string(p), 0); i >= 0 {
+	if i := bytes.IndexByte(p, 0); i >= 0 {
 		p = p[:i]
 	}
 	return string(p), nil

@@ -106,9 +106,10 @@ func cmdScaled(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	d, err := time.ParseDuration(args[1])
 	ts.Check(err)
-	v := testutil.Scaled(d).String()
+	d = testutil.Scaled(d)
+	v := d.String()
 	if ms {
-		v = strconv.FormatFloat(float64(testutil.Scaled(d))/float64(time.Millisecond), 'f', -1, 64)
+		v = strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)
 	}
 	ts.Setenv(args[0], v)
 }
