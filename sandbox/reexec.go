@@ -30,6 +30,8 @@ func Reexec() bool {
 		os.Exit(supervisor.Main())
 	case netcontract.HelperRole:
 		os.Exit(netcontract.HelperMain(os.Args[2:]))
+	case netcontract.KeeperRole:
+		os.Exit(netcontract.KeeperMain(os.Args[2:]))
 	}
 	if main, ok := roles[os.Args[1]]; ok {
 		os.Exit(main(os.Args[2:]))

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -205,8 +207,22 @@ func pastaNS(initPid int) ([]*os.File, error) {
 // maxPastaOut bounds what sbx keeps of pasta's messages.
 const maxPastaOut = 4096
 
-// startPasta starts pasta and records its pid in the run's state dir.
+// startPasta starts pasta under its keeper (KeeperMain), which records pasta's pid in the run's state dir.
+//
+// pasta's own parent-death signal does not hold where a security module confines it: Debian's and
+// Ubuntu's passt packages ship an AppArmor profile for it, and AppArmor (as SELinux) clears the
+// parent-death signal of a process whose exec changes its confinement. A SIGKILLed sbx then left pasta
+// running until gc. The keeper is sbx itself, unconfined (no transition clears its signal): its
+// parent-death signal is SIGTERM, which it catches to kill pasta, its child, before it exits.
 func (n *Net) startPasta(initPid int) error {
+	pasta, err := exec.LookPath("pasta")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNoPasta, err)
+	}
+	self, err := selfexe.Path()
+	if err != nil {
+		return fmt.Errorf("finding sbx's binary: %w", err)
+	}
 	ns, err := pastaNS(initPid)
 	if err != nil {
 		return err
@@ -217,22 +233,66 @@ func (n *Net) startPasta(initPid int) error {
 			f.Close()
 		}
 	}()
-	cmd := exec.Command("pasta", pastaArgs()...)
+	cmd := exec.Command(self, append([]string{KeeperRole, n.cfg.StateDir, pasta}, pastaArgs()...)...)
 	cmd.ExtraFiles = ns
 	n.pastaLog = &boundedBuffer{max: maxPastaOut}
 	cmd.Stdout, cmd.Stderr = n.pastaLog, n.pastaLog
-	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true, Pdeathsig: unix.SIGKILL}
+	// A group of its own: a terminal's signals to sbx's group are sbx's to handle.
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true, Pdeathsig: unix.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoPasta, err)
 	}
 	n.pasta = cmd
 	n.pastaDone = make(chan struct{})
 	go func() { cmd.Wait(); close(n.pastaDone) }()
-	pidFile := filepath.Join(n.cfg.StateDir, pastaPidFile)
-	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
-		return fmt.Errorf("recording pasta's pid: %w", err)
-	}
 	return nil
+}
+
+// KeeperRole is the role argument of pasta's keeper.
+const KeeperRole = "__pasta-keeper"
+
+// KeeperMain is pasta's keeper: args are the run's state dir, pasta's path and its arguments; pasta gets
+// the keeper's descriptors 0-4 (stdio, the namespaces). It records pasta's pid for gc, ends with pasta's
+// status when pasta exits, and kills pasta and waits for it when it is told to end (SIGTERM, SIGINT,
+// SIGHUP), its parent's death included: sbx started it with SIGTERM as its parent-death signal. A death
+// of sbx before the handler is in place kills the keeper by that signal's default action, before pasta
+// exists.
+func KeeperMain(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "pasta keeper: usage: STATEDIR PASTA [ARG...]")
+		return 2
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	cmd := exec.Command(args[1], args[2:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{os.NewFile(3, "userns"), os.NewFile(4, "netns")}
+	// Where no security module clears it, pasta's own signal covers a keeper killed by SIGKILL.
+	cmd.SysProcAttr = &unix.SysProcAttr{Pdeathsig: unix.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "pasta keeper: %v\n", err)
+		return 1
+	}
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	pidFile := filepath.Join(args[0], pastaPidFile)
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		fmt.Fprintf(os.Stderr, "pasta keeper: recording pasta's pid: %v\n", err)
+		cmd.Process.Kill()
+		<-done
+		return 1
+	}
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode()
+	case <-sig:
+		cmd.Process.Kill()
+		<-done
+		return 1
+	}
 }
 
 // pastaOut is what pasta said, for an error message.
@@ -249,12 +309,12 @@ func (n *Net) pastaOut() string {
 	return ": pasta: " + strings.Join(said, "; ")
 }
 
-// stopPasta kills pasta and waits for it: it never outlives the run.
+// stopPasta ends pasta through its keeper and waits for both: pasta never outlives the run.
 func (n *Net) stopPasta() {
 	if n.pasta == nil {
 		return
 	}
-	n.pasta.Process.Kill()
+	n.pasta.Process.Signal(unix.SIGTERM)
 	<-n.pastaDone
 	n.pasta = nil
 	os.Remove(filepath.Join(n.cfg.StateDir, pastaPidFile))
