@@ -33,6 +33,13 @@ var BuiltinDeny = []string{
 // run unrestricted, without them.
 var landlockSyscalls = []string{"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}
 
+// runtimeSyscalls stay allowed whatever the profile says: sbx's supervisor loads the command's filter
+// on its own thread and runs its Go runtime under it until the command starts, and a runtime cannot
+// run without futex (a refused wake crashes it; a refused wait, made before sbx holds the filter's
+// notification fd, is a notification nobody can answer: the run hung). No threaded program runs
+// without it either.
+var runtimeSyscalls = []string{"futex"}
+
 // extraSyscalls are valid names absent from Docker's profile (obsolete or never allowed there).
 var extraSyscalls = []string{
 	"name_to_handle_at", "nfsservctl", "vhangup", "uselib", "_sysctl", "ustat", "sysfs", "create_module",

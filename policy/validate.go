@@ -171,6 +171,9 @@ func (p *Profile) validateSyscalls() error {
 		if slices.Contains(landlockSyscalls, name) {
 			return p.invalid(fmt.Sprintf("syscalls.deny[%d]", i), "remove it: Landlock only takes rights away, and tools that sandbox themselves need it", "%q cannot be denied", name)
 		}
+		if slices.Contains(runtimeSyscalls, name) {
+			return p.invalid(fmt.Sprintf("syscalls.deny[%d]", i), "remove it: sbx's supervisor starts the command under the filter, and neither it nor any threaded program runs without futex", "%q cannot be denied", name)
+		}
 	}
 	if sc.Errno != "" {
 		if _, ok := errnoByName()[sc.Errno]; !ok {

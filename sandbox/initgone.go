@@ -28,11 +28,6 @@ var ErrGoneAfterGo = errors.New("after it was told to start the command")
 // and how it ended when the kernel shows it within a moment (it is sbx's child: a zombie until
 // reaped).
 func (s *Sandbox) initGone(err error) error {
-	if s.notify != nil {
-		if name := s.notify.supervisorDenied(); name != "" {
-			err = fmt.Errorf("%w: the profile denies %s (syscalls.deny), which sbx's supervisor itself makes to start and watch the command: sbx ended the sandbox", err, name)
-		}
-	}
 	if how := endOf(s.initPid, 200*time.Millisecond); how != "" {
 		return fmt.Errorf("%w: %s: %w", ErrSupervisorGone, how, err)
 	}

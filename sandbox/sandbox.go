@@ -1044,7 +1044,7 @@ func (s *Sandbox) awaitReady() error {
 	}
 	switch {
 	case s.notify != nil && fd >= 0:
-		s.notify.attach(fd, s.initPid)
+		s.notify.attach(fd)
 	case fd >= 0:
 		unix.Close(fd)
 	case s.notify != nil && s.seccomp != nil && s.seccomp.Flags&unix.SECCOMP_FILTER_FLAG_NEW_LISTENER != 0:
