@@ -198,11 +198,6 @@ type notifyListener struct {
 	recCPU     time.Duration // the recorder's own CPU time, over every notification
 	over       bool          // past its budget: writes are answered unresolved, unread
 	lastPid    int           // the last notifying task (procCPU's, without a cgroup)
-
-	// supervisor is the host pid of the sandbox's supervisor (0: unknown); selfDenied names the first
-	// syscall of the deny list that one of its own threads made, which ended the sandbox.
-	supervisor int
-	selfDenied string
 }
 
 type notifyKey struct {
@@ -242,12 +237,10 @@ func newNotify(sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string) (
 	return l, nil
 }
 
-// attach serves the notifications of fd (the listener owns it from here) until stop. supervisor is the
-// host pid of the sandbox's supervisor, whose filtered thread notifies too.
-func (l *notifyListener) attach(fd, supervisor int) {
+// attach serves the notifications of fd (the listener owns it from here) until stop.
+func (l *notifyListener) attach(fd int) {
 	l.mu.Lock()
 	l.fd = fd
-	l.supervisor = supervisor
 	l.mu.Unlock()
 	l.done = make(chan struct{})
 	go l.serve(fd)
@@ -311,42 +304,6 @@ func (l *notifyListener) serve(fd int) {
 	}
 }
 
-// ofSupervisor says whether task tid (a host tid) is a thread of the sandbox's supervisor: the thread
-// that loads the command's filter runs the supervisor's own code under it until the command starts and
-// after (its Go runtime: futex, signal stacks, its exit).
-func (l *notifyListener) ofSupervisor(tid int) bool {
-	if l.supervisor <= 0 {
-		return false
-	}
-	_, err := os.Lstat("/proc/" + strconv.Itoa(l.supervisor) + "/task/" + strconv.Itoa(tid))
-	return err == nil
-}
-
-// endSupervisor ends the sandbox when the profile's deny list refuses the supervisor futex, which its
-// Go runtime cannot do without: a refused wake crashes it, but a refused wait returns at once and the
-// runtime waits again, each retry a notification that sbx answers, for as long as the thread that
-// would wake it waits for a CPU (seccomp_handover hung once in the 6.1 VM). Other refusals the
-// supervisor either survives (prctl: the supervisor tries, and goes on without) or crashes on at once,
-// as before. The supervisor is sbx's child, not yet reaped: its pid is still its own.
-func (l *notifyListener) endSupervisor(name string) {
-	l.mu.Lock()
-	first := l.selfDenied == ""
-	if first {
-		l.selfDenied = name
-	}
-	l.mu.Unlock()
-	if first {
-		unix.Kill(l.supervisor, unix.SIGKILL)
-	}
-}
-
-// supervisorDenied names the syscall of the deny list that ended the sandbox (endSupervisor), or "".
-func (l *notifyListener) supervisorDenied() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.selfDenied
-}
-
 // seccompNotif and seccompNotifResp are struct seccomp_notif and seccomp_notif_resp.
 type seccompNotif struct {
 	ID    uint64
@@ -390,9 +347,6 @@ func (l *notifyListener) handle(fd int) {
 	start, cpu0 := time.Now(), threadCPU()
 	resp := seccompNotifResp{ID: req.ID}
 	if errno, ok := l.errnos[req.Nr]; ok {
-		if l.names[req.Nr] == "futex" && l.ofSupervisor(int(req.Pid)) {
-			l.endSupervisor(l.names[req.Nr])
-		}
 		resp.Error = -errno
 		l.record(fd, &req, false, l.names[req.Nr], decodeArgs(l.names[req.Nr], &req), "", "", "")
 	} else if ws, ok := l.writes[req.Nr]; ok {
@@ -406,7 +360,13 @@ func (l *notifyListener) handle(fd int) {
 			// about 1/recorderStall answers a second, each costing sbx the round trip alone.
 			time.Sleep(recorderStall)
 		} else {
-			l.recordWrite(fd, &req, ws, newBudget())
+			// The call's arguments in memory, read before and after sbx judges them: the task waits
+			// meanwhile, so only another thread or process can change them (see recheckWrite).
+			before := l.argsInMemory(&req, ws)
+			first := l.recordWrite(fd, &req, ws, newBudget())
+			if l.argsInMemory(&req, ws) != before {
+				l.recheckWrite(fd, &req, ws, first)
+			}
 		}
 	} else {
 		resp.Error = -int32(unix.EPERM) // nothing else notifies: fail closed
@@ -481,8 +441,75 @@ func threadCPU() time.Duration {
 }
 
 // recordWrite records each path of a write syscall that lies outside the write paths, and each that
-// sbx could not resolve as the kernel does (seccompresolve.go), whatever it spells.
-func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall, b *budget) {
+// sbx could not resolve as the kernel does (seccompresolve.go), whatever it spells. It returns what it
+// judged, for recheckWrite.
+func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall, b *budget) []resolution {
+	name := l.names[req.Nr]
+	flags, rs := l.judgeCall(req, ws, b)
+	for _, r := range rs {
+		if l.recordable(r) {
+			l.recordResolution(fd, req, name, flags, r)
+		}
+	}
+	return rs
+}
+
+// recheckWrite judges again a write call whose arguments changed in the task's memory while sbx judged
+// it, and records what lands outside the write paths that the first judgment (first) did not: the
+// kernel reads the arguments again after sbx's answer (SECCOMP_USER_NOTIF_FLAG_CONTINUE), so another
+// thread (or a process sharing the memory) could show sbx a harmless path and the kernel another. The
+// task itself waits in the call the whole time, so no program changes them but one that races its own
+// call. What is recorded is unresolved (the run is incomplete): sbx cannot know which reading the
+// kernel will get. A change made after sbx's last reading, in the moment between its answer and the
+// kernel's reading, stays unseen: no reader of the task's memory can see it (seccomp_unotify(2)).
+func (l *notifyListener) recheckWrite(fd int, req *seccompNotif, ws writeSyscall, first []resolution) {
+	name := l.names[req.Nr]
+	flags, rs := l.judgeCall(req, ws, newBudget())
+	seen := "nothing to write"
+	if i := slices.IndexFunc(first, func(f resolution) bool { return f.outcome != noWrite }); i >= 0 {
+		seen = strconv.Quote(first[i].path)
+	}
+	for _, r := range rs {
+		if !l.recordable(r) || slices.ContainsFunc(first, func(f resolution) bool {
+			return f.outcome == r.outcome && f.path == r.path && l.recordable(f)
+		}) {
+			continue
+		}
+		why := fmt.Sprintf("changed while the call ran: another thread rewrote its arguments in memory while sbx read them (sbx first resolved %s)", seen)
+		if r.why != "" {
+			why += "; " + r.why
+		}
+		l.recordResolution(fd, req, name, flags, resolution{outcome: unresolved, path: r.path, dir: r.dir, why: why})
+	}
+}
+
+// argsInMemory reads the arguments of a write call that lie in the task's memory (its paths, openat2's
+// open_how, bind's address), as one string to compare.
+func (l *notifyListener) argsInMemory(req *seccompNotif, ws writeSyscall) string {
+	var b strings.Builder
+	pid := int(req.Pid)
+	if l.names[req.Nr] == "openat2" {
+		flags, resolve, err := readOpenHow(pid, req.Args[2], req.Args[3])
+		fmt.Fprintf(&b, "%x %x %v\x00", flags, resolve, err != nil)
+	}
+	if ws.sockaddr > 0 {
+		p, err := readUnixPath(pid, req.Args[ws.sockaddr], req.Args[ws.sockaddr+1])
+		fmt.Fprintf(&b, "%s %v\x00", p, err != nil)
+		return b.String()
+	}
+	for _, pa := range ws.paths {
+		if req.Args[pa[1]] == 0 {
+			continue
+		}
+		p, err := readPathArg(pid, req.Args[pa[1]])
+		fmt.Fprintf(&b, "%s %v\x00", p, err != nil)
+	}
+	return b.String()
+}
+
+// judgeCall resolves the path arguments of a write call as the kernel would: a resolution each (one of
+// outcome noWrite when the call writes no name: an openat2 for reading, a socket address that is none).
+func (l *notifyListener) judgeCall(req *seccompNotif, ws writeSyscall, b *budget) (string, []resolution) {
 	name := l.names[req.Nr]
 	f, hasFlags := uint64(0), ws.flags >= 0
 	inRoot, why := false, ""
@@ -493,7 +520,7 @@ func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall,
 		// RESOLVE_IN_ROOT and RESOLVE_BENEATH make its dirfd the root. What cannot be read is unresolved.
 		flags, resolve, err := readOpenHow(int(req.Pid), req.Args[2], req.Args[3])
 		if err == nil && flags&openWriteFlags == 0 {
-			return
+			return "", []resolution{{outcome: noWrite}}
 		}
 		if err != nil {
 			why = err.Error()
@@ -518,37 +545,42 @@ func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall,
 	if ws.sockaddr > 0 {
 		p, err := readUnixPath(int(req.Pid), req.Args[ws.sockaddr], req.Args[ws.sockaddr+1])
 		if err == nil && p == "" {
-			return // not a socket file: another family, an abstract name, an invalid address
+			return flags, []resolution{{outcome: noWrite}} // not a socket file: another family, an abstract name, an invalid address
 		}
 		r := resolution{outcome: unresolved, path: p, why: fmt.Sprintf("reading the socket address from the process's memory: %v", err)}
 		if err == nil {
 			r = task.resolvePath(req, p, -1, false, false, b)
 		}
-		l.judgeWrite(fd, req, name, flags, r)
-		return
+		return flags, []resolution{r}
 	}
+	rs := make([]resolution, 0, len(paths))
 	for _, pa := range paths {
 		r := task.resolveArg(req, req.Args[pa[1]], pa[0], inRoot, follow, b)
 		if why != "" && r.outcome != unresolved {
 			r = resolution{outcome: unresolved, path: r.path, dir: r.dir, why: why}
 		}
-		l.judgeWrite(fd, req, name, flags, r)
+		rs = append(rs, r)
 	}
+	return flags, rs
 }
 
-// judgeWrite records one resolved path of a write that lies outside the write paths, or that sbx could
-// not resolve.
-func (l *notifyListener) judgeWrite(fd int, req *seccompNotif, name, flags string, r resolution) {
+// recordable says whether a resolved path of a write is recorded: it lies outside the write paths, or
+// sbx could not resolve it as the kernel does.
+func (l *notifyListener) recordable(r resolution) bool {
 	switch r.outcome {
 	case noWrite:
-		return
+		return false
 	case landed, spelled:
 		// spelled: the kernel fails the walk on the way (a missing directory), and the path as far as
 		// it resolves is all there is to judge.
-		if l.writable(r.path) {
-			return
-		}
-	case unresolved:
+		return !l.writable(r.path)
+	}
+	return true
+}
+
+// recordResolution records one recordable path of a write call.
+func (l *notifyListener) recordResolution(fd int, req *seccompNotif, name, flags string, r resolution) {
+	if r.outcome == unresolved {
 		l.mu.Lock()
 		l.cost.Unresolved++
 		l.mu.Unlock()
@@ -581,6 +613,11 @@ func (l *notifyListener) record(fd int, req *seccompNotif, write bool, name, det
 	if notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
 		return
 	}
+	l.keepFor(t, exe, write, name, detail, flags, unresolved, dir)
+}
+
+// keepFor keeps one record of task t, whose executable is exe.
+func (l *notifyListener) keepFor(t notifTask, exe string, write bool, name, detail, flags, unresolved, dir string) {
 	l.keep(notifyKey{pid: t.tgid, nsPid: t.nsTid, exe: exe, syscall: name, detail: detail, flags: flags, write: write,
 		unresolved: unresolved, dir: dir})
 }
@@ -719,12 +756,12 @@ func (s *Sandbox) startNotify() error {
 }
 
 // cpuUsage is the CPU time the sandbox has used: its cgroup's (v2 cpu.stat, v1 cpuacct.usage), else,
-// with no cgroup to read (without root, where none is delegated), that of the sandbox's pid 1 (the
-// supervisor) with every process it reaped, which is every orphan and what each had reaped in turn,
-// and of the notifying task's thread group with the children it reaped. The live processes but the
-// notifying one are left out (the budget is less then, never more); counting the notifying task alone
-// left a run of many short processes (a build, a test suite) with about the bare allowance, which a
-// slow machine's recording passed (rootless compat_tools under qemu's emulation: 598 writes unread).
+// with no cgroup to read (without root, where none is delegated), that of every live process that
+// descends from the sandbox's pid 1 (the supervisor), each with the children it reaped: a process that
+// ended was reaped by its parent, or, orphaned, by pid 1, so its time is in theirs (treeCPU). Counting
+// only pid 1 and the notifying task left out the live processes that had reaped the run's work so far
+// (a shell that runs a build's steps): rootless compat_tools under qemu's emulation had 3.3 s of
+// recording against 53 s of the sandbox's CPU, and 130 writes unread past a budget that saw little.
 func (s *Sandbox) cpuUsage(pid int) (time.Duration, bool) {
 	var dirs []string
 	if paths := s.cgroupPaths(); paths != nil {
@@ -746,14 +783,43 @@ func (s *Sandbox) cpuUsage(pid int) (time.Duration, bool) {
 			}
 		}
 	}
-	t, ok := procCPU(pid)
-	if s.initPid > 0 && s.initPid != pid {
-		if i, iok := procCPU(s.initPid); iok {
-			t, ok = t+i, true
+	if s.initPid > 0 {
+		if t, ok := treeCPU(s.initPid); ok {
+			return t, true
 		}
 	}
-	return t, ok
+	return procCPU(pid)
 }
+
+// treeCPU is the CPU time of pid and of every live process that descends from it, each with the
+// children it reaped (procCPU): the time of all that the tree ran, but for processes that ended
+// unreaped. Each process is counted once, at most maxTreeCPU of them.
+func treeCPU(pid int) (time.Duration, bool) {
+	total, ok := procCPU(pid)
+	if !ok {
+		return 0, false
+	}
+	seen := map[int]bool{pid: true}
+	queue := []int{pid}
+	for len(queue) > 0 && len(seen) < maxTreeCPU {
+		kids, _, _ := children(queue[0])
+		queue = queue[1:]
+		for _, k := range kids {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			queue = append(queue, k)
+			if t, ok := procCPU(k); ok {
+				total += t
+			}
+		}
+	}
+	return total, true
+}
+
+// maxTreeCPU bounds the processes treeCPU reads (a sandbox's pids limit is usually far below).
+const maxTreeCPU = 4096
 
 // procCPU is the user and system CPU time of pid's thread group and of the children it reaped (and
 // theirs), from /proc/PID/stat (clock ticks of 1/100 s).
