@@ -161,9 +161,10 @@ compat: build compat-deps
 	$(GO) run ./internal/cmd/compat -sbx $(BIN) -known testdata/compat/known.txt
 
 # Builds with warm caches on the host and in sbx (filesystem.toolchains): go build of a module with
-# dependencies, npm ci --offline, pip install from the pip cache, cargo build --offline, each the
-# median of RUNS (5) runs, with the ratio sbx/host (target: within 1.5x). A toolchain that is not
-# installed is left out. No network; the npm, pip and cargo caches are made in a scratch HOME.
+# dependencies, npm ci --offline, pip install from the pip cache, cargo build --offline, an offline Maven
+# validate from the local repository, each the median of RUNS (5) runs, with the ratio sbx/host (target:
+# within 1.5x). A toolchain that is not installed is left out. No network; the caches are made in a
+# scratch HOME (Go's are the caller's).
 toolchains: build
 	SBX=$(BIN) sh testdata/toolchains/bench.sh
 

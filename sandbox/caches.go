@@ -59,6 +59,11 @@ func (s *Sandbox) pickCaches() {
 			s.cacheLeftOut(c, err)
 			continue
 		}
+		if Rootless() && int(st.Uid) != os.Geteuid() {
+			// Shown all the same (reading works where its modes let the caller read), but a tool that
+			// writes below it meets the kernel's refusal to copy up a file whose owner is not mapped.
+			s.Notes = append(s.Notes, fmt.Sprintf("toolchains: %s %s belongs to uid %d, not the caller: without root the sandbox maps the caller's id alone, so what it holds shows as nobody's and writing to it fails (EOVERFLOW); chown it to the caller, or run as root", c.What, real, st.Uid))
+		}
 		s.caches = append(s.caches, shownCache{Cache: c, At: real})
 	}
 }

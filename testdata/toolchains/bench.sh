@@ -85,3 +85,15 @@ if command -v cargo >/dev/null; then
 	echo 'printf "const N: u64 = %s;\nfn main() { println!(\"{} {}\", N, dep::answer()); }\n" "$(date +%s%N)" > src/main.rs && cargo build -q --offline' > build.sh
 	report cargo "$(median sh build.sh)" "$(median "$SBX" exec -q --toolchains cargo --ro "$bin" $pass -- sh build.sh)"
 fi
+
+# Maven: an offline validate of a project whose parent POM is only in the local repository (no plugin is
+# needed, so none need be in the cache): Maven's start, its reading of the repository, and the JVM's.
+# On the host as in the sandbox, maven.repo.local names the scratch HOME's repository (Maven takes
+# user.home from the passwd entry).
+if command -v mvn >/dev/null; then
+	r="$HOME/.m2/repository/com/example/parent/1.0" && mkdir -p "$r" "$T/mvn" && cd "$T/mvn"
+	printf '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion><groupId>com.example</groupId><artifactId>parent</artifactId><version>1.0</version><packaging>pom</packaging></project>\n' > "$r/parent-1.0.pom"
+	printf '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion><parent><groupId>com.example</groupId><artifactId>parent</artifactId><version>1.0</version><relativePath/></parent><artifactId>app</artifactId><packaging>pom</packaging></project>\n' > pom.xml
+	mv="mvn -B -o -q -Dstyle.color=never validate"
+	report maven "$(median env MAVEN_OPTS=-Dmaven.repo.local=$HOME/.m2/repository sh -c "$mv")" "$(median "$SBX" exec -q --toolchains maven $pass -- sh -c "$mv")"
+fi
