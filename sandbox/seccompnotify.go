@@ -536,7 +536,7 @@ func (l *notifyListener) judgeCall(req *seccompNotif, ws writeSyscall, b *budget
 	// to; the others act on the last name itself.
 	follow := (hasFlags || name == "creat" || name == "openat2" || name == "truncate") &&
 		f&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL && f&unix.O_NOFOLLOW == 0
-	task := taskOf(int(req.Pid))
+	task := notifTask{tid: int(req.Pid), tgid: int(req.Pid)} // its ids in the sandbox: when a walk needs them
 	paths := ws.paths
 	if name == "renameat2" && req.Args[4]&unix.RENAME_EXCHANGE != 0 {
 		// An exchange writes both names: the source gets the target's file.

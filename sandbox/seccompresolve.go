@@ -430,6 +430,9 @@ func (w *walker) procSelf(c string) ([]string, bool) {
 		return nil, false
 	}
 	if w.task.nsTgid == 0 || w.task.nsTid == 0 {
+		w.task = taskOf(w.task.tid) // read when a walk meets /proc/self: most never do
+	}
+	if w.task.nsTgid == 0 || w.task.nsTid == 0 {
 		return nil, false
 	}
 	if c == "self" {
