@@ -149,7 +149,9 @@ soak: build
 # CPython's own regression suite (a slice of it) on the host and in `sbx exec`: prints the cases that
 # fail only in sbx with their reason (testdata/compat/known.txt) and fails on an undocumented one. Takes
 # several minutes; kept out of `make test`.
-COMPAT_DEBS := libpython3.11-testsuite python3.11
+# The corpora's tools: CPython's suite and its interpreter; the file corpus's archivers, rsync, git and a
+# compiler (Go's corpus uses the go on PATH, and is left out without one).
+COMPAT_DEBS := libpython3.11-testsuite python3.11 zstd xz-utils rsync git make gcc e2fsprogs
 compat-deps:
 	@missing=""; for p in $(COMPAT_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

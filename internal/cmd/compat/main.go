@@ -1,11 +1,20 @@
-// Command compat runs a slice of CPython's own regression suite (Debian's libpython3.11-testsuite) on
-// the host and inside `sbx exec`, and prints every test case that fails only in the sandbox, each with
-// its reason: a documented restriction of the profile (testdata/compat/known.txt) or, when none
-// matches, a defect. It exits 1 when an sbx-only failure is undocumented. It is run by `make compat`,
-// as root; it takes minutes, so `make test` leaves it out.
+// Command compat runs corpora of other projects' tests on the host and inside `sbx exec`, side by side,
+// and prints every case that fails only in the sandbox, each with its reason: a documented restriction
+// of the profile (testdata/compat/known.txt) or, when none matches, a defect. It exits 1 when an
+// sbx-only failure is undocumented, or when the file-heavy corpus takes more than 1.5 times the host's
+// time. It is run by `make compat`, as root; it takes minutes, so `make test` leaves it out.
 //
-// Both sides run the same interpreter (/usr/bin/python3.11, the one the test suite belongs to) from a
-// fresh working directory, one after the other, so that they do not compete for the machine.
+// The corpora (-suites):
+//   - python: a slice of CPython's own regression suite (Debian's libpython3.11-testsuite), the same
+//     interpreter on both sides (/usr/bin/python3.11, the one the suite belongs to);
+//   - go: a slice of Go's standard library tests (go test -short), with the caller's Go caches
+//     (--toolchains go);
+//   - files: testdata/compat/files.sh, everyday work on 100,000 files (copies, create after delete,
+//     rsync, archives, hard links, git, a parallel build), timed case by case; the host side on a fresh
+//     ext4 made with mkfs's defaults (a user's disk), the sandbox's on its writable layer.
+//
+// Each side runs from a fresh working directory, one after the other, so that they do not compete for
+// the machine.
 package main
 
 import (
@@ -41,29 +50,52 @@ func main() {
 	known := flag.String("known", "testdata/compat/known.txt", "documented sbx-only failures")
 	profile := flag.String("p", "default", "profile of the sandboxed run")
 	only := flag.String("modules", "", "comma-separated test modules instead of the built-in slice")
+	suites := flag.String("suites", "python,go,files", "comma-separated corpora: python, go, files")
+	files := flag.Int("files", 100000, "size of the file-heavy corpus's tree")
 	flag.Parse()
 	mods := modules
 	if *only != "" {
 		mods = strings.Split(*only, ",")
 	}
 	bin, err := filepath.Abs(*sbx) // the suites run in directories of their own
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "compat:", err)
-		os.Exit(1)
+	if err == nil {
+		var k []knownFailure
+		if k, err = loadKnown(*known); err == nil {
+			err = runSuites(strings.Split(*suites, ","), bin, *profile, k, mods, *files)
+		}
 	}
-	if err := run(bin, *known, *profile, mods); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "compat:", err)
 		os.Exit(1)
 	}
 }
 
-func run(sbx, knownFile, profile string, mods []string) error {
+// runSuites runs each corpus named, all of them even when one fails, and returns their errors.
+func runSuites(names []string, sbx, profile string, known []knownFailure, mods []string, files int) error {
+	var errs []error
+	for _, name := range names {
+		fmt.Printf("\n=== %s\n", name)
+		var err error
+		switch name {
+		case "python":
+			err = run(sbx, profile, known, mods)
+		case "go":
+			err = runGo(sbx, profile, known)
+		case "files":
+			err = runFiles(sbx, profile, known, files)
+		default:
+			err = fmt.Errorf("unknown corpus %q (python, go, files)", name)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func run(sbx, profile string, known []knownFailure, mods []string) error {
 	if _, err := os.Stat("/usr/lib/python3.11/test/test_os.py"); err != nil {
 		return fmt.Errorf("CPython's test suite is missing (apt-get install libpython3.11-testsuite): %w", err)
-	}
-	known, err := loadKnown(knownFile)
-	if err != nil {
-		return err
 	}
 	// VSOCK cases talk to the hypervisor (cid 2), which is no loopback: never run them.
 	args := append([]string{python, "-m", "test", "-v", "--timeout", "600", "--ignore", "*VSOCK*"}, mods...)
