@@ -146,9 +146,10 @@ bench: build
 soak: build
 	$(GO) run -tags $(TAGS) ./internal/cmd/soak -sbx $(BIN)
 
-# CPython's own regression suite (a slice of it) on the host and in `sbx exec`: prints the cases that
-# fail only in sbx with their reason (testdata/compat/known.txt) and fails on an undocumented one. Takes
-# several minutes; kept out of `make test`.
+# Corpora of others' tests on the host and in `sbx exec` (CPython's suite, Go's standard library, a
+# file-heavy one; internal/cmd/compat): prints the cases that fail only in sbx with their reason
+# (testdata/compat/known.txt), fails on an undocumented one and past 1.5x the host's time on the
+# file-heavy corpus. Takes many minutes; kept out of `make test`.
 # The corpora's tools: CPython's suite and its interpreter; the file corpus's archivers, rsync, git and a
 # compiler (Go's corpus uses the go on PATH, and is left out without one).
 COMPAT_DEBS := libpython3.11-testsuite python3.11 zstd xz-utils rsync git make gcc e2fsprogs
