@@ -255,14 +255,9 @@ func readOpenHow(pid int, addr, size uint64) (flags, resolve uint64, err error) 
 // openDirLink opens what a magic link of /proc leads to (the kernel's own jump), O_PATH, and reads its
 // name: a directory, else an error.
 func openDirLink(link string) (int, string, error) {
-	fd, err := unix.Open(link, unix.O_PATH|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(link, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, "", err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		unix.Close(fd)
-		return -1, "", unix.ENOTDIR
 	}
 	name, err := os.Readlink(link)
 	if err != nil || !path.IsAbs(name) {
