@@ -24,8 +24,8 @@ const (
 )
 
 // execStatuses is the one table of what sbx exec's own exit statuses mean: exec's
-// help text is written from it, and TestExitStatusDocs checks README's "Exit status of sbx exec" against
-// it.
+// help text is written from it, and TestExitStatusDocs checks docs/cli.md's "Exit status of sbx exec"
+// against it.
 var execStatuses = []struct {
 	code int
 	when string

@@ -9,16 +9,16 @@ import (
 	"testing"
 )
 
-// TestExitStatusDocs: README's table "Exit status of sbx exec" lists exactly the statuses of
+// TestExitStatusDocs: docs/cli.md's table "Exit status of sbx exec" lists exactly the statuses of
 // execStatuses (beside the command's own), and exec's help text names each of them.
 func TestExitStatusDocs(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(b), "\n## Exit status of `sbx exec`\n")
 	if !ok {
-		t.Fatal("README.md has no section \"Exit status of `sbx exec`\"")
+		t.Fatal("docs/cli.md has no section \"Exit status of `sbx exec`\"")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	var documented []int
@@ -37,6 +37,6 @@ func TestExitStatusDocs(t *testing.T) {
 	slices.Sort(documented)
 	slices.Sort(want)
 	if !slices.Equal(documented, want) {
-		t.Errorf("README.md documents exit statuses %v, sbx exec gives %v", documented, want)
+		t.Errorf("docs/cli.md documents exit statuses %v, sbx exec gives %v", documented, want)
 	}
 }
