@@ -37,8 +37,8 @@ type CredentialPlace struct {
 	ReadByTools bool
 }
 
-// CredentialPlaces is the one table of places where secrets live (documented in the README, section
-// "Credentials"). The sandbox shows a decoy in each of them below every hidden home directory (the
+// CredentialPlaces is the one table of places where secrets live (documented in docs/profiles.md,
+// section "Credentials"). The sandbox shows a decoy in each of them below every hidden home directory (the
 // sandbox's HOME, root's and the caller's), never inside the working tree or a share.
 var CredentialPlaces = []CredentialPlace{
 	{".ssh/id_ed25519", CredSSHKey, func(t string) []byte { return opensshKey(t, 3) }, false, false},

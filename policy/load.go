@@ -192,7 +192,7 @@ func displayName(file string) string {
 	return file
 }
 
-// merge returns child laid over parent; neither is modified. The rules are in README.md, "extends and the merge rules":
+// merge returns child laid over parent; neither is modified. The rules are in docs/profiles.md, "extends and the merge rules":
 //   - scalars (strings, enums, numbers, booleans, sizes, durations): the child's value wins when set;
 //   - lists append, parent first, dropping exact duplicates; filesystem.share entries replace the
 //     parent's entry with the same sandbox path; syscalls.allow takes names out of the parent's deny and

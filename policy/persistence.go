@@ -58,8 +58,8 @@ type persistenceRule struct {
 	unknown bool
 }
 
-// persistenceTable is the one table of persistence mechanisms sbx names (documented in the README,
-// section "Persistence"). First match wins, so more specific rows come first.
+// persistenceTable is the one table of persistence mechanisms sbx names (documented in
+// docs/profiles.md, section "Persistence"). First match wins, so more specific rows come first.
 var persistenceTable = []persistenceRule{
 	{mech: MechAt, under: []string{"/var/spool/cron/atjobs", "/var/spool/cron/atspool", "/var/spool/at"}},
 	{mech: MechCron, prefix: []string{"/etc/cron", "/etc/anacrontab"}, under: []string{"/var/spool/cron"}},

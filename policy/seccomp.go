@@ -143,7 +143,7 @@ func compileSeccomp(sc SyscallsConfig) (*specs.LinuxSeccomp, error) {
 // copy_file_range fails with EXDEV in the sandbox (unless the profile allows it by name), and every
 // program that uses it (cp, Go's io.Copy, rsync) copies with read and write instead: a copy made in the
 // kernel sets no access time on its source, and the access time of a decoy secret is how sbx sees it
-// read (see the README's "Credentials").
+// read (see "Credentials" in docs/profiles.md).
 
 // SetIDSyscall is a syscall that sets a file's mode, and the index of its mode argument.
 type SetIDSyscall struct {

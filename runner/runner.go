@@ -278,7 +278,7 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 		// left was never seen. The init starts the command with an OOM score of 1000 and keeps 0, so the
 		// OOM killer picks it only when the command steered it there: lowered its own score (it may, down
 		// to 0) and spread its memory over processes smaller than pid 1, or, running as the namespace's
-		// root, opened /proc/1/oom_score_adj while pid 1 was undumpable (README, "The supervisor's ids")
+		// root, opened /proc/1/oom_score_adj while pid 1 was undumpable (docs/security.md, "The supervisor's ids")
 		// and raised it. Not a pass, as for any other end of the init.
 		r.rep.MarkIncomplete("the command's end", err)
 		r.sb.Kill()

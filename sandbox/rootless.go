@@ -725,8 +725,8 @@ func (s *Sandbox) rootlessNotes() []string {
 	}
 	notes := []string{fmt.Sprintf("rootless: the command runs as root inside its user namespace, uid %d on the host, without capabilities", s.ids.HostUID),
 		cgroup,
-		// What root's sandbox gives and this one cannot (README.md, "Differences from running on the
-		// host"): said on every run, since the command's failure alone does not say it is sbx's.
+		// What root's sandbox gives and this one cannot (docs/limits.md, "Differences from running on
+		// the host"): said on every run, since the command's failure alone does not say it is sbx's.
 		"rootless: only the caller's id is mapped: chown to another owner fails with EINVAL, so tar x, cpio -i and cp -a of others' files fail (tar --no-same-owner, cpio --no-preserve-owner, cp -a --no-preserve=ownership)",
 		"rootless: what existed before the run is overlayfs's lower layer, which in a user namespace keeps no redirects: such a directory cannot be renamed (EXDEV: mv copies it, git mv and a bare rename(2) fail)"}
 	if why := s.rootfs.indexWhy; why != "" {

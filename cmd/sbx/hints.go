@@ -55,7 +55,7 @@ var errorHints = []errorHint{
 	{netcontract.ErrNoPasta, anyCaller, "without root the network contract needs pasta (apt-get install passt) and /dev/net/tun open to the caller (mode 0666); 'sbx version' shows both"},
 	{sandbox.ErrStateRoot, anyCaller, "put the state root (" + stateRootEnv + ") where every directory on the way down is searchable (mode 0711 or 0755), as /run/sbx is"},
 	{sandbox.ErrNoIDMap, anyCaller, "the working tree is shown to the command through an idmapped mount (kernel 5.12+, overlayfs on idmapped layers 5.19+); without it only root can hand it over"},
-	{sandbox.ErrNotSupported, anyCaller, "this kernel lacks a feature the profile requires; see 'Requirements' in README.md"},
+	{sandbox.ErrNotSupported, anyCaller, "this kernel lacks a feature the profile requires; see docs/requirements.md"},
 	{sandbox.ErrUsernsRestricted, anyCaller, "install sbx's AppArmor profile, which grants its binaries user namespaces: sudo make install-apparmor (make install does it too) loads /etc/apparmor.d/sbx for the binaries in PREFIX/bin (/usr/local/bin): run those; or run sbx as root"},
 	{os.ErrPermission, withoutRoot, rootlessHint},
 	{sandbox.ErrSetup, withoutRoot, rootlessHint},

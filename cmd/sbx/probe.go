@@ -40,7 +40,7 @@ targets (cloud metadata by address and by name, typical LAN gateways on ssh, red
 ports, a UDP target, a random name outside the allow list), the profile's deny entries and every
 --deny DEST, every allow target and the profile's except entries (addresses it opens on purpose,
 which must then be reachable), and the targets of a --targets FILE (YAML: deny and allow lists of
-{label, tcp|udp|dns}; see the README). Deny targets
+{label, tcp|udp|dns}; see docs/cli.md). Deny targets
 must be blocked by the contract itself (its record of refused attempts or of refused names says
 so: a reset or silence from the destination does not count), allow targets reachable. It prints
 one line per target and exits 1 on any breach.
