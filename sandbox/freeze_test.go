@@ -132,15 +132,17 @@ func TestNoSockets(t *testing.T) {
 		none         bool
 	}{
 		{"nothing", "true", true},
-		{"tcp", "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 8781)); s.listen(); time.sleep(300)", false},
-		{"tcp6", "import socket,time; s=socket.socket(socket.AF_INET6); s.bind(('::1', 8782)); s.listen(); time.sleep(300)", false},
-		{"udp", "import socket,time; s=socket.socket(type=socket.SOCK_DGRAM); s.bind(('127.0.0.1', 8783)); time.sleep(300)", false},
-		{"unix", "import socket,time; a,b=socket.socketpair(); time.sleep(300)", false},
+		{"tcp", "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 8781)); s.listen(); open('ready','w').close(); time.sleep(300)", false},
+		{"tcp6", "import socket,time; s=socket.socket(socket.AF_INET6); s.bind(('::1', 8782)); s.listen(); open('ready','w').close(); time.sleep(300)", false},
+		{"udp", "import socket,time; s=socket.socket(type=socket.SOCK_DGRAM); s.bind(('127.0.0.1', 8783)); open('ready','w').close(); time.sleep(300)", false},
+		{"unix", "import socket,time; a,b=socket.socketpair(); open('ready','w').close(); time.sleep(300)", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := []string{"true"}
 			if c.script != "true" {
-				args = []string{"sh", "-c", "python3 -c \"$0\" & sleep 0.5", c.script}
+				// The shell ends once the socket exists (under emulation a fixed half second was too
+				// short for python to make it).
+				args = []string{"sh", "-c", "python3 -c \"$0\" & i=0; until [ -e ready ] || [ $i -ge 600 ]; do sleep 0.05; i=$((i+1)); done", c.script}
 			}
 			sb, err := Create(Config{Plan: testPlan(t), StateRoot: testutil.StateRoot(t), Command: Command{Args: args, Cwd: t.TempDir()}})
 			if err != nil {

@@ -101,7 +101,9 @@ func TestMCP(t *testing.T) {
 	var id string
 	t.Run("listener left behind", func(t *testing.T) {
 		res, out := callRun(ctx, t, sess, map[string]any{
-			"command": "python3 -m http.server 8765 >/dev/null 2>&1 & sleep 0.5; echo started; exit 0",
+			// Ends once the listener is up (port 8765 is 223D in /proc/net/tcp): under emulation a fixed
+			// half second was too short for python to bind.
+			"command": "python3 -m http.server 8765 >/dev/null 2>&1 & i=0; until grep -q ':223D 00000000:0000 0A' /proc/net/tcp || [ $i -ge 600 ]; do sleep 0.05; i=$((i+1)); done; echo started; exit 0",
 		})
 		if res.IsError {
 			t.Fatalf("tool error: %v", res.Content)
