@@ -198,6 +198,7 @@ type notifyListener struct {
 	recCPU     time.Duration // the recorder's own CPU time, over every notification
 	over       bool          // past its budget: writes are answered unresolved, unread
 	lastPid    int           // the last notifying task (procCPU's, without a cgroup)
+	checkCost  time.Duration // the recorder's CPU for its last reading of the sandbox's
 }
 
 type notifyKey struct {
@@ -352,10 +353,11 @@ func (l *notifyListener) handle(fd int) {
 	} else if ws, ok := l.writes[req.Nr]; ok {
 		resp.Flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
 		if l.overBudget(int(req.Pid)) {
-			l.mu.Lock()
-			l.cost.OverBudget++
-			l.mu.Unlock()
-			l.record(fd, &req, true, l.names[req.Nr], "", "", fmt.Sprintf("not resolved: sbx's recording used more CPU than its budget (%v plus %d times the sandbox's)", recorderAllowance, recorderRatio), "")
+			if l.record(fd, &req, true, l.names[req.Nr], "", "", fmt.Sprintf("not resolved: sbx's recording used more CPU than its budget (%v plus %d times the sandbox's)", recorderAllowance, recorderRatio), "") {
+				l.mu.Lock()
+				l.cost.OverBudget++
+				l.mu.Unlock()
+			}
 			// The answer waits: the notifying task uses no CPU meanwhile, and a flood is slowed to
 			// about 1/recorderStall answers a second, each costing sbx the round trip alone.
 			time.Sleep(recorderStall)
@@ -413,13 +415,22 @@ func (l *notifyListener) overBudget(pid int) bool {
 	if rec <= recorderAllowance {
 		return false
 	}
-	if rec-checked < recorderRecheck && checked > 0 {
+	// Each reading costs the recorder too (without a cgroup, one of every process of the sandbox's
+	// tree): the next comes after ten times its cost of the recorder's CPU, at least recorderRecheck.
+	l.mu.Lock()
+	every := max(recorderRecheck, 10*l.checkCost)
+	l.mu.Unlock()
+	if rec-checked < every && checked > 0 {
 		return over
 	}
 	var sb time.Duration
 	ok := false
 	if l.sandboxCPU != nil {
+		c0 := threadCPU()
 		sb, ok = l.sandboxCPU(pid)
+		l.mu.Lock()
+		l.checkCost = threadCPU() - c0
+		l.mu.Unlock()
 	}
 	l.mu.Lock()
 	l.lastPid = pid
@@ -579,13 +590,14 @@ func (l *notifyListener) recordable(r resolution) bool {
 }
 
 // recordResolution records one recordable path of a write call.
+// An unresolved one is counted only when it is kept: a task killed while sbx resolved its call (a pool's
+// workers ended by their parent, a timeout) makes no write, and its walk's failure is no blind spot.
 func (l *notifyListener) recordResolution(fd int, req *seccompNotif, name, flags string, r resolution) {
-	if r.outcome == unresolved {
+	if l.record(fd, req, true, name, r.path, flags, r.why, r.dir) && r.outcome == unresolved {
 		l.mu.Lock()
 		l.cost.Unresolved++
 		l.mu.Unlock()
 	}
-	l.record(fd, req, true, name, r.path, flags, r.why, r.dir)
 }
 
 // writable says whether p lies in one of the write paths (or is one).
@@ -605,15 +617,16 @@ func (l *notifyListener) writable(p string) bool {
 }
 
 // record counts one refusal, once the notification is known to be still valid (so that the pid read
-// from /proc is the notifying process).
-func (l *notifyListener) record(fd int, req *seccompNotif, write bool, name, detail, flags, unresolved, dir string) {
+// from /proc is the notifying process), and says whether it did.
+func (l *notifyListener) record(fd int, req *seccompNotif, write bool, name, detail, flags, unresolved, dir string) bool {
 	t := taskOf(int(req.Pid))
 	exe, _ := os.Readlink("/proc/" + strconv.Itoa(int(req.Pid)) + "/exe")
 	id := req.ID
 	if notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) != nil {
-		return
+		return false // the task is gone: its call never runs
 	}
 	l.keepFor(t, exe, write, name, detail, flags, unresolved, dir)
+	return true
 }
 
 // keepFor keeps one record of task t, whose executable is exe.
