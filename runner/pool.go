@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
@@ -60,6 +63,30 @@ type ready struct {
 	// events is the run's exec stream, started once the sandbox is built when the kernel filters it
 	// (see preStartEvents); nil: the run starts it.
 	events *observe.Events
+	// seen are the files of the host the sandbox shows at fixed places (the working directory, the
+	// shares), as they were when it was built: one replaced since (a tree removed and cloned again)
+	// would still show the old one, so the sandbox gives way to a cold run.
+	seen []fileID
+}
+
+// fileID is a file's identity: a path replaced by another file gets another.
+type fileID struct{ dev, ino uint64 }
+
+// hostIDs are the identities of the host paths a sandbox for plan and cwd shows bound at its build
+// (see ready.seen); a path that cannot be read counts as the zero identity.
+func hostIDs(plan *policy.Plan, cwd string) []fileID {
+	paths := []string{cwd}
+	for _, s := range plan.Filesystem.Shares {
+		paths = append(paths, s.Host)
+	}
+	ids := make([]fileID, len(paths))
+	for i, p := range paths {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil {
+			ids[i] = fileID{st.Dev, st.Ino}
+		}
+	}
+	return ids
 }
 
 // drop destroys a ready sandbox that served no run, in the background.
@@ -124,10 +151,23 @@ func (p *Pool) Warm(plan *policy.Plan, cwd, top string) {
 // Run carries out one run like Run, in a pooled sandbox when the pool holds one for the run's plan and
 // working directory, else cold.
 func (p *Pool) Run(ctx context.Context, o Options) (*report.Report, error) {
+	rep, _, err := p.RunWarm(ctx, o)
+	return rep, err
+}
+
+// RunWarm is Run that also says whether a pooled sandbox served the run.
+func (p *Pool) RunWarm(ctx context.Context, o Options) (*report.Report, bool, error) {
 	r, ok := p.claim(o)
 	if !ok {
-		return Run(ctx, o)
+		rep, err := Run(ctx, o)
+		return rep, false, err
 	}
+	rep, err := p.runIn(ctx, o, r)
+	return rep, true, err
+}
+
+// runIn carries out o in the pooled sandbox r.
+func (p *Pool) runIn(ctx context.Context, o Options, r ready) (*report.Report, error) {
 	sb := r.sb
 	if err := sb.Use(sandbox.Command{Args: o.Args, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}, o.Plan); err != nil {
 		stopEvents(r.events)
@@ -165,6 +205,16 @@ func (p *Pool) claim(o Options) (ready, bool) {
 	}
 	r := p.idle[0]
 	p.idle = p.idle[1:]
+	if !slices.Equal(r.seen, hostIDs(o.Plan, o.Cwd)) {
+		// What it shows was replaced on the host: the others were built before it, so they go too.
+		p.drop(r)
+		for _, r := range p.idle {
+			p.drop(r)
+		}
+		p.idle = nil
+		p.fill()
+		return ready{}, false
+	}
 	p.served.Add(1)
 	return r, true // the pool refills once the run is over (finish), not while it runs
 }
@@ -198,6 +248,7 @@ func (p *Pool) fill() {
 // build builds one sandbox for key and adds it to the pool, unless the pool has moved on meanwhile.
 func (p *Pool) build(key string, plan *policy.Plan, cwd, top string) {
 	defer p.wg.Done()
+	seen := hostIDs(plan, cwd) // before the build: a path replaced during it is seen as replaced
 	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true,
 		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true, Top: top}}) // a cwd a link leads to fails here; its run starts cold
 	var before []*observe.FileChanges
@@ -216,7 +267,7 @@ func (p *Pool) build(key string, plan *policy.Plan, cwd, top string) {
 	case p.closed || key != p.key:
 		p.drop(ready{sb: sb, events: events})
 	default:
-		p.idle = append(p.idle, ready{sb, before, events})
+		p.idle = append(p.idle, ready{sb, before, events, seen})
 		p.fill()
 	}
 }
