@@ -12,7 +12,7 @@
 // into the process; without cgo the package's init makes it on a goroutine, 2.5 ms in.
 //
 // The same constructor, while the process still has a single thread, gives those subcommands and the
-// server (sbx mcp, whose pool holds sandboxes for long) a mount namespace of their own, a slave of the
+// servers (sbx mcp and sbx serve, whose pools hold sandboxes for long) a mount namespace of their own, a slave of the
 // host's (unshare(CLONE_NEWNS) cannot be had later, once Go's runtime runs threads): a run's overlays,
 // disk layer and binds never enter the host's mount table. Each sandbox's mount namespace is a copy of
 // its sbx's, so runs started at once no longer copy (and detach again) every other run's mounts, nor a
@@ -40,7 +40,7 @@ import (
 var startNow = map[string]bool{"exec": true, "probe": true}
 
 func init() {
-	if StartsNow(os.Args, os.Geteuid()) && !startedEarly() {
+	if StartsNow(os.Args, os.Geteuid()) && !startedEarly() && !ServiceSeen() {
 		go Prime()
 	}
 }

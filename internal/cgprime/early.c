@@ -15,7 +15,9 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #ifndef CGROUP2_SUPER_MAGIC
@@ -27,6 +29,7 @@
 
 int sbx_cgprime_started;
 int sbx_private_mounts; // the process has a mount namespace of its own (see sbx_cgprime)
+int sbx_service_seen;   // sbx exec found its caller's sbx service (see service_socket)
 char sbx_cgprime_path[4352]; // the file written, once found (for the tests)
 
 // oncgroupfs says whether fd is on a cgroup file system (v1 or v2).
@@ -185,7 +188,23 @@ int sbx_nofile_known;
 // builds says whether the subcommand cmd builds sandboxes.
 static int builds(const char *cmd)
 {
-	return strcmp(cmd, "exec") == 0 || strcmp(cmd, "probe") == 0 || strcmp(cmd, "mcp") == 0;
+	return strcmp(cmd, "exec") == 0 || strcmp(cmd, "probe") == 0 || strcmp(cmd, "mcp") == 0 ||
+	       strcmp(cmd, "serve") == 0;
+}
+
+// service_socket says whether root's sbx exec finds a socket of its sbx service, which it will hand the
+// run to (cmd/sbx's service.go; its own checks come later): $SBX_SERVICE, else /run/sbx.sock, a socket
+// of root's. Then none of a cold run's early work is started: a run that falls back to cold goes
+// without it (slower to start, the same run).
+static int service_socket(void)
+{
+	const char *p = getenv("SBX_SERVICE");
+	if (p && strcmp(p, "off") == 0)
+		return 0;
+	if (!p || !*p)
+		p = "/run/sbx.sock";
+	struct stat st;
+	return lstat(p, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_uid == geteuid();
 }
 
 // sbx_closed_stdio has bit N set when fd N (0, 1, 2) was closed when sbx started: the command gets it
@@ -214,7 +233,7 @@ __attribute__((constructor)) static void sbx_cgprime(int argc, char **argv)
 	stdfds();
 	if (argc < 2 || !argv || !argv[1] || !builds(argv[1]))
 		return;
-	int server = strcmp(argv[1], "mcp") == 0;
+	int server = strcmp(argv[1], "mcp") == 0 || strcmp(argv[1], "serve") == 0;
 	struct rlimit nofile;
 	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
 		sbx_nofile_soft = nofile.rlim_cur;
@@ -225,6 +244,10 @@ __attribute__((constructor)) static void sbx_cgprime(int argc, char **argv)
 		sbx_timer_slack = slack;
 	if (geteuid() != 0)
 		return;
+	if (strcmp(argv[1], "exec") == 0 && service_socket()) {
+		sbx_service_seen = 1;
+		return;
+	}
 	// A mount namespace of sbx's own, a slave of the host's, while the process has one thread: the
 	// run's overlays, layer and binds (a server's whole pool) never enter the host's mount table, where
 	// every other run's sandbox would copy them into its own namespace (and detach them again), and

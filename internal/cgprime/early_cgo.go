@@ -4,6 +4,7 @@ package cgprime
 
 // extern int sbx_cgprime_started;
 // extern int sbx_private_mounts;
+// extern int sbx_service_seen;
 // extern unsigned long sbx_timer_slack;
 // extern unsigned long long sbx_nofile_soft;
 // extern int sbx_nofile_known;
@@ -20,6 +21,10 @@ func startedEarly() bool { return C.sbx_cgprime_started != 0 }
 
 // PrivateMounts says whether the process runs in a mount namespace of its own (see the package's doc).
 func PrivateMounts() bool { return C.sbx_private_mounts != 0 }
+
+// ServiceSeen says whether root's sbx exec found a socket of its sbx service as it started, and so
+// started none of a cold run's early work (the cgroup write, the mount namespace, idmapns's child).
+func ServiceSeen() bool { return C.sbx_service_seen != 0 }
 
 // earlyPath is the file early.c's thread found, "" until it has.
 func earlyPath() string { return C.GoString(&C.sbx_cgprime_path[0]) }

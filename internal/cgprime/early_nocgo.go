@@ -7,6 +7,10 @@ func startedEarly() bool { return false }
 
 func earlyPath() string { return "" }
 
+// ServiceSeen: without cgo a cold run's early work is started whether or not sbx exec hands its run
+// to a service.
+func ServiceSeen() bool { return false }
+
 func climbsC(path string) bool { return climbs(path) }
 
 // PrivateMounts: without cgo there is no constructor, and no mount namespace of sbx's own.

@@ -45,7 +45,7 @@ func init() {
 		// nothing to do: end before anything else of the program runs.
 		os.Exit(0)
 	}
-	if cgprime.StartsNow(os.Args, os.Geteuid()) {
+	if cgprime.StartsNow(os.Args, os.Geteuid()) && !cgprime.ServiceSeen() {
 		early = make(chan request)
 		go serveEarly(early)
 	}
