@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 # pasta is the network contract's uplink).
 DEBS := libseccomp-dev libc6-dev pkg-config iproute2 nftables bubblewrap runc crun busybox-static jq python3 strace curl gcc uidmap passt apparmor
 
-.PHONY: all deps build install install-apparmor test test-vm test-vm-smoke test-k8s lint man demo bench soak compat compat-deps toolchains clean
+.PHONY: install-systemd all deps build install install-apparmor test test-vm test-vm-smoke test-k8s lint man demo bench soak compat compat-deps toolchains clean
 all: build
 
 deps:
@@ -42,7 +42,21 @@ PREFIX ?= /usr/local
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN) $(BIN)-mcp $(BIN)-init $(DESTDIR)$(PREFIX)/bin/
-	@$(MAKE) --no-print-directory install-apparmor
+	@$(MAKE) --no-print-directory install-apparmor install-systemd
+
+# The units of sbx serve (contrib/systemd): root's (system) and every user's (user), socket-activated,
+# for the binaries in $(PREFIX)/bin. Installed, not enabled: systemctl enable --now sbx.socket (root),
+# systemctl --user enable --now sbx.socket (a user).
+SYSTEMD_D := /etc/systemd
+install-systemd:
+	@for kind in system user; do \
+		install -d $(DESTDIR)$(SYSTEMD_D)/$$kind && \
+		for u in sbx.socket sbx.service; do \
+			sed 's|@PREFIX@|$(PREFIX)|g' contrib/systemd/$$kind/$$u > $(DESTDIR)$(SYSTEMD_D)/$$kind/$$u && \
+			chmod 0644 $(DESTDIR)$(SYSTEMD_D)/$$kind/$$u || exit 1; \
+		done; \
+	done; echo "installed sbx.socket and sbx.service in $(DESTDIR)$(SYSTEMD_D)/system and /user (not enabled)"
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 # sbx's AppArmor profile (contrib/apparmor/sbx) for the binaries in $(PREFIX)/bin, into
 # /etc/apparmor.d/sbx, loaded at once: where kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu

@@ -13,6 +13,7 @@ export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=1
 start=$(date +%s)
 rm -rf "$dir" && mkdir -p "$dir"
 cp -a bin "$dir/"
+mkdir -p "$dir/contrib" && cp -a contrib/systemd "$dir/contrib/" # sbx serve's units, for the smoke's check
 if [ "$tests" = --tests ]; then
 	# The work tree as it is (uncommitted changes included: it is what make build built). Only the
 	# tests need it: the guest copies the payload off 9p, slowly (a minute or more under TCG).

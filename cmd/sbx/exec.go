@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,6 +35,8 @@ type execFlags struct {
 	violationExit int
 	changes       string
 	probe         bool
+	verbose       bool
+	coldWhy       string // the run is cold, for this reason (coldStart)
 	overrides     policy.Overrides
 }
 
@@ -83,11 +89,17 @@ Examples:
 	fl.StringVar(&f.overrides.Toolchains, "toolchains", "", "share the caller's toolchain caches read-only below a throwaway layer: `WHICH` auto (all), none, or a list of go, npm, pip, cargo, maven (overrides filesystem.toolchains)")
 	fl.StringVar(&f.changes, "changes", "", "copy the files the command created or changed into `DIR` before teardown")
 	fl.BoolVar(&f.probe, "probe", false, "run sbx probe first and refuse to run the command when the contract does not hold")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say on stderr whether the run went through the sbx service (sbx serve) or started cold, and why")
 	addNetworkFlags(c, &f.overrides)
 	return c
 }
 
 func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
+	f.coldWhy = coldStart()
+	if f.probe && f.coldWhy == "" {
+		coldAgain("--probe runs cold")
+		f.coldWhy = "--probe runs cold"
+	}
 	cwd, err := workdir(f.workdir)
 	if err != nil {
 		return setupError(err, "give an existing directory; the sandbox sees the host's files through its overlay")
@@ -99,7 +111,6 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err := checkBuild(plan); err != nil {
 		return err
 	}
-	warnCallerFDs(io.err, args)
 	if f.probe {
 		if err := probeFirst(ctx, io, f); err != nil {
 			return err
@@ -123,17 +134,15 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: commandStdout(io, f.jsonOut), Stderr: io.err, Signals: sigs,
 		Closed: closedStdio(f.jsonOut), StateRoot: stateRoot(), Changes: f.changes,
 	}
-	restore := wireTerminal(&opts)
-	rep, err := runner.Run(context.WithoutCancel(ctx), opts)
-	restore()
+	rep, rend, err := runCommand(ctx, io, f, opts)
 	if err != nil {
 		if rep != nil {
 			// The command ran and was observed; what failed afterwards (the teardown) does not hide it.
-			_, _ = writeReport(io, f, out, rep)
+			_, _ = emitReport(io, f, out, rend)
 		}
 		return setupError(err, "")
 	}
-	displaced, err := writeReport(io, f, out, rep)
+	displaced, err := emitReport(io, f, out, rend)
 	if err != nil {
 		return setupError(err, "")
 	}
@@ -141,6 +150,109 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 		return &exitError{code: exitDisplaced}
 	}
 	return &exitError{code: execStatus(rep, f.violationExit)}
+}
+
+// runCommand carries out the run: through the caller's sbx service when it takes it (see service.go),
+// else here, cold. The report comes back rendered as f asks.
+func runCommand(ctx context.Context, io stdio, f execFlags, opts runner.Options) (*report.Report, rendered, error) {
+	why := f.coldWhy
+	if why == "" && stdioTerminal(opts) {
+		why = "the command gets a terminal"
+	}
+	if why == "" {
+		req := serviceRequest{Quiet: f.quiet, Color: reportColor(io.err), JSON: f.jsonOut != "", Format: string(f.format)}
+		run, w, ok := viaService(opts, req, func() { warnCallerFDs(io.err, opts.Args) })
+		if ok {
+			if f.verbose {
+				fmt.Fprintf(io.err, "sbx: the run went through the sbx service at %s%s\n", serviceSocket(), map[bool]string{true: " (a warm sandbox)"}[run.warm])
+			}
+			return run.rep, run.rend, run.err
+		}
+		why = w
+	}
+	coldAgain(why)
+	if f.verbose {
+		fmt.Fprintf(io.err, "sbx: cold start: %s\n", why)
+	}
+	warnCallerFDs(io.err, opts.Args)
+	restore := wireTerminal(&opts)
+	rep, err := runner.Run(context.WithoutCancel(ctx), opts)
+	restore()
+	var rend rendered
+	if rep != nil {
+		rend = renderReport(f, rep, reportColor(io.err))
+	}
+	return rep, rend, err
+}
+
+// coldEnv carries into an sbx exec that coldAgain started why it runs cold; coldServiceEnv the
+// SBX_SERVICE its caller gave (unset: none).
+const (
+	coldEnv        = "_SBX_COLD"
+	coldServiceEnv = "_SBX_COLD_SERVICE"
+)
+
+// coldAgain starts sbx exec again to run cold, for why, when it started for a service (the
+// constructor saw its socket, cgprime.ServiceSeen) and so without a cold run's early work: the run is
+// then a cold run's in every way. It returns only when it did not (no service seen, or the exec
+// failed: the run goes on here without that work).
+func coldAgain(why string) {
+	if !cgprime.ServiceSeen() {
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, serviceEnv+"=") })
+	if v, ok := os.LookupEnv(serviceEnv); ok {
+		env = append(env, coldServiceEnv+"="+v)
+	}
+	env = append(env, serviceEnv+"=off", coldEnv+"="+why)
+	// What the new sbx's constructor reads as its caller's must be the caller's, not what this one made
+	// of it: the timer slack (of the thread that executes), the soft limit of open files (Go's runtime
+	// raised it), stdio that were closed (the constructor opened /dev/null on them).
+	runtime.LockOSThread()
+	if slack := cgprime.CallerTimerSlack(); slack != 0 {
+		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack), 0, 0, 0)
+	}
+	var nofile unix.Rlimit
+	if soft, ok := cgprime.CallerNoFile(); ok && unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile) == nil {
+		nofile.Cur = soft
+		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &nofile)
+	}
+	for fd, closed := range cgprime.ClosedStdio() {
+		if closed {
+			unix.Close(fd)
+		}
+	}
+	_ = unix.Exec(self, os.Args, env)
+	// Not executed: /dev/null back on the closed stdio, before anything else can take their numbers.
+	for fd, closed := range cgprime.ClosedStdio() {
+		if closed {
+			if nfd, err := unix.Open("/dev/null", unix.O_RDWR, 0); err == nil && nfd != fd {
+				unix.Dup2(nfd, fd)
+				unix.Close(nfd)
+			}
+		}
+	}
+	runtime.UnlockOSThread()
+}
+
+// coldStart is why this sbx exec runs cold when coldAgain started it ("" otherwise); its caller's
+// environment is given back.
+func coldStart() string {
+	why, ok := os.LookupEnv(coldEnv)
+	if !ok {
+		return ""
+	}
+	os.Unsetenv(coldEnv)
+	os.Unsetenv(serviceEnv)
+	if v, ok := os.LookupEnv(coldServiceEnv); ok {
+		os.Setenv(serviceEnv, v)
+		os.Unsetenv(coldServiceEnv)
+	}
+	return why
 }
 
 // commandStdout is where the command's stdout goes: sbx's stdout, except with --json - (the report
@@ -192,32 +304,61 @@ func compilePlan(profile, cwd string, callerEnv []string, ov policy.Overrides) (
 	return policy.Compile(p, policy.CompileContext{Cwd: cwd, CallerEnv: callerEnv, Overrides: ov})
 }
 
-// writeReport writes the human report (unless quiet) and the --json one. displaced says the JSON report
-// was written elsewhere than FILE (see reportTarget.writeOrDisplace), and stderr names where.
-func writeReport(io stdio, f execFlags, out *reportTarget, rep *report.Report) (displaced bool, err error) {
+// reportColor says whether the human report on w is painted: w is a terminal (and NO_COLOR is unset,
+// which text.Write checks too).
+func reportColor(w goio.Writer) bool { return isTerminal(w) && os.Getenv("NO_COLOR") == "" }
+
+// rendered is a report as sbx exec writes it: the human text and what --json writes.
+type rendered struct {
+	Text    []byte `json:"text,omitempty"`
+	What    string `json:"what,omitempty"` // what JSON is, for messages: "the report", "the OCSF events"
+	JSON    []byte `json:"json,omitempty"`
+	JSONErr string `json:"json_error,omitempty"` // why JSON could not be made
+}
+
+// renderReport renders rep as f asks: the human text unless quiet, the --json data when asked.
+func renderReport(f execFlags, rep *report.Report, color bool) rendered {
+	var r rendered
 	if !f.quiet {
-		text.Write(io.err, rep, text.Options{Color: isTerminal(io.err)})
+		var b bytes.Buffer
+		text.Write(&b, rep, text.Options{Color: color})
+		r.Text = b.Bytes()
+	}
+	if f.jsonOut == "" {
+		return r
+	}
+	var err error
+	r.What = "the report"
+	if f.format == formatOCSF {
+		r.What = "the OCSF events"
+		r.JSON, err = ocsfLines(rep)
+	} else {
+		r.JSON, err = indentJSON(r.What, rep)
+	}
+	if err != nil {
+		r.JSON, r.JSONErr = nil, err.Error()
+	}
+	return r
+}
+
+// emitReport writes a rendered report: the text on stderr, the JSON to --json's target.
+func emitReport(io stdio, f execFlags, out *reportTarget, r rendered) (displaced bool, err error) {
+	if len(r.Text) > 0 {
+		_, _ = io.err.Write(r.Text) // stderr gone: the exit status still tells
 	}
 	if f.jsonOut == "" {
 		return false, nil
 	}
-	what, data, err := "the report", []byte(nil), error(nil)
-	if f.format == formatOCSF {
-		what = "the OCSF events"
-		data, err = ocsfLines(rep)
-	} else {
-		data, err = indentJSON(what, rep)
+	if r.JSONErr != "" {
+		return false, errors.New(r.JSONErr)
 	}
-	if err != nil {
-		return false, err
-	}
-	to, why, err := out.writeOrDisplace(io.out, stateRoot(), what, data)
+	to, why, err := out.writeOrDisplace(io.out, stateRoot(), r.What, r.JSON)
 	if err != nil {
 		return false, err
 	}
 	if to != "" {
 		fmt.Fprintf(io.err, "sbx: warning: %v\n", why)
-		fmt.Fprintf(io.err, "sbx: report displaced: %s is written to %s instead (exit status %d; the verdict and the command's status are in it)\n", what, to, exitDisplaced)
+		fmt.Fprintf(io.err, "sbx: report displaced: %s is written to %s instead (exit status %d; the verdict and the command's status are in it)\n", r.What, to, exitDisplaced)
 		return true, nil
 	}
 	return false, nil

@@ -42,6 +42,7 @@ type errorHint struct {
 // errorHints are the hints for errors of sbx's packages that the CLI did not attach one to; the first
 // match wins.
 var errorHints = []errorHint{
+	{errServiceLost, anyCaller, "the service's log says why (journalctl -u sbx, or --user -u sbx without root); 'sbx gc' removes what the run left; " + serviceEnv + "=off runs without the service"},
 	{sandbox.ErrStateShare, anyCaller, "share a directory that neither contains nor lies in sbx's state root, or move the state root (" + stateRootEnv + ")"},
 	{sandbox.ErrShare, anyCaller, "a path shared with --ro, --rw or filesystem.share must exist on the host"},
 	{sandbox.ErrShareLink, anyCaller, "share the path a link leads to if you trust it (readlink -f PATH): sbx follows only root's links in a shared path, since a command of an earlier run may have planted any other"},
@@ -68,6 +69,9 @@ const rootlessHint = "'sbx version' shows what this host gives sbx without root;
 // hintFor finds a hint for an error from one of sbx's packages: the profile's own (policy.Hint), else
 // the first of errorHints that matches.
 func hintFor(err error) string {
+	if se := (*serviceError)(nil); errors.As(err, &se) {
+		return se.hint // the service's hintFor, where the error's kind was still known
+	}
 	if h := policy.Hint(err); h != "" {
 		return h
 	}

@@ -42,6 +42,9 @@ func scriptParams(dir, prefix string) testscript.Params {
 			if cond == "rootless" {
 				return false, nil // true in the suites that run sbx as an ordinary user
 			}
+			if cond == "service" {
+				return false, nil // true when sbx exec hands its runs to sbx serve (TestScriptsService)
+			}
 			if cond == "memfd_secret" {
 				return memfdSecret(), nil
 			}
@@ -57,6 +60,7 @@ func scriptParams(dir, prefix string) testscript.Params {
 		Cmds: scriptCmds(),
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SBX_TEST_SECRET", "hunter2")
+			env.Setenv(serviceEnv, "off") // unless a suite runs them through sbx serve
 			// Files the scripts share (testdata/compat: the everyday tools both compat_tools run).
 			testdata, err := filepath.Abs("testdata")
 			if err != nil {

@@ -85,7 +85,7 @@ Example:
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return setupError(err, fmt.Sprintf("see '%s --help'", c.CommandPath()))
 	})
-	root.AddCommand(newExecCmd(io), newProbeCmd(io), newGCCmd(io), newVersionCmd(io), newProfileCmd(), newMCPCmd(io), newSpecCmd(io),
+	root.AddCommand(newExecCmd(io), newProbeCmd(io), newGCCmd(io), newVersionCmd(io), newProfileCmd(), newMCPCmd(io), newServeCmd(io), newSpecCmd(io),
 		newExportCmd(io), newManCmd(io), newReportCmd())
 	groups(root)
 	completions(root)

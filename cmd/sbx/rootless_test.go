@@ -36,16 +36,7 @@ func TestBatteryRootless(t *testing.T) {
 }
 
 func runRootless(t *testing.T, dir, prefix string) {
-	testutil.RequireRoot(t, "creates the ordinary user the scripts run sbx as")
-	for _, tool := range []string{"useradd", "userdel", "setpriv"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is missing", tool)
-		}
-	}
-	u := newTestUser(t)
-	// After every script (they run in parallel, as the same user): nothing of the user may be left.
-	t.Cleanup(func() { u.checkNoProcesses(t) })
-	bin := installSbx(t)
+	u, bin := rootlessUser(t, "creates the ordinary user the scripts run sbx as")
 	params := scriptParams(dir, prefix)
 	params.Cmds["usbx"] = u.cmdUsbx
 	params.Cmds["upstream"] = cmdUpstream
@@ -94,6 +85,21 @@ func runRootless(t *testing.T, dir, prefix string) {
 	}
 	u.bin = bin
 	testscript.Run(t, params)
+}
+
+// rootlessUser makes the test's ordinary user and a copy of sbx it can run (why: what the test needs
+// root for). Once the test ends (after every script: they run in parallel, as the same user) nothing
+// of the user may be left running.
+func rootlessUser(t *testing.T, why string) (*testUser, string) {
+	testutil.RequireRoot(t, why)
+	for _, tool := range []string{"useradd", "userdel", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is missing", tool)
+		}
+	}
+	u := newTestUser(t)
+	t.Cleanup(func() { u.checkNoProcesses(t) })
+	return u, installSbx(t)
 }
 
 // testUser is an ordinary user made for a test.

@@ -203,7 +203,7 @@ func sbxCommand(ts *testscript.TestScript, args ...string) *exec.Cmd {
 	path, err := exec.LookPath("sbx")
 	ts.Check(err)
 	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), stateRootEnv+"="+ts.Getenv(stateRootEnv), "SBX_TEST_SECRET=hunter2")
+	cmd.Env = append(os.Environ(), stateRootEnv+"="+ts.Getenv(stateRootEnv), "SBX_TEST_SECRET=hunter2", serviceEnv+"="+ts.Getenv(serviceEnv))
 	cmd.Dir = ts.MkAbs(".")
 	return cmd
 }

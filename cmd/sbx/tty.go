@@ -93,3 +93,11 @@ func setRaw(f *os.File) (restore func()) {
 	}
 	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }
 }
+
+// stdioTerminal says whether the run gets a terminal of its own (wireTerminal): sbx's stdin and stdout
+// are terminals.
+func stdioTerminal(o runner.Options) bool {
+	in, inOK := o.Stdin.(*os.File)
+	out, outOK := o.Stdout.(*os.File)
+	return inOK && outOK && isTerminal(in) && isTerminal(out)
+}

@@ -191,4 +191,49 @@ rootless_memory() {
 }
 check "rootless: memory limit 64M via the delegated cgroup" rootless_memory
 
+# sbx serve under systemd: root's socket-activated service (contrib/systemd/system) and sbxuser's in
+# its user manager (contrib/systemd/user), as make install puts them: sbx exec hands its runs to them
+# (-v says so), the second from a warm sandbox, with the command's status; stopped, they leave no run.
+for kind in system user; do
+	mkdir -p /etc/systemd/$kind
+	for u in sbx.socket sbx.service; do
+		sed 's|@PREFIX@|/opt/sbx/work|g' /opt/sbx/work/contrib/systemd/$kind/$u >/etc/systemd/$kind/$u
+	done
+done
+systemctl daemon-reload
+serve_root() {
+	systemctl start sbx.socket
+	# The caller's environment as a login's: HOME, umask (the service's are the unit's)
+	for i in 1 2; do
+		(umask 022 && HOME=/root "$SBX" exec -v -q -- sh -c 'exit 3') >$W/serve$i.out 2>&1 </dev/null
+		echo "status $?" >>$W/serve$i.out
+		cat $W/serve$i.out
+		sleep 1
+	done
+	systemctl stop sbx.service sbx.socket
+	journalctl -u sbx.service --no-pager -n 5 -o cat
+	want "grep -q 'went through the sbx service at /run/sbx.sock' $W/serve1.out" "through root's service" &&
+		want "grep -q '(a warm sandbox)' $W/serve2.out" "the second run warm" &&
+		want "grep -q '^status 3$' $W/serve2.out" "the command's status" &&
+		want "journalctl -u sbx.service --no-pager -o cat | grep -q 'served 2 runs, 1 of them in a warm sandbox'" "the service says what it served" &&
+		want "[ -z \"$(ls /run/sbx/runs 2>/dev/null)\" ]" "no run left"
+}
+check "sbx serve: root's, socket-activated" serve_root
+
+serve_user() {
+	as_user systemctl --user daemon-reload
+	as_user systemctl --user start sbx.socket
+	for i in 1 2; do
+		as_user "$SBX" exec -v -q -- sh -c 'exit 3' >$W/userve$i.out 2>&1 </dev/null
+		echo "status $?" >>$W/userve$i.out
+		cat $W/userve$i.out
+		sleep 1
+	done
+	as_user systemctl --user stop sbx.service sbx.socket
+	want "grep -q 'went through the sbx service at /run/user/1000/sbx.sock' $W/userve1.out" "through sbxuser's service" &&
+		want "grep -q '(a warm sandbox)' $W/userve2.out" "the second run warm" &&
+		want "grep -q '^status 3$' $W/userve2.out" "the command's status"
+}
+check "sbx serve: sbxuser's, in its user manager" serve_user
+
 finish
