@@ -26,7 +26,13 @@ type contender struct {
 	time func(i int) (float64, error) // instead of argv: the contender times itself (an MCP call)
 	off  *contender                   // the same command with sbx recording nothing, for the listener's cost
 	dir  string                       // working directory; "" = the bench's scratch directory
-	ms   []float64
+	// env is added to the bench's environment for argv; nil: SBX_SERVICE=off, so that no sbx service
+	// on the machine takes the bench's cold runs.
+	env []string
+	// settle: the run hands its sandbox back to a pool that refills after it answers (the MCP server,
+	// sbx serve): the bench waits for that as for a warm call (settleAfterWarm).
+	settle bool
+	ms     []float64
 }
 
 func main() {
@@ -173,6 +179,20 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool, files int) err
 	defer usrv.close()
 	cs = append(cs, warm, &contender{name: "sbx_run true, warm pool (MCP, user)",
 		time: func(int) (float64, error) { return usrv.call("true") }})
+	svc, err := rootService(sbx, dir, 2)
+	if err != nil {
+		return err
+	}
+	defer svc.close()
+	usvc, err := userService(sbx, dir, u)
+	if err != nil {
+		return err
+	}
+	defer usvc.close()
+	cs = append(cs, serviceContender(sbx, svc),
+		&contender{name: "sbx exec -- true, sbx serve (user)", dir: u.work, settle: true, argv: func(int) []string {
+			return u.argvEnv(usvc.env(), sbx, "exec", "-q", "--", "true")
+		}})
 	for _, c := range cs {
 		if c.argv == nil {
 			continue
@@ -187,6 +207,7 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool, files int) err
 	report(cs, n)
 	targets(cs)
 	fmt.Printf("peak RSS of the sbx mcp server (pool of 2): %.1f MB\n", float64(srv.peakRSS())/(1<<20))
+	fmt.Printf("peak RSS of sbx serve (pool of 2): %.1f MB\n", float64(svc.peakRSS())/(1<<20))
 	if err := benchBursts(sbx, dir, runc, rounds); err != nil {
 		return err
 	}
@@ -205,6 +226,11 @@ func benchQuick(sbx, dir string, runc func(int) []string, n int) error {
 		return err
 	}
 	defer srv.close()
+	svc, err := rootService(sbx, dir, 2)
+	if err != nil {
+		return err
+	}
+	defer svc.close()
 	// --apply's cost: 10 files changed in a tree of 100,000 (proportional to the change, not the tree),
 	// and 10,000 files written (each run removes the last run's and writes them anew), each beside the
 	// same run without --apply.
@@ -227,6 +253,7 @@ func benchQuick(sbx, dir string, runc func(int) []string, n int) error {
 		{name: "runc run (busybox)", argv: runc},
 		{name: "bwrap --unshare-all", argv: bwrapArgv},
 		warm,
+		serviceContender(sbx, svc),
 	}
 	if err := runAll(cs, n, dir); err != nil {
 		return err
@@ -244,6 +271,12 @@ func warmContender(sbx, dir string) (*mcpServer, *contender, error) {
 		return nil, nil, err
 	}
 	return srv, &contender{name: "sbx_run true, warm pool (MCP)", time: func(int) (float64, error) { return srv.call("true") }}, nil
+}
+
+// serviceContender is sbx exec of true handed to the sbx serve svc (its pool of warm sandboxes).
+func serviceContender(sbx string, svc *service) *contender {
+	return &contender{name: "sbx exec -- true, sbx serve", env: svc.env(), settle: true,
+		argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }}
 }
 
 func bwrapArgv(int) []string {
@@ -269,14 +302,18 @@ func runAll(cs []*contender, n int, dir string) error {
 			}
 			var d float64
 			var err error
-			if c.time != nil {
-				d, err = c.time(i + 3)
+			if c.time != nil || c.settle {
+				if c.time != nil {
+					d, err = c.time(i + 3)
+				} else {
+					d, err = timeOne(c.argv(i+3), wd, c.env)
+				}
 				// The server tears the used sandbox down and refills its pool after it answers: let that
 				// end (as an agent's time between two commands would) before the next contender is timed,
 				// which would otherwise share the CPU with it.
 				time.Sleep(settleAfterWarm)
 			} else {
-				d, err = timeOne(c.argv(i+3), wd)
+				d, err = timeOne(c.argv(i+3), wd, c.env)
 			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
@@ -291,9 +328,13 @@ func runAll(cs []*contender, n int, dir string) error {
 
 // timeOne runs argv in dir (a scratch directory: sbx's overlay shows the working directory, and the
 // benchmark should not depend on where it was started) and returns its wall time in ms.
-func timeOne(argv []string, dir string) (float64, error) {
+func timeOne(argv []string, dir string, env []string) (float64, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
+	if env == nil {
+		env = []string{"SBX_SERVICE=off"}
+	}
+	cmd.Env = append(os.Environ(), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	t := time.Now()
@@ -331,11 +372,20 @@ func targets(cs []*contender) {
 	for _, c := range cs {
 		byName[c.name] = c.ms
 	}
-	for _, t := range []struct{ a, b string }{
-		{"sbx_run true, warm pool (MCP)", "bwrap --unshare-all"},
-		{"sbx exec -- true", "runc run (busybox)"},
+	for _, t := range []struct {
+		a, b   string
+		target float64
+	}{
+		{"sbx_run true, warm pool (MCP)", "bwrap --unshare-all", 1},
+		{"sbx exec -- true", "runc run (busybox)", 1},
+		{"sbx exec -- true, sbx serve", "bwrap --unshare-all", 1},
+		{"sbx exec -- true", "bwrap --unshare-all", 3},
+		{"sbx exec -- true, sbx serve (user)", "bwrap --unshare-all (user)", 1},
+		{"sbx exec -- true (user)", "bwrap --unshare-all (user)", 2.5},
 	} {
-		fmt.Printf("%s / %s: %.2fx (target <= 1.00x)\n", t.a, t.b, median(byName[t.a])/median(byName[t.b]))
+		if byName[t.a] != nil && byName[t.b] != nil {
+			fmt.Printf("%s / %s: %.2fx (target <= %.2fx)\n", t.a, t.b, median(byName[t.a])/median(byName[t.b]), t.target)
+		}
 	}
 	const userWarm, userBwrap = "sbx_run true, warm pool (MCP, user)", "bwrap --unshare-all (user)"
 	if byName[userWarm] != nil && byName[userBwrap] != nil {
@@ -423,8 +473,14 @@ func newUser(dir string) (*user, error) {
 
 // argv runs prog as the user.
 func (u *user) argv(prog string, args ...string) []string {
-	return append([]string{"setpriv", "--reuid=" + u.uid, "--regid=" + u.gid, "--clear-groups",
-		"env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + u.work, "SBX_STATE_ROOT=" + u.state, prog}, args...)
+	return u.argvEnv([]string{"SBX_SERVICE=off"}, prog, args...)
+}
+
+// argvEnv runs prog as the user with env added to its environment.
+func (u *user) argvEnv(env []string, prog string, args ...string) []string {
+	a := append([]string{"setpriv", "--reuid=" + u.uid, "--regid=" + u.gid, "--clear-groups",
+		"env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + u.work, "SBX_STATE_ROOT=" + u.state}, env...)
+	return append(append(a, prog), args...)
 }
 
 func (u *user) remove() { exec.Command("userdel", u.name).Run() }

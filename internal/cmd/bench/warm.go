@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,19 +59,7 @@ func (m *mcpServer) call(argv ...string) (float64, error) {
 }
 
 // peakRSS is the server's peak resident memory so far, in bytes.
-func (m *mcpServer) peakRSS() int64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func (m *mcpServer) peakRSS() int64 { return vmHWM(m.cmd.Process.Pid) }
 
 // close ends the session; the server destroys its pool and exits.
 func (m *mcpServer) close() { m.sess.Close() }
@@ -124,12 +111,18 @@ func benchBursts(sbx, dir string, runcArgv func(i int) []string, rounds int) err
 		return err
 	}
 	defer srv.close()
+	svc, err := rootService(sbx, dir, parallelRuns)
+	if err != nil {
+		return err
+	}
+	defer svc.close()
 	var seq int
 	var mu sync.Mutex
-	command := func(argv []string) func() error {
+	command := func(argv []string, env ...string) func() error {
 		return func() error {
 			cmd := exec.Command(argv[0], argv[1:]...)
 			cmd.Dir = dir
+			cmd.Env = append(append(os.Environ(), "SBX_SERVICE=off"), env...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				return fmt.Errorf("%v: %s", err, out)
 			}
@@ -142,6 +135,8 @@ func benchBursts(sbx, dir string, runcArgv func(i int) []string, rounds int) err
 		// The pause after it keeps the refill and the teardowns of the pool's server out of the next
 		// contender's burst.
 		{name: "sbx_run true, warm pool (MCP)", pause: 3 * time.Second, after: 3 * time.Second, run: func() error { _, err := srv.call("true"); return err }},
+		{name: "sbx exec -- true, sbx serve", pause: 3 * time.Second, after: 3 * time.Second,
+			run: command([]string{sbx, "exec", "-q", "--", "true"}, svc.env()...)},
 		{name: "runc run (busybox)", run: func() error {
 			mu.Lock()
 			seq++
@@ -169,12 +164,13 @@ func benchBursts(sbx, dir string, runcArgv func(i int) []string, rounds int) err
 	}
 	fmt.Printf("\n%d runs started at once, %d interleaved rounds (wall time until the last ended, ms)\n", parallelRuns, rounds)
 	fmt.Printf("%-40s %8s %8s %10s %10s\n", "", "median", "p90", "runs/s", "vs runc")
-	runc := float64(parallelRuns) / median(bs[2].ms) * 1000
+	runc := float64(parallelRuns) / median(bs[3].ms) * 1000
 	for _, b := range bs {
 		tput := float64(parallelRuns) / median(b.ms) * 1000
 		fmt.Printf("%-40s %8.1f %8.1f %10.1f %9.2fx\n", b.name, median(b.ms), pct(b.ms, 90), tput, tput/runc)
 	}
 	fmt.Printf("peak RSS of the sbx mcp server (pool of %d): %.1f MB\n", parallelRuns, float64(srv.peakRSS())/(1<<20))
+	fmt.Printf("peak RSS of sbx serve (pool of %d): %.1f MB\n", parallelRuns, float64(svc.peakRSS())/(1<<20))
 	return nil
 }
 
