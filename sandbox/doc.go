@@ -16,7 +16,7 @@
 // for it, and for a config the supervisor does not build.
 //
 // It also records what the sandbox refuses, without kernel audit: the seccomp filter notifies a
-// listener of sbx's (seccompnotify.go) of the deny list's syscalls and of writes by path, and
+// listener of sbx's (package seccomp) of the deny list's syscalls and of writes by path, and
 // [Sandbox.Denials] returns what it recorded.
 //
 // It reads no YAML: it takes a compiled policy.Plan. It reads the sandbox only as far as it needs to run

@@ -30,6 +30,7 @@ import (
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
+	"github.com/sbx-dev/sbx/sandbox/seccomp"
 )
 
 // DefaultStateRoot is where sbx keeps the state of its runs. It lives on /run so that a reboot clears it.
@@ -98,8 +99,8 @@ type Sandbox struct {
 	console    *os.File
 	pidfd      int                 // the command's, once started; 0 = none
 	tasks      [2]string           // cgroup dir and file name of the task list, once found (freeze.go)
-	seccomp    *supervisor.Seccomp // the command's filter, compiled (seccompbpf.go); nil for none
-	notify     *notifyListener     // seccomp notifications (seccompnotify.go); nil when nothing is recorded
+	seccomp    *supervisor.Seccomp // the command's filter, compiled (package seccomp); nil for none
+	notify     *seccomp.Listener   // seccomp notifications (package seccomp); nil when nothing is recorded
 	notifyOff  string              // why the plan's recording could not be set up, for the report
 	ids        IDMap
 	cgroups    *cgroupPrep // the run's cgroups, made ahead; libcontainer's once it has the container
@@ -529,9 +530,9 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		return err
 	}
 	if spec.Linux.Seccomp != nil {
-		// The supervisor loads the filter, compiled here once per profile (seccompbpf.go), not
+		// The supervisor loads the filter, compiled here once per profile (package seccomp), not
 		// libcontainer's init, which would compile it again on every run.
-		if s.seccomp, err = seccompProgram(s.cfg.StateRoot, spec.Linux.Seccomp); err != nil {
+		if s.seccomp, err = seccomp.Program(s.cfg.StateRoot, spec.Linux.Seccomp); err != nil {
 			return specError(err)
 		}
 		spec.Linux.Seccomp = nil
@@ -1044,12 +1045,12 @@ func (s *Sandbox) awaitReady() error {
 	}
 	switch {
 	case s.notify != nil && fd >= 0:
-		s.notify.attach(fd)
+		s.notify.Attach(fd)
 	case fd >= 0:
 		unix.Close(fd)
 	case s.notify != nil && s.seccomp != nil && s.seccomp.Flags&unix.SECCOMP_FILTER_FLAG_NEW_LISTENER != 0:
 		// Landlock or the filter failed: the command will not start (go reports why).
-		s.notify.fail("the supervisor could not load the seccomp filter")
+		s.notify.Fail("the supervisor could not load the seccomp filter")
 	}
 	return nil
 }
@@ -1169,7 +1170,7 @@ func (s *Sandbox) Destroy() error {
 		s.cgroups.remove() // made ahead for a container that never was
 	}
 	if s.notify != nil {
-		s.notify.stop() // every process of the sandbox is dead: none waits for an answer
+		s.notify.Stop() // every process of the sandbox is dead: none waits for an answer
 	}
 	// Every writer inside is dead: the relays pass on what is left and end, before the report is shown.
 	s.relays.close()

@@ -12,7 +12,7 @@ import (
 
 // ErrStateShare is matched by the error about a writable share that reaches sbx's state root.
 //
-// The state root holds what later runs trust: the compiled seccomp filters they load (seccompbpf.go),
+// The state root holds what later runs trust: the compiled seccomp filters they load (package seccomp),
 // the other runs' dirs and libcontainer's state. Without root the command runs as the caller's uid on
 // the host, so a file there is the command's to rewrite as soon as a share lets it reach the file: a
 // filter it rewrote would be loaded by every later run, whatever its profile. A share that contains the

@@ -1,6 +1,6 @@
 //go:build seccomp
 
-package sandbox
+package seccomp
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"fmt"
@@ -149,7 +149,7 @@ func TestOpenFlagsAndArgs(t *testing.T) {
 }
 
 func TestWritable(t *testing.T) {
-	l := &notifyListener{wpaths: writeRoots([]string{"/tmp", "/work/"})}
+	l := &Listener{wpaths: writeRoots([]string{"/tmp", "/work/"})}
 	for p, want := range map[string]bool{
 		"/tmp": true, "/tmp/a/b": true, "/work/x": true, "/dev/null": true, "/dev/stdout": true,
 		"/proc/self/fd/1": true, "/proc/123/fd/4": true,
@@ -165,13 +165,13 @@ func TestWritable(t *testing.T) {
 // report says records were dropped; a refused write that could plant persistence is kept past the
 // bounds, other records are not.
 func TestNotifyBounds(t *testing.T) {
-	l := &notifyListener{fd: 3, seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
+	l := &Listener{fd: 3, seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
 	long := strings.Repeat("x", 4000)
 	for i := range 2000 {
 		l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/" + long + strconv.Itoa(i), write: true})
 	}
 	l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/" + long + "0", write: true}) // counted again
-	d := l.records(policy.Record{Writes: true})
+	d := l.Records(policy.Record{Writes: true})
 	if l.bytes > maxNotifyBytes || len(d.Writes) == 0 || len(d.Writes) >= 2000 {
 		t.Fatalf("%d bytes, %d writes kept", l.bytes, len(d.Writes))
 	}
@@ -179,13 +179,13 @@ func TestNotifyBounds(t *testing.T) {
 		t.Errorf("first count %d, sources %+v", d.Writes[0].Count, d.Sources)
 	}
 	// The same with the bound of records reached, by short paths.
-	l = &notifyListener{fd: 3, seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
+	l = &Listener{fd: 3, seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
 	for i := range maxNotifyKeys + 10 {
 		l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/x" + strconv.Itoa(i), write: true})
 	}
 	l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/cron.d/evil", write: true})
 	l.keep(notifyKey{pid: 7, syscall: "openat", detail: "/etc/not-persistence", write: true})
-	d = l.records(policy.Record{Writes: true})
+	d = l.Records(policy.Record{Writes: true})
 	if len(d.Writes) != maxNotifyKeys+1 || d.Writes[maxNotifyKeys].Path != "/etc/cron.d/evil" {
 		t.Errorf("after the flood: %d writes kept (want %d), last %+v", len(d.Writes), maxNotifyKeys+1, d.Writes[len(d.Writes)-1])
 	}

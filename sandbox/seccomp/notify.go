@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 // Refused attempts recorded without kernel audit: seccomp user notification (SECCOMP_RET_USER_NOTIF).
 //
@@ -14,7 +14,7 @@ package sandbox
 //     record is best effort (a thread could change the path between sbx's read and the kernel's);
 //     enforcement never depends on it. Opens for reading stay plain ALLOW rules (a masked flag check).
 //
-// The supervisor loads the filter (seccompbpf.go) with SECCOMP_FILTER_FLAG_NEW_LISTENER on the thread
+// The supervisor loads the filter (bpf.go) with SECCOMP_FILTER_FLAG_NEW_LISTENER on the thread
 // it starts the command from, and sends the notification fd to sbx over the control socket before go:
 // nothing the filter notifies runs before sbx holds it. The supervisor (pid 1) itself runs unfiltered,
 // and keeps no copy of the fd. When sbx dies, the kernel answers every pending and later notification
@@ -80,6 +80,23 @@ var writeSyscalls = map[string]writeSyscall{
 
 // openWriteFlags are the open flags that make an open a write.
 const openWriteFlags = unix.O_WRONLY | unix.O_RDWR | unix.O_CREAT | unix.O_TRUNC
+
+// Filter is the filter a sandbox loads for the plan's sc: one that asks the kernel to log what it
+// refuses and, when notify, in which the syscalls rec names notify sbx's listener (notifySeccomp). nil
+// for no filter.
+func Filter(sc *specs.LinuxSeccomp, rec policy.Record, notify bool) *specs.LinuxSeccomp {
+	if sc != nil && !slices.Contains(sc.Flags, specs.LinuxSeccompFlagLog) {
+		// The filter asks the kernel to log what it refuses (to audit, when audit is on) for the report's
+		// denials; without audit this costs nothing.
+		logged := *sc
+		logged.Flags = append(slices.Clone(sc.Flags), specs.LinuxSeccompFlagLog)
+		sc = &logged
+	}
+	if notify && sc != nil {
+		sc = notifySeccomp(sc, rec)
+	}
+	return sc
+}
 
 // notifySeccomp returns a copy of sc in which the syscalls rec names notify sbx's listener instead of
 // failing (deny list) or passing (writes) silently. A write syscall that the filter does not allow
@@ -171,8 +188,8 @@ func allowedPlainly(sc *specs.LinuxSeccomp, name string) bool {
 	}))
 }
 
-// notifyListener takes the filter's notification fd from the supervisor and answers every notification.
-type notifyListener struct {
+// Listener takes the filter's notification fd from the supervisor and answers every notification.
+type Listener struct {
 	errnos map[int32]int32 // deny-list syscall number → errno to answer
 	names  map[int32]string
 	writes map[int32]writeSyscall
@@ -212,10 +229,11 @@ type notifyKey struct {
 	dir        string // the directory a relative path starts from
 }
 
-// newNotify prepares the listener of sc's notifications; attach starts it. writePaths are the Landlock
-// write paths as the supervisor applies them.
-func newNotify(sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string) (*notifyListener, error) {
-	l := &notifyListener{fd: -1, errnos: map[int32]int32{},
+// NewListener prepares the listener of sc's notifications; Attach starts it. writePaths are the Landlock
+// write paths as the supervisor applies them; sandboxCPU reads the CPU time the sandbox has used, which
+// the recorder's own is judged against (nil: none known).
+func NewListener(sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string, sandboxCPU func(pid int) (time.Duration, bool)) (*Listener, error) {
+	l := &Listener{fd: -1, errnos: map[int32]int32{}, sandboxCPU: sandboxCPU,
 		names: map[int32]string{}, writes: map[int32]writeSyscall{},
 		seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
 	for _, r := range sc.Syscalls {
@@ -238,8 +256,8 @@ func newNotify(sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string) (
 	return l, nil
 }
 
-// attach serves the notifications of fd (the listener owns it from here) until stop.
-func (l *notifyListener) attach(fd int) {
+// Attach serves the notifications of fd (the listener owns it from here) until Stop.
+func (l *Listener) Attach(fd int) {
 	l.mu.Lock()
 	l.fd = fd
 	l.mu.Unlock()
@@ -247,14 +265,14 @@ func (l *notifyListener) attach(fd int) {
 	go l.serve(fd)
 }
 
-// fail says why the listener never got its fd.
-func (l *notifyListener) fail(reason string) {
+// Fail says why the listener never got its fd.
+func (l *Listener) Fail(reason string) {
 	l.mu.Lock()
 	l.reason = reason
 	l.mu.Unlock()
 }
 
-func (l *notifyListener) addSyscall(name string, set func(int32)) {
+func (l *Listener) addSyscall(name string, set func(int32)) {
 	nr, err := libseccomp.GetSyscallFromName(name)
 	if err != nil || nr < 0 {
 		return // not a syscall of this architecture (open on arm64)
@@ -278,7 +296,7 @@ func writeRoots(paths []string) []string {
 }
 
 // serve answers the notifications of fd until stop.
-func (l *notifyListener) serve(fd int) {
+func (l *Listener) serve(fd int) {
 	defer close(l.done)
 	// One thread serves, so that its CPU time is the recorder's own (threadCPU).
 	runtime.LockOSThread()
@@ -340,7 +358,7 @@ func notifIoctl(fd int, req uint, p unsafe.Pointer) error {
 
 // handle receives one notification and answers it. The poll said one is pending, so the receive does
 // not block (ENOENT when its process died meanwhile).
-func (l *notifyListener) handle(fd int) {
+func (l *Listener) handle(fd int) {
 	var req seccompNotif
 	if err := notifIoctl(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
 		return
@@ -392,7 +410,7 @@ const (
 )
 
 // charge counts one notification's cost.
-func (l *notifyListener) charge(wall, cpu time.Duration) {
+func (l *Listener) charge(wall, cpu time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.cost.Notifications++
@@ -408,7 +426,7 @@ func (l *notifyListener) charge(wall, cpu time.Duration) {
 
 // overBudget says whether the recorder is past its budget, reading the sandbox's CPU time again once
 // the recorder has spent recorderRecheck since the last reading.
-func (l *notifyListener) overBudget(pid int) bool {
+func (l *Listener) overBudget(pid int) bool {
 	l.mu.Lock()
 	rec, checked, over := l.recCPU, l.cpuChecked, l.over
 	l.mu.Unlock()
@@ -452,9 +470,9 @@ func threadCPU() time.Duration {
 }
 
 // recordWrite records each path of a write syscall that lies outside the write paths, and each that
-// sbx could not resolve as the kernel does (seccompresolve.go), whatever it spells. It returns what it
+// sbx could not resolve as the kernel does (resolve.go), whatever it spells. It returns what it
 // judged, for recheckWrite.
-func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall, b *budget) []resolution {
+func (l *Listener) recordWrite(fd int, req *seccompNotif, ws writeSyscall, b *budget) []resolution {
 	name := l.names[req.Nr]
 	flags, rs := l.judgeCall(req, ws, b)
 	for _, r := range rs {
@@ -473,7 +491,7 @@ func (l *notifyListener) recordWrite(fd int, req *seccompNotif, ws writeSyscall,
 // call. What is recorded is unresolved (the run is incomplete): sbx cannot know which reading the
 // kernel will get. A change made after sbx's last reading, in the moment between its answer and the
 // kernel's reading, stays unseen: no reader of the task's memory can see it (seccomp_unotify(2)).
-func (l *notifyListener) recheckWrite(fd int, req *seccompNotif, ws writeSyscall, first []resolution) {
+func (l *Listener) recheckWrite(fd int, req *seccompNotif, ws writeSyscall, first []resolution) {
 	name := l.names[req.Nr]
 	flags, rs := l.judgeCall(req, ws, newBudget())
 	seen := "nothing to write"
@@ -496,7 +514,7 @@ func (l *notifyListener) recheckWrite(fd int, req *seccompNotif, ws writeSyscall
 
 // argsInMemory reads the arguments of a write call that lie in the task's memory (its paths, openat2's
 // open_how, bind's address), as one string to compare.
-func (l *notifyListener) argsInMemory(req *seccompNotif, ws writeSyscall) string {
+func (l *Listener) argsInMemory(req *seccompNotif, ws writeSyscall) string {
 	var b strings.Builder
 	pid := int(req.Pid)
 	if l.names[req.Nr] == "openat2" {
@@ -520,7 +538,7 @@ func (l *notifyListener) argsInMemory(req *seccompNotif, ws writeSyscall) string
 
 // judgeCall resolves the path arguments of a write call as the kernel would: a resolution each (one of
 // outcome noWrite when the call writes no name: an openat2 for reading, a socket address that is none).
-func (l *notifyListener) judgeCall(req *seccompNotif, ws writeSyscall, b *budget) (string, []resolution) {
+func (l *Listener) judgeCall(req *seccompNotif, ws writeSyscall, b *budget) (string, []resolution) {
 	name := l.names[req.Nr]
 	f, hasFlags := uint64(0), ws.flags >= 0
 	inRoot, why := false, ""
@@ -577,7 +595,7 @@ func (l *notifyListener) judgeCall(req *seccompNotif, ws writeSyscall, b *budget
 
 // recordable says whether a resolved path of a write is recorded: it lies outside the write paths, or
 // sbx could not resolve it as the kernel does.
-func (l *notifyListener) recordable(r resolution) bool {
+func (l *Listener) recordable(r resolution) bool {
 	switch r.outcome {
 	case noWrite:
 		return false
@@ -592,7 +610,7 @@ func (l *notifyListener) recordable(r resolution) bool {
 // recordResolution records one recordable path of a write call.
 // An unresolved one is counted only when it is kept: a task killed while sbx resolved its call (a pool's
 // workers ended by their parent, a timeout) makes no write, and its walk's failure is no blind spot.
-func (l *notifyListener) recordResolution(fd int, req *seccompNotif, name, flags string, r resolution) {
+func (l *Listener) recordResolution(fd int, req *seccompNotif, name, flags string, r resolution) {
 	if l.record(fd, req, true, name, r.path, flags, r.why, r.dir) && r.outcome == unresolved {
 		l.mu.Lock()
 		l.cost.Unresolved++
@@ -601,7 +619,7 @@ func (l *notifyListener) recordResolution(fd int, req *seccompNotif, name, flags
 }
 
 // writable says whether p lies in one of the write paths (or is one).
-func (l *notifyListener) writable(p string) bool {
+func (l *Listener) writable(p string) bool {
 	for _, w := range l.wpaths {
 		if p == w || strings.HasPrefix(p, strings.TrimSuffix(w, "/")+"/") {
 			return true
@@ -618,7 +636,7 @@ func (l *notifyListener) writable(p string) bool {
 
 // record counts one refusal, once the notification is known to be still valid (so that the pid read
 // from /proc is the notifying process), and says whether it did.
-func (l *notifyListener) record(fd int, req *seccompNotif, write bool, name, detail, flags, unresolved, dir string) bool {
+func (l *Listener) record(fd int, req *seccompNotif, write bool, name, detail, flags, unresolved, dir string) bool {
 	t := taskOf(int(req.Pid))
 	exe, _ := os.Readlink("/proc/" + strconv.Itoa(int(req.Pid)) + "/exe")
 	id := req.ID
@@ -630,13 +648,13 @@ func (l *notifyListener) record(fd int, req *seccompNotif, write bool, name, det
 }
 
 // keepFor keeps one record of task t, whose executable is exe.
-func (l *notifyListener) keepFor(t notifTask, exe string, write bool, name, detail, flags, unresolved, dir string) {
+func (l *Listener) keepFor(t notifTask, exe string, write bool, name, detail, flags, unresolved, dir string) {
 	l.keep(notifyKey{pid: t.tgid, nsPid: t.nsTid, exe: exe, syscall: name, detail: detail, flags: flags, write: write,
 		unresolved: unresolved, dir: dir})
 }
 
 // keep counts one record, within the bounds.
-func (l *notifyListener) keep(k notifyKey) {
+func (l *Listener) keep(k notifyKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.seccomp
@@ -658,7 +676,7 @@ func (l *notifyListener) keep(k notifyKey) {
 // room says whether a new record of size bytes fits the bounds. A refused write whose path could be a
 // persistence mechanism has as much room again past them, as file changes have (the report's files
 // lists): a flood of other refused writes cannot push the one that plants persistence out of the report.
-func (l *notifyListener) room(size int, persistence bool) bool {
+func (l *Listener) room(size int, persistence bool) bool {
 	keys, bytes := maxNotifyKeys, maxNotifyBytes
 	if persistence {
 		keys, bytes = 2*keys, 2*bytes
@@ -686,8 +704,8 @@ func openFlags(f uint64) string {
 	return strings.Join(out, "|")
 }
 
-// records returns what was recorded so far (the listener keeps serving until stop).
-func (l *notifyListener) records(rec policy.Record) report.Denials {
+// Records returns what was recorded so far (the listener keeps serving until Stop).
+func (l *Listener) Records(rec policy.Record) report.Denials {
 	d := report.Denials{Seccomp: []report.SeccompDenial{}, Landlock: []report.LandlockDenial{}, Writes: []report.WriteDenial{}}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -732,9 +750,9 @@ func (l *notifyListener) records(rec policy.Record) report.Denials {
 	return d
 }
 
-// stop ends the listener. Call it only when no process of the sandbox is left: a process that
+// Stop ends the listener. Call it only when no process of the sandbox is left: a process that
 // notifies after the fd is closed gets ENOSYS.
-func (l *notifyListener) stop() {
+func (l *Listener) Stop() {
 	if l.done != nil {
 		_, _ = unix.Write(l.wake[1], []byte{0})
 		<-l.done
@@ -748,131 +766,17 @@ func (l *notifyListener) stop() {
 	unix.Close(l.wake[1])
 }
 
-// startNotify starts the listener of the seccomp notifications when the plan records anything.
-func (s *Sandbox) startNotify() error {
-	plan := s.cfg.Plan
-	if plan.Seccomp == nil || (len(plan.Record.Syscalls) == 0 && !plan.Record.Writes) {
-		return nil
-	}
-	if api, _ := libseccomp.GetAPI(); api < 6 {
-		// Recording is no enforcement: without it the deny list still refuses, as a plain errno rule.
-		s.notifyOff = fmt.Sprintf("seccomp user notification needs libseccomp 2.5 and Linux 5.7 (libseccomp API 6, this one has %d)", api)
-		return nil
-	}
-	l, err := newNotify(plan.Seccomp, plan.Record, s.writePaths())
-	if err != nil {
-		return err
-	}
-	l.sandboxCPU = s.cpuUsage
-	s.notify = l
-	return nil
-}
-
-// cpuUsage is the CPU time the sandbox has used: its cgroup's (v2 cpu.stat, v1 cpuacct.usage), else,
-// with no cgroup to read (without root, where none is delegated), that of every live process that
-// descends from the sandbox's pid 1 (the supervisor), each with the children it reaped: a process that
-// ended was reaped by its parent, or, orphaned, by pid 1, so its time is in theirs (treeCPU). Counting
-// only pid 1 and the notifying task left out the live processes that had reaped the run's work so far
-// (a shell that runs a build's steps): rootless compat_tools under qemu's emulation had 3.3 s of
-// recording against 53 s of the sandbox's CPU, and 130 writes unread past a budget that saw little.
-func (s *Sandbox) cpuUsage(pid int) (time.Duration, bool) {
-	var dirs []string
-	if paths := s.cgroupPaths(); paths != nil {
-		for _, k := range []string{"", "cpuacct", "cpu,cpuacct", "cpu"} {
-			if d, ok := paths[k]; ok {
-				dirs = append(dirs, d)
-			}
-		}
-	} else {
-		dirs = CgroupDirs(s.ID)
-	}
-	for _, d := range dirs {
-		if n := counter(filepath.Join(d, "cpu.stat"), "usage_usec"); n > 0 {
-			return time.Duration(n) * time.Microsecond, true
-		}
-		if b, err := os.ReadFile(filepath.Join(d, "cpuacct.usage")); err == nil {
-			if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
-				return time.Duration(n), true
-			}
-		}
-	}
-	if s.initPid > 0 {
-		if t, ok := treeCPU(s.initPid); ok {
-			return t, true
-		}
-	}
-	return procCPU(pid)
-}
-
-// treeCPU is the CPU time of pid and of every live process that descends from it, each with the
-// children it reaped (procCPU): the time of all that the tree ran, but for processes that ended
-// unreaped. Each process is counted once, at most maxTreeCPU of them.
-func treeCPU(pid int) (time.Duration, bool) {
-	total, ok := procCPU(pid)
-	if !ok {
-		return 0, false
-	}
-	seen := map[int]bool{pid: true}
-	queue := []int{pid}
-	for len(queue) > 0 && len(seen) < maxTreeCPU {
-		kids, _, _ := children(queue[0])
-		queue = queue[1:]
-		for _, k := range kids {
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			queue = append(queue, k)
-			if t, ok := procCPU(k); ok {
-				total += t
-			}
-		}
-	}
-	return total, true
-}
-
-// maxTreeCPU bounds the processes treeCPU reads (a sandbox's pids limit is usually far below).
-const maxTreeCPU = 4096
-
-// procCPU is the user and system CPU time of pid's thread group and of the children it reaped (and
-// theirs), from /proc/PID/stat (clock ticks of 1/100 s).
-func procCPU(pid int) (time.Duration, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 15 {
-		return 0, false
-	}
-	var ticks int64
-	for _, v := range f[11:15] { // utime, stime, cutime, cstime
-		n, _ := strconv.ParseInt(v, 10, 64)
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond, true
-}
-
-// Denials returns what sbx recorded itself of what the sandbox refused so far (seccomp-notify and
-// write-notify); Available is false when it records nothing (the profile turned it off, the sandbox
-// has no seccomp filter, or libseccomp is too old: then Sources say so).
-func (s *Sandbox) Denials() report.Denials {
-	if s.notify != nil {
-		return s.notify.records(s.cfg.Plan.Record)
-	}
+// NotRecorded is what a sandbox without a listener records: nothing; the sources rec asks for say why
+// (reason; none when reason is "", as when the plan records nothing).
+func NotRecorded(rec policy.Record, reason string) report.Denials {
 	d := report.Denials{Seccomp: []report.SeccompDenial{}, Landlock: []report.LandlockDenial{},
 		Writes: []report.WriteDenial{}, Sources: []report.DenialSource{}}
-	if s.notifyOff != "" {
-		rec := s.cfg.Plan.Record
+	if reason != "" {
 		if len(rec.Syscalls) > 0 {
-			d.Sources = append(d.Sources, report.DenialSource{Name: observe.SourceSeccompNotify, Covers: coversSyscalls, Reason: s.notifyOff})
+			d.Sources = append(d.Sources, report.DenialSource{Name: observe.SourceSeccompNotify, Covers: coversSyscalls, Reason: reason})
 		}
 		if rec.Writes {
-			d.Sources = append(d.Sources, report.DenialSource{Name: observe.SourceWriteNotify, Covers: coversWrites, Reason: s.notifyOff})
+			d.Sources = append(d.Sources, report.DenialSource{Name: observe.SourceWriteNotify, Covers: coversWrites, Reason: reason})
 		}
 	}
 	return d

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"bufio"
@@ -21,66 +21,66 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/policy"
 )
 
-// roleLoadSeccomp loads the filter of the seccomp config in the file args[0] as libcontainer's init
-// does (runc's InitSeccomp), prints the thread's id and waits for stdin to close.
+// roleLoadSeccomp is the test binary's role that runs loadSeccomp (TestMain).
 const roleLoadSeccomp = "__test_load_seccomp"
 
-func init() {
-	RegisterRole(roleLoadSeccomp, func(args []string) int {
-		runtime.LockOSThread()
-		raw, err := os.ReadFile(args[0])
-		if err != nil {
-			fmt.Println(err)
-			return 1
-		}
-		var sc specs.LinuxSeccomp
-		if err := json.Unmarshal(raw, &sc); err != nil {
-			fmt.Println(err)
-			return 1
-		}
-		config, err := specconv.SetupSeccomp(&sc)
-		if err != nil {
-			fmt.Println(err)
-			return 1
-		}
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			fmt.Println(err)
-			return 1
-		}
-		if _, err := runcseccomp.InitSeccomp(config); err != nil {
-			fmt.Println(err)
-			return 1
-		}
-		fmt.Println(unix.Gettid())
-		os.Stdin.Read(make([]byte, 1))
-		return 0
-	})
+// loadSeccomp loads the filter of the seccomp config in the file args[0] as libcontainer's init does
+// (runc's InitSeccomp), prints the thread's id and waits for stdin to close.
+func loadSeccomp(args []string) int {
+	runtime.LockOSThread()
+	raw, err := os.ReadFile(args[0])
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	var sc specs.LinuxSeccomp
+	if err := json.Unmarshal(raw, &sc); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	config, err := specconv.SetupSeccomp(&sc)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if _, err := runcseccomp.InitSeccomp(config); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	fmt.Println(unix.Gettid())
+	os.Stdin.Read(make([]byte, 1))
+	return 0
 }
 
-// TestSeccompMatchesLibcontainer: the program sbx compiles for every built-in profile (as Spec gives
+// TestSeccompMatchesLibcontainer: the program sbx compiles for every built-in profile (as Filter gives
 // it, with the notified syscalls and the log flag) is the one runc's InitSeccomp loads, byte for byte
 // (read back from a process with PTRACE_SECCOMP_GET_FILTER), with the same listener flag.
 func TestSeccompMatchesLibcontainer(t *testing.T) {
-	needRoot(t) // PTRACE_SECCOMP_GET_FILTER needs CAP_SYS_ADMIN
+	testutil.RequireRoot(t, "PTRACE_SECCOMP_GET_FILTER needs CAP_SYS_ADMIN")
 	for _, name := range policy.Builtins() {
 		t.Run(name, func(t *testing.T) {
 			plan := builtinPlan(t, name)
-			spec := Spec(SpecInput{Plan: plan, ID: "x", Rootfs: "/", Notify: plan.Seccomp != nil})
-			if spec.Linux.Seccomp == nil {
+			sc := Filter(plan.Seccomp, plan.Record, plan.Seccomp != nil)
+			if sc == nil {
 				t.Skip("no filter")
 			}
-			got, err := compileSeccomp(spec.Linux.Seccomp)
+			got, err := compileSeccomp(sc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := loadedByRunc(t, spec.Linux.Seccomp)
+			want := loadedByRunc(t, sc)
 			if !bytes.Equal(got.Filter, want) {
 				t.Fatalf("sbx compiled %d instructions, runc loaded %d, and they differ", len(got.Filter)/8, len(want)/8)
 			}
-			notifies := strings.Contains(string(mustJSON(t, spec.Linux.Seccomp)), string(specs.ActNotify))
+			notifies := strings.Contains(string(mustJSON(t, sc)), string(specs.ActNotify))
 			if hasListener := got.Flags&unix.SECCOMP_FILTER_FLAG_NEW_LISTENER != 0; hasListener != notifies {
 				t.Fatalf("flags %#x: listener %v, want %v", got.Flags, hasListener, notifies)
 			}
@@ -168,9 +168,9 @@ func loadedByRunc(t *testing.T, sc *specs.LinuxSeccomp) []byte {
 // the file is not sbx's whole file.
 func TestSeccompCache(t *testing.T) {
 	plan := builtinPlan(t, "default")
-	sc := Spec(SpecInput{Plan: plan, ID: "x", Rootfs: "/", Notify: true}).Linux.Seccomp
+	sc := Filter(plan.Seccomp, plan.Record, true)
 	root := t.TempDir()
-	want, err := seccompProgram(root, sc)
+	want, err := Program(root, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestSeccompCache(t *testing.T) {
 			errno := uint(unix.EXDEV) // another default errno: another program
 			osc.DefaultErrnoRet = &errno
 			k2 := seccompKey(&osc)
-			p2, err := seccompProgram(root, &osc)
+			p2, err := Program(root, &osc)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 // The command's seccomp filter is compiled on the host, once per profile, and loaded by the supervisor.
 //
@@ -61,10 +61,10 @@ const maxSeccompCacheFiles = 64
 // (seccompSum) and the program.
 const seccompFileMagic = "sbxbpf2\n"
 
-// seccompProgram is the compiled filter of sc, from this process's cache, the state root's, or compiled
+// Program is the compiled filter of sc, from this process's cache, the state root's, or compiled
 // now (and then cached in both). A cache that cannot be read or written is passed over: it only saves
 // time.
-func seccompProgram(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Seccomp, error) {
+func Program(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Seccomp, error) {
 	key := seccompKey(sc)
 	if p, ok := seccompCache.Load(key); ok {
 		return p.(*supervisor.Seccomp), nil

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 // Where a recorded write lands: the path argument read from the notifying task's memory and resolved
 // the way the kernel will resolve it for that task, or, where sbx cannot do that exactly, said so.
