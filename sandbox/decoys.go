@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 )
 
 // Decoys: where secrets live (policy.CredentialPlaces) below a hidden home directory, the sandbox shows
@@ -131,7 +132,7 @@ func plantDecoys(view, upper string, homes, keep []string, uid, gid int) ([]Deco
 // On the way down to one is fine: the host's entries beside the way are hidden there.
 func blocked(p string, keep []string) bool {
 	for _, k := range keep {
-		if within(p, filepath.Clean(k)) {
+		if host.Within(p, filepath.Clean(k)) {
 			return true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -150,10 +151,10 @@ func probeCgroup() (bool, string) {
 }
 
 // callerCgroup: without root, a run's cgroup is a child of the one systemd delegates to the caller,
-// where it does (cgroupdeleg.go); else rlimits stand in.
+// where it does (package cgroup); else rlimits stand in.
 func callerCgroup() (bool, string) {
 	if Rootless() {
-		return delegationRow()
+		return cgroup.DelegationRow()
 	}
 	return true, "memory, pids and cpu limits"
 }

@@ -14,6 +14,7 @@ import (
 	libseccomp "github.com/seccomp/libseccomp-golang"
 
 	"github.com/sbx-dev/sbx/report"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"github.com/sbx-dev/sbx/sandbox/seccomp"
 )
 
@@ -52,10 +53,10 @@ func (s *Sandbox) cpuUsage(pid int) (time.Duration, bool) {
 			}
 		}
 	} else {
-		dirs = CgroupDirs(s.ID)
+		dirs = cgroup.Dirs(s.ID)
 	}
 	for _, d := range dirs {
-		if n := counter(filepath.Join(d, "cpu.stat"), "usage_usec"); n > 0 {
+		if n := cgroup.Counter(filepath.Join(d, "cpu.stat"), "usage_usec"); n > 0 {
 			return time.Duration(n) * time.Microsecond, true
 		}
 		if b, err := os.ReadFile(filepath.Join(d, "cpuacct.usage")); err == nil {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/safefs"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 )
 
 // DefaultDiskBytes bounds the overlay's writable layer when the profile sets no limit.
@@ -374,7 +375,7 @@ func (r *rootfs) hide(path, cwd string, keep []string, ownCwd bool) error {
 		keep = append([]string{cwd}, keep...)
 	}
 	for _, k := range keep {
-		if k = filepath.Clean(k); k != path && within(k, path) {
+		if k = filepath.Clean(k); k != path && host.Within(k, path) {
 			below = append(below, k)
 		}
 	}
@@ -446,16 +447,11 @@ func (r *rootfs) hideAround(upper, dir string, keep []string) error {
 // belowHidden reports whether path is one of the hidden directories or below one.
 func belowHidden(hidden []string, path string) bool {
 	for _, h := range hidden {
-		if within(path, filepath.Clean(h)) {
+		if host.Within(path, filepath.Clean(h)) {
 			return true
 		}
 	}
 	return false
-}
-
-// within reports whether path is dir or below it.
-func within(path, dir string) bool {
-	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
 }
 
 // copyParents creates path's parent directories in upper with the owner and mode of the host's, since
@@ -646,7 +642,7 @@ func (r *rootfs) traversable(dir string) error {
 // so that no link of the lower layer, which is the host's, can lead out to the host.
 func (r *rootfs) openDir(p string) (*os.File, error) {
 	root, rel := r.root.merged, p
-	if r.cwd != nil && within(p, r.cwd.At) {
+	if r.cwd != nil && host.Within(p, r.cwd.At) {
 		root, rel = r.cwd.merged, strings.TrimPrefix(p, r.cwd.At)
 	}
 	rf, err := safefs.OpenRoot(root)

@@ -19,6 +19,8 @@ import (
 	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 )
 
 // Without root, sbx builds the same sandbox from what the kernel gives an ordinary user: a user
@@ -35,7 +37,7 @@ import (
 // opaque directories in the uppers, written by sbx before the mounts, as with root.
 
 // Rootless says whether sbx runs without root, and builds sandboxes the rootless way.
-func Rootless() bool { return os.Geteuid() != 0 }
+func Rootless() bool { return host.Rootless() }
 
 // DefaultStateRootFor is where sbx keeps the state of its runs for the user it runs as: DefaultStateRoot
 // for root; else $XDG_RUNTIME_DIR/sbx (cleared at logout) when its file system keeps user.* xattrs, or
@@ -214,7 +216,7 @@ func (r *rootfs) stateRootShown() error {
 		dir = r.runDir
 	}
 	for _, l := range r.top {
-		if !l.hidden && !l.locked && within(dir, "/"+l.name) {
+		if !l.hidden && !l.locked && host.Within(dir, "/"+l.name) {
 			return fmt.Errorf("%w: the run dir %s is below /%s, which the sandbox shows through an overlay of the host's /%s, and an overlay cannot hold its own layers", ErrStateRootShown, dir, l.name, l.name)
 		}
 	}
@@ -269,7 +271,7 @@ func mountsBelow(dir string) (bool, error) {
 		return false, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] != "/" && within(f[4], dir) {
+		if f := strings.Fields(line); len(f) > 4 && f[4] != "/" && host.Within(f[4], dir) {
 			return true, nil
 		}
 	}
@@ -361,7 +363,7 @@ func layeredTops(plan *policy.Plan, writes []string, cwd string) func(top string
 		}
 	}
 	return func(top string) bool {
-		return slices.ContainsFunc(paths, func(p string) bool { return within(p, top) || within(top, p) })
+		return slices.ContainsFunc(paths, func(p string) bool { return host.Within(p, top) || host.Within(top, p) })
 	}
 }
 
@@ -529,10 +531,10 @@ func (r *rootfs) rootlessOverlays() []*overlay {
 }
 
 // rootlessSpec turns a sandbox's spec into a rootless one: the top-level mounts first, and the cgroup
-// limits that the delegated cgroup d's controllers hold, in the run's cgroup below it (cgroupdeleg.go);
+// limits that the delegated cgroup d's controllers hold, in the run's cgroup below it (package cgroup);
 // none without delegation (limits.enforced says what holds instead). No device rules: see
 // delegatedManager.
-func rootlessSpec(s *specs.Spec, top []specs.Mount, d *delegation, id string) {
+func rootlessSpec(s *specs.Spec, top []specs.Mount, d *cgroup.Delegation, id string) {
 	s.Mounts = append(top, s.Mounts...)
 	r := s.Linux.Resources
 	s.Linux.Resources = nil
@@ -542,18 +544,18 @@ func rootlessSpec(s *specs.Spec, top []specs.Mount, d *delegation, id string) {
 	}
 	held := &specs.LinuxResources{}
 	if r != nil {
-		if d.has("memory") {
+		if d.Has("memory") {
 			held.Memory = r.Memory
 		}
-		if d.has("pids") {
+		if d.Has("pids") {
 			held.Pids = r.Pids
 		}
-		if d.has("cpu") {
+		if d.Has("cpu") {
 			held.CPU = r.CPU
 		}
 	}
 	s.Linux.Resources = held
-	s.Linux.CgroupsPath = strings.TrimPrefix(d.runDir(id), cgroupRoot)
+	s.Linux.CgroupsPath = strings.TrimPrefix(d.RunDir(id), cgroup.Root)
 }
 
 // Enforcement is one limit of the plan and what holds it in this sandbox.
@@ -566,8 +568,8 @@ func (s *Sandbox) Enforced() []Enforcement {
 	by := map[string]string{"memory": "cgroup", "pids": "cgroup", "cpu": "cgroup", "disk": "tmpfs size"}
 	if Rootless() {
 		by = map[string]string{"memory": "none", "pids": "RLIMIT_NPROC per uid", "cpu": "none", "disk": "RLIMIT_FSIZE per file"}
-		for _, c := range delegControllers {
-			if s.deleg.has(c) {
+		for _, c := range cgroup.LimitControllers {
+			if s.deleg.Has(c) {
 				by[c] = "cgroup"
 			}
 		}
@@ -693,7 +695,7 @@ var ErrNoCgroup = errors.New("the profile requires cgroup limits (limits.require
 
 // checkRootless refuses what a rootless sandbox cannot give, before anything is built; d is the cgroup
 // systemd delegates (nil: none, for the reason noCgroup).
-func (cfg Config) checkRootless(d *delegation, noCgroup string) error {
+func (cfg Config) checkRootless(d *cgroup.Delegation, noCgroup string) error {
 	if l := cfg.Plan.Limits; l.RequireCgroup {
 		if d == nil {
 			return fmt.Errorf("%w: %w: no cgroup of its own (%s)", ErrSetup, ErrNoCgroup, noCgroup)
@@ -702,8 +704,8 @@ func (cfg Config) checkRootless(d *delegation, noCgroup string) error {
 			controller string
 			set        bool
 		}{{"memory", l.MemoryBytes > 0}, {"pids", l.Pids > 0}, {"cpu", l.CPUs > 0}} {
-			if x.set && !d.has(x.controller) {
-				return fmt.Errorf("%w: %w: the cgroup systemd delegates (%s) has no %s controller", ErrSetup, ErrNoCgroup, d.dir, x.controller)
+			if x.set && !d.Has(x.controller) {
+				return fmt.Errorf("%w: %w: the cgroup systemd delegates (%s) has no %s controller", ErrSetup, ErrNoCgroup, d.Dir(), x.controller)
 			}
 		}
 	}
@@ -716,15 +718,32 @@ func (cfg Config) checkRootless(d *delegation, noCgroup string) error {
 	return nil
 }
 
+// rootlessCgroupFor is the delegated cgroup a run of cfg without root uses, prepared, or nil with why
+// not. Only the direct start uses it (see startInit): where libcontainer's init would build the
+// sandbox, there is none, as before.
+func rootlessCgroupFor(cfg Config) (*cgroup.Delegation, string) {
+	d, why := cgroup.Detect()
+	if d == nil {
+		return nil, why
+	}
+	if err := directAvailable(cfg); err != nil {
+		return nil, fmt.Sprintf("the cgroup systemd delegates (%s) is used only when sbx's supervisor builds the sandbox, and here libcontainer's init does: %v", d.Dir(), err)
+	}
+	if err := cgroup.Prepare(d); err != nil {
+		return nil, fmt.Sprintf("the cgroup systemd delegates (%s) could not be used: %v", d.Dir(), err)
+	}
+	return d, ""
+}
+
 // rootlessNotes say how a rootless sandbox differs from root's, for the report.
 func (s *Sandbox) rootlessNotes() []string {
 	l := s.cfg.Plan.Limits
-	cgroup := "rootless: no cgroup here; the sandbox's processes are those of its pid namespace, stopped with SIGSTOP for the observation (no freezer: a left-running process shows state T)"
+	cgroupNote := "rootless: no cgroup here; the sandbox's processes are those of its pid namespace, stopped with SIGSTOP for the observation (no freezer: a left-running process shows state T)"
 	if s.deleg != nil {
-		cgroup = fmt.Sprintf("rootless: limits through the cgroup systemd delegates to the caller (%s)", s.deleg.dir)
+		cgroupNote = fmt.Sprintf("rootless: limits through the cgroup systemd delegates to the caller (%s)", s.deleg.Dir())
 	}
 	notes := []string{fmt.Sprintf("rootless: the command runs as root inside its user namespace, uid %d on the host, without capabilities", s.ids.HostUID),
-		cgroup,
+		cgroupNote,
 		// What root's sandbox gives and this one cannot (docs/limits.md, "Differences from running on
 		// the host"): said on every run, since the command's failure alone does not say it is sbx's.
 		"rootless: only the caller's id is mapped: chown to another owner fails with EINVAL, so tar x, cpio -i and cp -a of others' files fail (tar --no-same-owner, cpio --no-preserve-owner, cp -a --no-preserve=ownership)",
@@ -734,8 +753,8 @@ func (s *Sandbox) rootlessNotes() []string {
 	}
 	held := []string{"disk as the size of each file (RLIMIT_FSIZE; df shows the host's filesystem)"}
 	var byCgroup, none []string
-	for _, c := range delegControllers {
-		if s.deleg.has(c) {
+	for _, c := range cgroup.LimitControllers {
+		if s.deleg.Has(c) {
 			byCgroup = append(byCgroup, c)
 		} else if c != "pids" {
 			none = append(none, c)
@@ -744,7 +763,7 @@ func (s *Sandbox) rootlessNotes() []string {
 	if len(byCgroup) > 0 {
 		held = append(held, strings.Join(byCgroup, ", ")+" by the cgroup")
 	}
-	if l.Pids > 0 && !s.deleg.has("pids") {
+	if l.Pids > 0 && !s.deleg.Has("pids") {
 		held = append(held, "pids by RLIMIT_NPROC of the caller's uid")
 	}
 	held = append(held, "timeout by sbx")
@@ -771,7 +790,7 @@ func (s *Sandbox) rootlessRlimits() []specs.POSIXRlimit {
 		disk = DefaultDiskBytes
 	}
 	out := rlimitsWithoutCgroup(disk)
-	if l.Pids > 0 && !s.deleg.has("pids") {
+	if l.Pids > 0 && !s.deleg.Has("pids") {
 		n := uint64(l.Pids) + uint64(processesOf(os.Getuid()))
 		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
 	}
@@ -933,7 +952,7 @@ func openUp(root int, rel string, perm uint32) bool {
 // caller, root of its user namespace, where the caller's uid and gid (one id each, rootlessIDMap) are
 // mapped as 0. The kernel lets an ordinary user write such maps itself (the gid map once setgroups is
 // denied), so the runtime writes them between clone and exec, as for root, and no newuidmap is needed.
-// The sandbox's cgroup, where systemd delegates one (cgroupdeleg.go), gets its limits before the
+// The sandbox's cgroup, where systemd delegates one (package cgroup), gets its limits before the
 // supervisor starts, and the supervisor is moved into it in the background, as startDirect does as
 // root: the channel says when (nil: no cgroup, limits come as rlimits, in setup). The supervisor opens
 // the binds' sources (setup.OpenSources: sbx may not clone mounts); the network namespace is a new one,
@@ -996,15 +1015,15 @@ func (s *Sandbox) delegatedManager(config *configs.Config) (cgroups.Manager, err
 	if s.cgroups == nil {
 		return nil, nil
 	}
-	s.cgroups.wait()
-	if s.cgroups.err != nil {
-		return nil, s.cgroups.err
+	made, err := s.cgroups.Manager()
+	if err != nil {
+		return nil, err
 	}
 	if config.Cgroups.Resources == nil {
 		config.Cgroups.Resources = &cgroups.Resources{}
 	}
 	config.Cgroups.Resources.SkipDevices = true
-	m, err := manager.NewWithPaths(config.Cgroups, s.cgroups.m.GetPaths())
+	m, err := manager.NewWithPaths(config.Cgroups, made.GetPaths())
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox's cgroup: %w", err)
 	}

@@ -29,6 +29,8 @@ import (
 	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
 	"github.com/sbx-dev/sbx/sandbox/seccomp"
 )
@@ -103,8 +105,8 @@ type Sandbox struct {
 	notify     *seccomp.Listener   // seccomp notifications (package seccomp); nil when nothing is recorded
 	notifyOff  string              // why the plan's recording could not be set up, for the report
 	ids        IDMap
-	cgroups    *cgroupPrep // the run's cgroups, made ahead; libcontainer's once it has the container
-	deleg      *delegation // without root: the cgroup systemd delegates, the parent of the run's; nil: none
+	cgroups    *cgroup.Prep       // the run's cgroups, made ahead; libcontainer's once it has the container
+	deleg      *cgroup.Delegation // without root: the cgroup systemd delegates, the parent of the run's; nil: none
 	relays     relays
 	diagFD     int  // the supervisor's sock_diag socket, in its process; -1 = none
 	netSent    bool // the supervisor got the network record's channel (mode none, a direct start)
@@ -137,7 +139,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	tr := newTracer()
 	defer tr.done()
 	GC(cfg.StateRoot)
-	primer := startCgroupPrimer(cfg.StateRoot) // until the container runs (cgroupprime.go)
+	primer := cgroup.StartPrimer(cfg.StateRoot) // until the container runs (package cgroup)
 	defer primer.Stop()
 	tr.mark("gc")
 	id, err := newID()
@@ -145,7 +147,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, err
 	}
 	ids := newIDMap(cfg.Plan.UID, cfg.Plan.GID)
-	var deleg *delegation
+	var deleg *cgroup.Delegation
 	if Rootless() {
 		d, noCgroup := rootlessCgroupFor(cfg)
 		if err := cfg.checkRootless(d, noCgroup); err != nil {
@@ -159,7 +161,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	}
 	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids, diagFD: -1, deleg: deleg}
 	sb.rootfs.prep = prep
-	sb.cgroups = startCgroups(id, deleg, run.dir) // beside the overlays (cgroupprep.go)
+	sb.cgroups = cgroup.Start(id, deleg, run.dir) // beside the overlays (package cgroup)
 	defer func() {
 		if err != nil {
 			sb.Destroy()
@@ -435,7 +437,7 @@ func (s *Sandbox) giveWayUp(plan *policy.Plan, cwd string, give bool) error {
 	if err := unix.Lstat(cwd, &st); err != nil || int(st.Uid) == s.ids.HostUID {
 		return nil
 	}
-	for d := filepath.Dir(cwd); d != "/" && slices.ContainsFunc(plan.Filesystem.Write, func(w string) bool { return within(d, filepath.Clean(w)) }); d = filepath.Dir(d) {
+	for d := filepath.Dir(cwd); d != "/" && slices.ContainsFunc(plan.Filesystem.Write, func(w string) bool { return host.Within(d, filepath.Clean(w)) }); d = filepath.Dir(d) {
 		var up unix.Stat_t
 		if err := unix.Lstat(d, &up); err != nil || up.Uid != st.Uid || up.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return nil
@@ -462,7 +464,7 @@ func (s *Sandbox) giveWayUp(plan *policy.Plan, cwd string, give bool) error {
 // could not create them in a directory it may not write, such as a hidden /root).
 func (s *Sandbox) openWays(plan *policy.Plan, cwd string) error {
 	for _, sh := range plan.Filesystem.Shares {
-		if s.rootfs.cwd == nil || !within(sh.Sandbox, s.rootfs.cwd.At) {
+		if s.rootfs.cwd == nil || !host.Within(sh.Sandbox, s.rootfs.cwd.At) {
 			st, err := os.Stat(sh.Host)
 			if err != nil {
 				return fmt.Errorf("%w: %s: %w", ErrShareTarget, sh.Host, err)
@@ -543,7 +545,7 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		return specError(err)
 	}
 	tr.mark("spec")
-	s.cgroups.wait()
+	s.cgroups.Wait()
 	ctl, ctlChild, err := utils.NewSockPair("ctl")
 	if err != nil {
 		return err
@@ -1167,7 +1169,7 @@ func (s *Sandbox) Destroy() error {
 		}
 		tr.mark("lc.destroy")
 	} else {
-		s.cgroups.remove() // made ahead for a container that never was
+		s.cgroups.Remove() // made ahead for a container that never was
 	}
 	if s.notify != nil {
 		s.notify.Stop() // every process of the sandbox is dead: none waits for an answer
@@ -1302,7 +1304,7 @@ func sameFS(a, b string) bool {
 // host's / then says nothing of what the sandbox sees there.
 func sharedElsewhere(shares []policy.Share, path string) bool {
 	for _, sh := range shares {
-		if sh.Sandbox != sh.Host && within(path, sh.Sandbox) {
+		if sh.Sandbox != sh.Host && host.Within(path, sh.Sandbox) {
 			return true
 		}
 	}
@@ -1312,7 +1314,7 @@ func sharedElsewhere(shares []policy.Share, path string) bool {
 // shared says whether path is inside one of the host paths shared into the sandbox.
 func shared(shares []policy.Share, path string) bool {
 	for _, sh := range shares {
-		if within(path, sh.Sandbox) {
+		if host.Within(path, sh.Sandbox) {
 			return true
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sbx-dev/sbx/internal/cgprime"
 	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
 	"github.com/sbx-dev/sbx/sandbox/seccomp"
 )
@@ -135,7 +136,7 @@ func Spec(in SpecInput) *specs.Spec {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		s.Linux.UIDMappings, s.Linux.GIDMappings = in.IDs.mappings()
 	}
-	s.Linux.CgroupsPath = "/" + CgroupName(in.ID)
+	s.Linux.CgroupsPath = "/" + cgroup.Name(in.ID)
 	s.Linux.Resources = resources(in.Plan.Limits, in.Init != "")
 	s.Linux.Seccomp = seccomp.Filter(in.Plan.Seccomp, in.Plan.Record, in.Notify)
 	return s

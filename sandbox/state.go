@@ -15,11 +15,9 @@ import (
 
 	"github.com/sbx-dev/sbx/apply"
 	"github.com/sbx-dev/sbx/internal/safefs"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
 )
-
-// cgroupRoot is where the host's cgroup hierarchies are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
 
 // runDir is the state directory of one run. Its lock file is flock'ed for as long as the sbx that owns
 // the run lives: the kernel drops the lock when that process dies, which is how GC tells dead runs.
@@ -333,12 +331,12 @@ func claimDead(dir string) (bool, *os.File) {
 func gcRun(root, id string) error {
 	var errs []error
 	run := filepath.Join(runsDir(root), id)
-	cgroups := CgroupDirs(id)
-	if d := recordedCgroup(run, id); d != "" {
+	cgroups := cgroup.Dirs(id)
+	if d := cgroup.Recorded(run, id); d != "" {
 		cgroups = append(cgroups, d) // a rootless run's, below the cgroup systemd delegates
 	}
-	thawDirs(cgroups) // a frozen task holds its SIGKILL until thawed
-	killCgroups(cgroups)
+	cgroup.Thaw(cgroups) // a frozen task holds its SIGKILL until thawed
+	cgroup.Kill(cgroups)
 	killRecordedInit(run) // a rootless run's supervisor, which no cgroup may list
 	if c, err := libcontainer.Load(filepath.Join(root, "lc"), id); err == nil {
 		c.Signal(unix.SIGKILL)
@@ -378,77 +376,21 @@ func gcRun(root, id string) error {
 	return errors.Join(errs...)
 }
 
-// killCgroups SIGKILLs every process in the cgroups dirs (a run's) and waits briefly until they are gone.
-func killCgroups(dirs []string) {
-	for range 50 {
-		pids := cgroupPids(dirs)
-		if len(pids) == 0 {
-			return
-		}
-		for _, pid := range pids {
-			unix.Kill(pid, unix.SIGKILL)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// cgroupPids reads the processes of a run's cgroup dirs, one in every hierarchy.
-func cgroupPids(dirs []string) []int {
-	seen := map[int]bool{}
-	var pids []int
-	for _, dir := range dirs {
-		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
-				seen[pid] = true
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
-
-// CgroupName is the cgroup of run id, directly below the root of every hierarchy. Each run has its own
-// top-level cgroup rather than a child of a shared /sbx: a shared parent would have to be removed by the
-// last run out while another run creates its child in it.
-func CgroupName(id string) string { return "sbx-" + id }
-
-// CgroupDirs lists the run's cgroup in every mounted hierarchy where it exists: below each v1 controller
-// and the v2 tree of a hybrid host (/sys/fs/cgroup/NAME/sbx-ID), or below a v2 tree mounted at the root.
-func CgroupDirs(id string) []string {
-	rel := CgroupName(id)
-	var dirs []string
-	candidates := []string{filepath.Join(cgroupRoot, rel)}
-	entries, _ := os.ReadDir(cgroupRoot)
-	for _, e := range entries {
-		candidates = append(candidates, filepath.Join(cgroupRoot, e.Name(), rel))
-	}
-	for _, d := range candidates {
-		if st, err := os.Stat(filepath.Join(d, "cgroup.procs")); err == nil && !st.IsDir() {
-			dirs = append(dirs, d)
-		}
-	}
-	return dirs
-}
-
 // cgroupPaths is the run's cgroup in each hierarchy it was made in, by controller ("" for cgroup v2's
 // single tree), as the cgroup manager of its Create has them; nil when unknown (no cgroups: rootless
 // without delegation).
-// Looking them up instead (CgroupDirs: a listing of /sys/fs/cgroup and a lookup in every hierarchy)
+// Looking them up instead (cgroup.Dirs: a listing of /sys/fs/cgroup and a lookup in every hierarchy)
 // waits for sysfs's lock whenever other runs' loop devices and network namespaces add or remove their
 // entries there.
 func (s *Sandbox) cgroupPaths() map[string]string {
 	if s.cgroups == nil {
 		return nil
 	}
-	s.cgroups.wait()
-	if s.cgroups.m == nil {
+	m, _ := s.cgroups.Manager()
+	if m == nil {
 		return nil
 	}
-	return s.cgroups.m.GetPaths()
+	return m.GetPaths()
 }
 
 // LimitHits counts what the sandbox's limits stopped: processes the OOM killer killed, forks the pids
@@ -479,21 +421,21 @@ func (s *Sandbox) LimitHits() LimitHits {
 	if paths := s.cgroupPaths(); paths != nil {
 		// The hierarchies the run's cgroups were made in: v1's memory and pids, or v2's one tree.
 		if dir, ok := paths["memory"]; ok {
-			h.OOMKills += counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
+			h.OOMKills += cgroup.Counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
 		}
 		if dir, ok := paths["pids"]; ok {
-			h.PidsMax += counter(filepath.Join(dir, "pids.events"), "max")
+			h.PidsMax += cgroup.Counter(filepath.Join(dir, "pids.events"), "max")
 		}
 		if dir, ok := paths[""]; ok {
-			h.OOMKills += counter(filepath.Join(dir, "memory.events"), "oom_kill")
-			h.PidsMax += counter(filepath.Join(dir, "pids.events"), "max")
+			h.OOMKills += cgroup.Counter(filepath.Join(dir, "memory.events"), "oom_kill")
+			h.PidsMax += cgroup.Counter(filepath.Join(dir, "pids.events"), "max")
 		}
 	} else {
-		for _, dir := range CgroupDirs(s.ID) {
+		for _, dir := range cgroup.Dirs(s.ID) {
 			// v1: memory.oom_control; v2: memory.events; both: pids.events.
-			h.OOMKills += counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
-			h.OOMKills += counter(filepath.Join(dir, "memory.events"), "oom_kill")
-			h.PidsMax += counter(filepath.Join(dir, "pids.events"), "max")
+			h.OOMKills += cgroup.Counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
+			h.OOMKills += cgroup.Counter(filepath.Join(dir, "memory.events"), "oom_kill")
+			h.PidsMax += cgroup.Counter(filepath.Join(dir, "pids.events"), "max")
 		}
 	}
 	if s.rootfs != nil && !Rootless() {
@@ -514,21 +456,6 @@ func layerUse(dir string, size int64) DiskUse {
 	u := DiskUse{Size: size, Free: int64(fs.Bavail) * fs.Bsize, NoInodes: fs.Files > 0 && fs.Ffree == 0}
 	u.Full = u.NoInodes || u.Free < int64(fs.Blocks)*fs.Bsize/diskFullMargin
 	return u
-}
-
-// counter reads "key N" from a cgroup's flat keyed file; 0 when absent.
-func counter(file, key string) int {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, key+" "); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
 }
 
 // applyJournalName is the file in a run's dir where its apply names the directories it gives temporary

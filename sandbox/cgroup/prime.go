@@ -1,4 +1,4 @@
-package sandbox
+package cgroup
 
 import (
 	"os"
@@ -9,10 +9,11 @@ import (
 	"unsafe"
 
 	"github.com/sbx-dev/sbx/internal/cgprime"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 	"golang.org/x/sys/unix"
 )
 
-// cgroupPrimer keeps the wait that moving the sandbox's init into its cgroup would make off the critical
+// Primer keeps the wait that moving the sandbox's init into its cgroup would make off the critical
 // path.
 //
 // Every write to a cgroup.procs file takes the kernel's cgroup_threadgroup_rwsem for writing. When no
@@ -31,7 +32,7 @@ import (
 //
 // sbx exec and sbx probe start the first grace period earlier still, from a package init before main
 // (internal/cgprime): 2.5 ms after the process starts instead of 5.5 ms, measured here.
-type cgroupPrimer struct {
+type Primer struct {
 	stop chan struct{}
 	done chan struct{}
 }
@@ -41,19 +42,19 @@ const (
 	primeMax   = 2 * time.Second // bounds the priming of a Create that hangs elsewhere
 )
 
-// startCgroupPrimer starts priming for a sandbox under stateRoot, on a goroutine of its own (finding
+// StartPrimer starts priming for a sandbox under stateRoot, on a goroutine of its own (finding
 // sbx's cgroup reads a list of every process in it); nil without root. Stop it once the container runs.
-func startCgroupPrimer(stateRoot string) *cgroupPrimer {
-	if Rootless() {
+func StartPrimer(stateRoot string) *Primer {
+	if host.Rootless() {
 		return nil
 	}
-	p := &cgroupPrimer{stop: make(chan struct{}), done: make(chan struct{})}
+	p := &Primer{stop: make(chan struct{}), done: make(chan struct{})}
 	go p.prime(stateRoot)
 	return p
 }
 
 // prime writes sbx's pid to its own cgroup.procs every primeEvery until Stop.
-func (p *cgroupPrimer) prime(stateRoot string) {
+func (p *Primer) prime(stateRoot string) {
 	defer close(p.done)
 	procs := cgprime.Procs()
 	if procs == "" {
@@ -136,7 +137,7 @@ func (l *primed) due() bool {
 }
 
 // Stop ends the priming and waits for its last write.
-func (p *cgroupPrimer) Stop() {
+func (p *Primer) Stop() {
 	if p == nil {
 		return
 	}

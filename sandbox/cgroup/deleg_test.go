@@ -1,4 +1,4 @@
-package sandbox
+package cgroup
 
 import (
 	"os"
@@ -378,12 +378,12 @@ func TestRecordedCgroup(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, recordCgroupFile), []byte(tc.content+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if got := recordedCgroup(dir, "abc"); got != "" {
+		if got := Recorded(dir, "abc"); got != "" {
 			t.Errorf("%s: recorded %q taken as %q", tc.name, tc.content, got)
 		}
 	}
 	os.Remove(filepath.Join(dir, recordCgroupFile))
-	if got := recordedCgroup(dir, "abc"); got != "" {
+	if got := Recorded(dir, "abc"); got != "" {
 		t.Errorf("nothing recorded: %q", got)
 	}
 }

@@ -1,7 +1,8 @@
-package sandbox
+package cgroup
 
 import (
 	"encoding/binary"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestCgroupPrimerMovesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	p := startCgroupPrimer(root)
+	p := StartPrimer(root)
 	if p == nil {
 		t.Fatal("no primer although a cgroup.procs file was found")
 	}
@@ -47,7 +48,7 @@ func TestCgroupPrimerMovesNothing(t *testing.T) {
 	if string(before) != string(after) {
 		t.Errorf("cgroups changed:\n%s\nto\n%s", before, after)
 	}
-	var nilPrimer *cgroupPrimer
+	var nilPrimer *Primer
 	nilPrimer.Stop() // a Create without a primer stops nothing
 }
 
@@ -82,13 +83,10 @@ func TestPrimeDue(t *testing.T) {
 // libcontainer will look for them, and removed again by a Create that never got its container.
 func TestCgroupPrep(t *testing.T) {
 	testutil.RequireRoot(t, "makes cgroups")
-	id, err := newID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startCgroups(id, nil, "")
-	p.wait()
-	dirs := CgroupDirs(id)
+	id := fmt.Sprintf("test%x", os.Getpid())
+	p := Start(id, nil, "")
+	p.Wait()
+	dirs := Dirs(id)
 	if len(dirs) == 0 {
 		t.Fatal("no cgroup made")
 	}
@@ -96,7 +94,7 @@ func TestCgroupPrep(t *testing.T) {
 		t.Fatal("no manager")
 	}
 	for name, path := range p.m.GetPaths() {
-		if filepath.Base(path) != CgroupName(id) {
+		if filepath.Base(path) != Name(id) {
 			t.Errorf("%s: %s is not the run's cgroup", name, path)
 		}
 		if pids := cgroupProcsOf(t, path); pids != "" {
@@ -106,13 +104,13 @@ func TestCgroupPrep(t *testing.T) {
 	if len(dirs) != len(p.m.GetPaths()) {
 		t.Errorf("made %d cgroups, the manager has %d paths", len(dirs), len(p.m.GetPaths()))
 	}
-	p.remove()
-	if left := CgroupDirs(id); len(left) > 0 {
+	p.Remove()
+	if left := Dirs(id); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
-	var none *cgroupPrep
-	none.wait()
-	none.remove()
+	var none *Prep
+	none.Wait()
+	none.Remove()
 }
 
 func cgroupProcsOf(t *testing.T, dir string) string {
@@ -133,7 +131,7 @@ func TestCgroupManagerPathsLearnt(t *testing.T) {
 	v1Bases.Lock()
 	v1Bases.dirs = nil
 	v1Bases.Unlock()
-	first, err := newCgroupManager(&cgroups.Cgroup{Path: "/sbx-learn1", Resources: &cgroups.Resources{}})
+	first, err := NewManager(&cgroups.Cgroup{Path: "/sbx-learn1", Resources: &cgroups.Resources{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +139,7 @@ func TestCgroupManagerPathsLearnt(t *testing.T) {
 		t.Fatal("the hierarchies' directories were not learnt")
 	}
 	c := &cgroups.Cgroup{Path: "/sbx-learn2", Resources: &cgroups.Resources{}}
-	learnt, err := newCgroupManager(c)
+	learnt, err := NewManager(c)
 	if err != nil {
 		t.Fatal(err)
 	}

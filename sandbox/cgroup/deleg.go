@@ -1,4 +1,4 @@
-package sandbox
+package cgroup
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,7 +21,7 @@ import (
 // is the caller's to divide: a directory it owns, with memory and pids (often cpu) in its
 // cgroup.controllers. Each run then gets a child of it, sbx-ID, with memory.max, pids.max and cpu.max
 // from the plan, the freezer and the task lists, as root's runs have theirs below /sys/fs/cgroup: the
-// rest of sbx's cgroup code (freeze.go, LimitHits, Destroy, gc) works on it as on root's.
+// rest of sbx's cgroup code (the freezer, LimitHits, Destroy, gc) works on it as on root's.
 //
 // A unit without Delegate=yes (a terminal's scope, a plain `systemd-run --user --scope`) is owned by
 // the user all the same, but not given to it: systemd stops such a unit when an OOM kill happens below
@@ -43,8 +44,8 @@ import (
 // gc never takes it for one.
 const delegLeaf = "leaf"
 
-// delegControllers are the controllers the runs' limits need, in the order they are enabled.
-var delegControllers = []string{"memory", "pids", "cpu"}
+// LimitControllers are the controllers the runs' limits need, in the order they are enabled.
+var LimitControllers = []string{"memory", "pids", "cpu"}
 
 // maxDelegRounds bounds how often the processes are moved and the controllers enabled again when a
 // process appears in the delegated cgroup meanwhile (a fork of one not yet moved, another sbx's run).
@@ -68,7 +69,7 @@ type cgroupFS struct {
 
 // hostCgroupFS is the host's.
 func hostCgroupFS() cgroupFS {
-	return cgroupFS{root: cgroupRoot, uid: os.Geteuid(),
+	return cgroupFS{root: Root, uid: os.Geteuid(),
 		fsType: func(path string) int64 {
 			var st unix.Statfs_t
 			if unix.Statfs(path, &st) != nil {
@@ -106,21 +107,27 @@ func writeCgroupFile(path string, data []byte) error {
 	return nil
 }
 
-// delegation is the cgroup systemd delegates to the caller, as detection found it.
-type delegation struct {
+// Delegation is the cgroup systemd delegates to the caller, as detection found it.
+type Delegation struct {
 	dir         string   // the delegated cgroup: /sys/fs/cgroup/user.slice/.../run-x.scope
-	controllers []string // those of delegControllers in its cgroup.controllers
+	controllers []string // those of LimitControllers in its cgroup.controllers
 	enabled     bool     // they are in its cgroup.subtree_control already
 }
 
-// has says whether the delegated cgroup has controller c (nil: no delegation).
-func (d *delegation) has(c string) bool { return d != nil && slices.Contains(d.controllers, c) }
+// Has says whether the delegated cgroup has controller c (nil: no delegation).
+func (d *Delegation) Has(c string) bool { return d != nil && slices.Contains(d.controllers, c) }
 
-// runDir is the cgroup of run id below it.
-func (d *delegation) runDir(id string) string { return filepath.Join(d.dir, CgroupName(id)) }
+// Dir is the delegated cgroup's directory.
+func (d *Delegation) Dir() string { return d.dir }
+
+// Controllers are those of LimitControllers the delegated cgroup has.
+func (d *Delegation) Controllers() []string { return d.controllers }
+
+// RunDir is the cgroup of run id below it.
+func (d *Delegation) RunDir(id string) string { return filepath.Join(d.dir, Name(id)) }
 
 // detect finds the cgroup delegated to the caller, or says why there is none. It only reads.
-func (fs cgroupFS) detect() (*delegation, string) {
+func (fs cgroupFS) detect() (*Delegation, string) {
 	switch fs.fsType(fs.root) {
 	case unix.CGROUP2_SUPER_MAGIC:
 	case unix.TMPFS_MAGIC:
@@ -162,8 +169,8 @@ func (fs cgroupFS) detect() (*delegation, string) {
 	if err != nil {
 		return nil, fmt.Sprintf("not delegated: %v", err)
 	}
-	d := &delegation{dir: dir, enabled: true}
-	for _, c := range delegControllers {
+	d := &Delegation{dir: dir, enabled: true}
+	for _, c := range LimitControllers {
 		if slices.Contains(strings.Fields(string(avail)), c) {
 			d.controllers = append(d.controllers, c)
 			d.enabled = d.enabled && slices.Contains(strings.Fields(string(on)), c)
@@ -270,7 +277,7 @@ func transientDelegates(data []byte) bool {
 // process that appears meanwhile (forked by one not yet moved, or by another sbx doing the same) makes
 // it move and enable again, maxDelegRounds times at most. Concurrent runs are safe: the leaf may exist
 // (EEXIST), a process moved twice stays in the leaf, and enabling what is enabled changes nothing.
-func (fs cgroupFS) prepare(d *delegation) error {
+func (fs cgroupFS) prepare(d *Delegation) error {
 	if d.enabled || len(d.controllers) == 0 {
 		return nil
 	}
@@ -310,26 +317,15 @@ func (fs cgroupFS) moveProcs(dir, leaf string) error {
 	return nil
 }
 
-// rootlessCgroupFor is the delegated cgroup a run of cfg without root uses, prepared, or nil with why
-// not. Only the direct start uses it (see startInit): where libcontainer's init would build the
-// sandbox, there is none, as before.
-func rootlessCgroupFor(cfg Config) (*delegation, string) {
-	fs := hostCgroupFS()
-	d, why := fs.detect()
-	if d == nil {
-		return nil, why
-	}
-	if err := directAvailable(cfg); err != nil {
-		return nil, fmt.Sprintf("the cgroup systemd delegates (%s) is used only when sbx's supervisor builds the sandbox, and here libcontainer's init does: %v", d.dir, err)
-	}
-	if err := fs.prepare(d); err != nil {
-		return nil, fmt.Sprintf("the cgroup systemd delegates (%s) could not be used: %v", d.dir, err)
-	}
-	return d, ""
-}
+// Detect finds the cgroup systemd delegates to the caller, or says why there is none. It only reads.
+func Detect() (*Delegation, string) { return hostCgroupFS().detect() }
 
-// delegationRow is sbx version's cgroup row without root (callerCgroup).
-func delegationRow() (bool, string) {
+// Prepare makes d usable for the runs' cgroups: its processes moved into delegLeaf and the controllers
+// enabled for its children (once per delegated cgroup; later runs find it done).
+func Prepare(d *Delegation) error { return hostCgroupFS().prepare(d) }
+
+// DelegationRow is sbx version's cgroup row without root (callerCgroup).
+func DelegationRow() (bool, string) {
 	d, why := hostCgroupFS().detect()
 	if d == nil {
 		return false, why + ": rlimits stand in (the report's limits.enforced)"
@@ -337,7 +333,7 @@ func delegationRow() (bool, string) {
 	row := fmt.Sprintf("delegated by systemd: %s (%s)", d.dir, strings.Join(d.controllers, " "))
 	if len(d.controllers) == 0 {
 		row = fmt.Sprintf("delegated by systemd: %s (no memory, pids nor cpu controller: rlimits stand in for the limits)", d.dir)
-	} else if missing := slices.DeleteFunc(slices.Clone(delegControllers), d.has); len(missing) > 0 {
+	} else if missing := slices.DeleteFunc(slices.Clone(LimitControllers), d.Has); len(missing) > 0 {
 		row += fmt.Sprintf("; no %s controller there: not limited", strings.Join(missing, " nor "))
 	}
 	return true, row
@@ -352,9 +348,9 @@ func recordCgroup(runDir, dir string) error {
 	return os.WriteFile(filepath.Join(runDir, recordCgroupFile), []byte(dir+"\n"), 0o600)
 }
 
-// recordedCgroup is the cgroup a dead rootless run recorded, "" when none is recorded or what is
+// Recorded is the cgroup a dead rootless run recorded, "" when none is recorded or what is
 // recorded is not a run's cgroup the caller owns (sbx-ID below /sys/fs/cgroup).
-func recordedCgroup(runDir, id string) string {
+func Recorded(runDir, id string) string {
 	f, err := os.Open(filepath.Join(runDir, recordCgroupFile))
 	if err != nil {
 		return ""
@@ -363,7 +359,7 @@ func recordedCgroup(runDir, id string) string {
 	buf := make([]byte, 4096)
 	n, _ := f.Read(buf)
 	dir := strings.TrimSpace(string(buf[:n]))
-	if dir == "" || filepath.Clean(dir) != dir || !within(dir, cgroupRoot) || filepath.Base(dir) != CgroupName(id) {
+	if dir == "" || filepath.Clean(dir) != dir || !host.Within(dir, Root) || filepath.Base(dir) != Name(id) {
 		return ""
 	}
 	var st unix.Stat_t

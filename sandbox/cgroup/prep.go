@@ -1,4 +1,4 @@
-package sandbox
+package cgroup
 
 import (
 	"fmt"
@@ -9,39 +9,40 @@ import (
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 )
 
-// cgroupPrep makes a run's cgroups (a directory in every hierarchy, no process in them, no limits)
+// Prep makes a run's cgroups (a directory in every hierarchy, no process in them, no limits)
 // while the overlays are built. libcontainer's Apply then finds them there and only moves its init in:
 // making them is 0.7-0.8 ms of mkdirs (ten v1 hierarchies here) that Apply would otherwise spend
 // between starting the init and letting it go on. libcontainer sets the limits itself, as before, and
 // removes the cgroups on Destroy; a Create that fails before libcontainer has the container removes
 // them here, and gc removes them after a crash (the run dir exists first).
 //
-// Without root, the run's cgroup is a child of the one systemd delegates to the caller (cgroupdeleg.go),
+// Without root, the run's cgroup is a child of the one systemd delegates to the caller (deleg.go),
 // recorded in the run dir before it is made (gc finds it there); without delegation there is none.
-type cgroupPrep struct {
+type Prep struct {
 	done chan struct{}
 	m    cgroups.Manager
 	err  error // without root: the cgroup could not be made, and the run fails
 }
 
-// startCgroups makes the cgroups of run id on a goroutine of its own; without root, its cgroup below
-// the delegated one d, recorded in runDir; nil without root and delegation, where the sandbox gets no
+// Start makes the cgroups of run id on a goroutine of its own; without root, its cgroup below
+// the delegated one d, recorded in runDir; nil without root and Delegation, where the sandbox gets no
 // cgroup.
-func startCgroups(id string, d *delegation, runDir string) *cgroupPrep {
-	if Rootless() {
+func Start(id string, d *Delegation, runDir string) *Prep {
+	if host.Rootless() {
 		if d == nil {
 			return nil
 		}
-		return startDelegated(d.runDir(id), runDir)
+		return startDelegated(d.RunDir(id), runDir)
 	}
-	p := &cgroupPrep{done: make(chan struct{})}
+	p := &Prep{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		// The path libcontainer computes from the spec's cgroupsPath (spec.go), with no limits: Apply
-		// only makes directories (and copies cpuset's cpus and mems from the parent); pid -1 moves nobody.
-		m, err := newCgroupManager(&cgroups.Cgroup{Path: "/" + CgroupName(id), Resources: &cgroups.Resources{}})
+		// The path libcontainer computes from the spec's cgroupsPath (Name), with no limits: Apply only
+		// makes directories (and copies cpuset's cpus and mems from the parent); pid -1 moves nobody.
+		m, err := NewManager(&cgroups.Cgroup{Path: "/" + Name(id), Resources: &cgroups.Resources{}})
 		if err != nil {
 			return
 		}
@@ -55,8 +56,8 @@ func startCgroups(id string, d *delegation, runDir string) *cgroupPrep {
 // startDelegated makes dir, a run's cgroup below the delegated one, after recording it in runDir.
 // Only the directory: the cgroups library's Apply would also walk up from /sys/fs/cgroup and try to
 // enable controllers in every parent, systemd's own user@UID.service among them.
-func startDelegated(dir, runDir string) *cgroupPrep {
-	p := &cgroupPrep{done: make(chan struct{})}
+func startDelegated(dir, runDir string) *Prep {
+	p := &Prep{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		if err := recordCgroup(runDir, dir); err != nil {
@@ -76,15 +77,25 @@ func startDelegated(dir, runDir string) *cgroupPrep {
 	return p
 }
 
-// wait waits until the cgroups are made (or failed to be).
-func (p *cgroupPrep) wait() {
+// Wait waits until the cgroups are made (or failed to be).
+func (p *Prep) Wait() {
 	if p != nil {
 		<-p.done
 	}
 }
 
-// remove removes the cgroups made here, for a Create that failed before libcontainer took them over.
-func (p *cgroupPrep) remove() {
+// Manager is the cgroup manager of the cgroups made here once they are (nil when they could not be),
+// and, without root, why the run's cgroup could not be made. nil for a nil p.
+func (p *Prep) Manager() (cgroups.Manager, error) {
+	if p == nil {
+		return nil, nil
+	}
+	<-p.done
+	return p.m, p.err
+}
+
+// Remove removes the cgroups made here, for a Create that failed before libcontainer took them over.
+func (p *Prep) Remove() {
 	if p == nil {
 		return
 	}
@@ -104,8 +115,8 @@ func (p *cgroupPrep) remove() {
 // a cgroup namespace sees / in every hierarchy either way. (libcontainer's fallback start joins all.)
 var sandboxControllers = map[string]bool{"memory": true, "pids": true, "cpu": true, "devices": true, "freezer": true}
 
-// newCgroupManager is libcontainer's cgroup manager for c, with only sandboxControllers on cgroup v1.
-func newCgroupManager(c *cgroups.Cgroup) (cgroups.Manager, error) {
+// NewManager is libcontainer's cgroup manager for c, with only sandboxControllers on cgroup v1.
+func NewManager(c *cgroups.Cgroup) (cgroups.Manager, error) {
 	if cgroups.IsCgroup2UnifiedMode() {
 		return manager.New(c)
 	}
@@ -182,7 +193,7 @@ func mountinfoV1Bases() map[string]string {
 			if !sandboxControllers[opt] {
 				continue
 			}
-			if _, dup := dirs[opt]; dup || filepath.Dir(f[4]) != cgroupRoot || strings.Contains(f[4], "\\") {
+			if _, dup := dirs[opt]; dup || filepath.Dir(f[4]) != Root || strings.Contains(f[4], "\\") {
 				return nil // mounted twice, elsewhere, or with an escaped name
 			}
 			dirs[opt] = f[4]
