@@ -87,7 +87,7 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 		setup.Mounts = append(setup.Mounts, dm)
 	}
 	if Rootless() {
-		s.rootfs.optionalTops(setup.Mounts)
+		s.rootfs.OptionalTops(setup.Mounts)
 	}
 	for _, n := range config.Networks {
 		if n.Type == "loopback" {

@@ -10,6 +10,7 @@ import (
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/rootfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -174,7 +175,7 @@ func callerIDMap() (bool, string) {
 	if Rootless() {
 		return true, "not needed without root (the working tree is the caller's)"
 	}
-	ns, err := idmapUserns(idmapping{ToUID: 65534, ToGID: 65534})
+	ns, err := rootfs.IDMapUserns(rootfs.IDMapping{ToUID: 65534, ToGID: 65534})
 	if err != nil {
 		return false, fmt.Sprintf("unavailable (%v): the working tree is handed over by changing owners in the overlay", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/sbx-dev/sbx/internal/cgprime"
 	"io"
 	"os"
 	"os/user"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sbx-dev/sbx/internal/cgprime"
 
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -32,6 +33,7 @@ import (
 	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"github.com/sbx-dev/sbx/sandbox/internal/host"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
+	"github.com/sbx-dev/sbx/sandbox/rootfs"
 	"github.com/sbx-dev/sbx/sandbox/seccomp"
 )
 
@@ -86,12 +88,12 @@ type Sandbox struct {
 	Notes  []string // what the sandbox could only partly do, for the report
 	cfg    Config
 	run    *runDir
-	rootfs *rootfs
+	rootfs *rootfs.FS
 	// shareLinks are the paths of shares that led through a link, moved to where it leads
 	// (resolveShares); hiding keeps the way down to them.
 	shareLinks []string
-	caches     []shownCache // the toolchain caches shown (caches.go)
-	passwd     string       // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
+	caches     []rootfs.Cache // the toolchain caches shown (caches.go)
+	passwd     string         // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
 	net        *netcontract.Net
 	container  runtimeContainer // libcontainer's, or a direct start's (direct.go)
 	prepared   chan error       // the supervisor's preparation was sent (nil) or could not be
@@ -125,14 +127,14 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	cfg.deferStdio()
 	childrenNoFile()
 	// The disk layer's device is attached beside the steps up to the overlays, which mount it.
-	var prep *layerPrep
+	var prep *rootfs.LayerPrep
 	if !Rootless() {
-		prep = startLayer(layerSize(cfg.Plan.Limits.DiskBytes))
+		prep = rootfs.StartLayer(rootfs.LayerSize(cfg.Plan.Limits.DiskBytes))
 	}
 	defer func() {
 		if sb == nil {
-			prep.release()
-			prep.unclaim()
+			prep.Release()
+			prep.Unclaim()
 		}
 	}()
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
@@ -159,8 +161,8 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids, diagFD: -1, deleg: deleg}
-	sb.rootfs.prep = prep
+	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: rootfs.New(run.dir), ids: ids, diagFD: -1, deleg: deleg}
+	sb.rootfs.UseLayer(prep)
 	sb.cgroups = cgroup.Start(id, deleg, run.dir) // beside the overlays (package cgroup)
 	defer func() {
 		if err != nil {
@@ -174,7 +176,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return sb, err
 	}
 	if !Rootless() {
-		sb.rootfs.startDecoys() // beside the network and the container's start; waited for below
+		sb.rootfs.StartDecoys() // beside the network and the container's start; waited for below
 	}
 	tr.mark("files")
 	if cfg.Plan.Network.Mode == policy.NetContract {
@@ -197,7 +199,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		sb.net.Attach(sb.initPid) // a rootless contract
 		sb.net.AttachNone(sb.initPid, sb.netSent)
 	}
-	if derr := sb.rootfs.awaitDecoys(); err == nil && derr != nil {
+	if derr := sb.rootfs.AwaitDecoys(); err == nil && derr != nil {
 		err = fmt.Errorf("planting decoys: %w", derr)
 	}
 	tr.mark("decoys")
@@ -367,7 +369,7 @@ func (s *Sandbox) buildFiles() error {
 		return err
 	}
 	if !sharedElsewhere(s.cfg.Plan.Filesystem.Shares, s.cfg.Command.Cwd) {
-		real := resolveCwd(s.cfg.Command.Cwd)
+		real := rootfs.ResolveCwd(s.cfg.Command.Cwd)
 		if s.cfg.Command.CwdNoLinks && real != filepath.Clean(s.cfg.Command.Cwd) {
 			return fmt.Errorf("%w: %s is %s now", ErrCwdMoved, s.cfg.Command.Cwd, real)
 		}
@@ -380,14 +382,13 @@ func (s *Sandbox) buildFiles() error {
 		s.Notes = append(s.Notes, note)
 	}
 	if Rootless() {
-		s.rootfs.indexWhy = rootlessIndex(s.cfg)
-		s.rootfs.index = s.rootfs.indexWhy == ""
+		s.rootfs.SetIndexWhy(rootlessIndex(s.cfg))
 		s.Notes = append(s.Notes, s.rootlessNotes()...)
-		s.rootfs.decoyHomes, s.rootfs.decoyKeep = decoyHomes(plan), append(shareTargets(plan.Filesystem.Shares), s.cachePaths()...)
-		if err := s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd)); err != nil {
+		s.rootfs.SetDecoys(decoyHomes(plan), append(shareTargets(plan.Filesystem.Shares), s.cachePaths()...), 0, 0)
+		if err := s.rootfs.BuildRootless(plan.Filesystem.Hidden, cwd, rootfs.LayeredTops(plan, s.writePaths(), cwd)); err != nil {
 			return err
 		}
-		return s.rootfs.cachesRootless(s.caches)
+		return s.rootfs.CachesRootless(s.caches)
 	}
 	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
 	idmap := s.cwdIDMap(give)
@@ -395,21 +396,19 @@ func (s *Sandbox) buildFiles() error {
 	// brings it in already; so does one the command sees through an idmapping, and one below a hidden
 	// directory, which then becomes an opaque empty directory in O(1) instead of a whiteout for every
 	// entry beside the way down (see hide).
-	ownFS := (!sameFS("/", cwd) || belowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
+	ownFS := (!sameFS("/", cwd) || rootfs.BelowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
 	overlayCwd := ownFS || idmap != nil && !shared(plan.Filesystem.Shares, cwd)
 	shares := append(shareTargets(plan.Filesystem.Shares), s.shareLinks...)
-	s.rootfs.decoyHomes, s.rootfs.decoyUID, s.rootfs.decoyGID = decoyHomes(plan), s.ids.HostUID, s.ids.HostGID
-	s.rootfs.decoyKeep = s.cachePaths() // no decoy inside a toolchain cache shown
-	err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shares, idmap)
+	s.rootfs.SetDecoys(decoyHomes(plan), s.cachePaths(), s.ids.HostUID, s.ids.HostGID) // no decoy inside a toolchain cache shown
+	err := s.rootfs.Mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shares, idmap)
 	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
 		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
-		s.rootfs.unmount()
-		s.rootfs = newRootfs(s.run.dir)
-		s.rootfs.decoyHomes, s.rootfs.decoyUID, s.rootfs.decoyGID = decoyHomes(plan), s.ids.HostUID, s.ids.HostGID
-		s.rootfs.decoyKeep = s.cachePaths()
+		s.rootfs.Unmount()
+		s.rootfs = rootfs.New(s.run.dir)
+		s.rootfs.SetDecoys(decoyHomes(plan), s.cachePaths(), s.ids.HostUID, s.ids.HostGID)
 		return s.giveCwd(plan, cwd, ownFS)
 	}
-	s.Notes = append(s.Notes, s.rootfs.notes...)
+	s.Notes = append(s.Notes, s.rootfs.Notes()...)
 	if err != nil {
 		return err
 	}
@@ -445,7 +444,7 @@ func (s *Sandbox) giveWayUp(plan *policy.Plan, cwd string, give bool) error {
 		if up.Mode&0o002 != 0 {
 			continue // anyone may write there already (/tmp itself)
 		}
-		f, err := s.rootfs.openDir(d)
+		f, err := s.rootfs.OpenDir(d)
 		if err != nil {
 			return fmt.Errorf("handing %s to the command's user: %w", d, err)
 		}
@@ -464,25 +463,25 @@ func (s *Sandbox) giveWayUp(plan *policy.Plan, cwd string, give bool) error {
 // could not create them in a directory it may not write, such as a hidden /root).
 func (s *Sandbox) openWays(plan *policy.Plan, cwd string) error {
 	for _, sh := range plan.Filesystem.Shares {
-		if s.rootfs.cwd == nil || !host.Within(sh.Sandbox, s.rootfs.cwd.At) {
+		if s.rootfs.CwdOverlay() == nil || !host.Within(sh.Sandbox, s.rootfs.CwdOverlay().At) {
 			st, err := os.Stat(sh.Host)
 			if err != nil {
 				return fmt.Errorf("%w: %s: %w", ErrShareTarget, sh.Host, err)
 			}
-			if err := mountPointLike(s.rootfs.root.merged, sh.Sandbox, st.IsDir()); err != nil {
+			if err := rootfs.MountPointLike(s.rootfs.RootDir(), sh.Sandbox, st.IsDir()); err != nil {
 				return fmt.Errorf("%w: preparing the mount point of %s: %w", ErrShareTarget, sh.Sandbox, err)
 			}
 		}
-		if err := s.rootfs.traversable(filepath.Dir(sh.Sandbox)); err != nil {
+		if err := s.rootfs.Traversable(filepath.Dir(sh.Sandbox)); err != nil {
 			return err
 		}
 	}
-	return s.rootfs.traversable(filepath.Dir(cwd))
+	return s.rootfs.Traversable(filepath.Dir(cwd))
 }
 
 // cwdIDMap is the idmapping that shows the working directory as the command's own, nil when the
 // command's user owns it already or gets no write access to it.
-func (s *Sandbox) cwdIDMap(give bool) *idmapping {
+func (s *Sandbox) cwdIDMap(give bool) *rootfs.IDMapping {
 	if !give {
 		return nil
 	}
@@ -499,17 +498,17 @@ func (s *Sandbox) cwdIDMap(give bool) *idmapping {
 	if int(st.Uid) == s.ids.HostUID {
 		return nil
 	}
-	return &idmapping{FromUID: int(st.Uid), FromGID: int(st.Gid), ToUID: s.ids.HostUID, ToGID: s.ids.HostGID}
+	return &rootfs.IDMapping{FromUID: int(st.Uid), FromGID: int(st.Gid), ToUID: s.ids.HostUID, ToGID: s.ids.HostGID}
 }
 
 // giveCwd is the fallback without idmapped mounts: the working directory is handed to the command's user
-// by changing owners in the overlay, up to maxChown entries.
+// by changing owners in the overlay, up to rootfs.MaxChown entries.
 func (s *Sandbox) giveCwd(plan *policy.Plan, cwd string, overlayCwd bool) error {
-	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, append(shareTargets(plan.Filesystem.Shares), s.shareLinks...), nil); err != nil {
+	if err := s.rootfs.Mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, append(shareTargets(plan.Filesystem.Shares), s.shareLinks...), nil); err != nil {
 		return err
 	}
-	s.Notes = append(s.Notes, s.rootfs.notes...)
-	whole, err := s.rootfs.giveTo(cwd, s.ids.HostUID, s.ids.HostGID)
+	s.Notes = append(s.Notes, s.rootfs.Notes()...)
+	whole, err := s.rootfs.GiveTo(cwd, s.ids.HostUID, s.ids.HostGID)
 	if err != nil {
 		return err
 	}
@@ -518,7 +517,7 @@ func (s *Sandbox) giveCwd(plan *policy.Plan, cwd string, overlayCwd bool) error 
 		return err
 	}
 	if !whole {
-		s.Notes = append(s.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, plan.UID))
+		s.Notes = append(s.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", rootfs.MaxChown, plan.UID))
 	}
 	return nil
 }
@@ -584,16 +583,16 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 		return nil, fmt.Errorf("finding the sbx binary: %w", err)
 	}
 	cmd := s.cfg.Command
-	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.root.merged, Init: s.cfg.InitBinary,
+	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.RootDir(), Init: s.cfg.InitBinary,
 		Args: []string{initPath, roleSupervise}, Cwd: cmd.Cwd, IDs: s.ids}
 	if in.Init == "" {
 		in.Init = initBinary(self)
 	}
-	if s.rootfs.cwd != nil {
-		in.CwdOverlay = s.rootfs.cwd.merged
+	if o := s.rootfs.CwdOverlay(); o != nil {
+		in.CwdOverlay = o.Merged()
 	}
 	if !Rootless() {
-		in.Caches = s.rootfs.cacheMounts()
+		in.Caches = s.rootfs.CacheMounts()
 	}
 	if len(cmd.Args) > 0 && cmd.Args[0] == selfPath {
 		in.Binary = self // the command is sbx itself in another role (SelfCommand)
@@ -618,7 +617,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	if !Rootless() {
 		for _, f := range in.ownFiles() {
 			if f.src != "" && !shareCovers(s.cfg.Plan.Filesystem.Shares, f.dst) {
-				if err := plainFile(s.rootfs.root.merged, f.dst); err != nil {
+				if err := plainFile(s.rootfs.RootDir(), f.dst); err != nil {
 					return nil, err
 				}
 			}
@@ -629,7 +628,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	// caller's 077 keeps what lands in a --rw share private.
 	spec.Process.User.Umask = callerUmask()
 	if Rootless() {
-		rootlessSpec(spec, s.rootfs.rootlessMounts(), s.deleg, s.ID)
+		rootlessSpec(spec, s.rootfs.RootlessMounts(), s.deleg, s.ID)
 		spec.Process.Rlimits = append(spec.Process.Rlimits, s.rootlessRlimits()...)
 	}
 	return spec, nil
@@ -802,7 +801,7 @@ func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
 // size limit, unlike an environment variable or an argument).
 func (s *Sandbox) supervisorConfig() supervisor.Config {
 	env := sessionEnv(s.cfg.Plan.Env, s.cfg.Command.Cwd, s.ids.UID)
-	if s.rootfs != nil && s.rootfs.cwd != nil {
+	if s.rootfs != nil && s.rootfs.CwdOverlay() != nil {
 		env = crossMountEnv(env)
 	}
 	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal,
@@ -918,21 +917,21 @@ func (s *Sandbox) DiskBytes() int64 {
 	if b := s.cfg.Plan.Limits.DiskBytes; b > 0 {
 		return b
 	}
-	return DefaultDiskBytes
+	return rootfs.DefaultDiskBytes
 }
 
 // Layers lists the sandbox's overlays: the root, and the working directory's when it lies on another
 // file system than the root.
 func (s *Sandbox) Layers() []Layer {
 	var ls []Layer
-	for _, o := range s.rootfs.overlays() {
+	for _, o := range s.rootfs.Overlays() {
 		if Rootless() {
 			// Without root, sbx reads only what its uid may: open what the command closed to its owner.
 			openUnreadable(o.Upper)
 		}
 		l := Layer{At: o.At, Upper: o.Upper, Lower: o.Lower}
 		if !Rootless() {
-			l.Merged = o.merged
+			l.Merged = o.Merged()
 		}
 		ls = append(ls, l)
 	}
@@ -1148,8 +1147,8 @@ func (s *Sandbox) Destroy() error {
 	// copies until its last process is gone.
 	unmounted := make(chan error, 1)
 	go func() {
-		s.rootfs.awaitDecoys() // nothing writes through the overlay once it is unmounted
-		unmounted <- s.rootfs.unmount()
+		s.rootfs.AwaitDecoys() // nothing writes through the overlay once it is unmounted
+		unmounted <- s.rootfs.Unmount()
 	}()
 	if s.container != nil {
 		if s.init != nil && s.initPid > 0 {

@@ -3,12 +3,13 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"github.com/sbx-dev/sbx/internal/cgprime"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sbx-dev/sbx/internal/cgprime"
 
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
@@ -17,6 +18,7 @@ import (
 	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
+	"github.com/sbx-dev/sbx/sandbox/rootfs"
 )
 
 // runDir is the state directory of one run. Its lock file is flock'ed for as long as the sbx that owns
@@ -357,7 +359,7 @@ func gcRun(root, id string) error {
 	if err := os.RemoveAll(filepath.Join(root, "lc", id)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := newRootfs(run).unmount(); err != nil {
+	if err := rootfs.New(run).Unmount(); err != nil {
 		errs = append(errs, err)
 	}
 	for _, d := range cgroups {
@@ -441,7 +443,7 @@ func (s *Sandbox) LimitHits() LimitHits {
 	if s.rootfs != nil && !Rootless() {
 		// Without root the layer lies on the host's disk and the limit is per file (RLIMIT_FSIZE,
 		// whose SIGXFSZ the command's shell reports as "File size limit exceeded").
-		h.Disk = layerUse(s.rootfs.layer, layerSize(s.cfg.Plan.Limits.DiskBytes))
+		h.Disk = layerUse(s.rootfs.Layer(), rootfs.LayerSize(s.cfg.Plan.Limits.DiskBytes))
 	}
 	return h
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 )
 
 // ErrStateShare is matched by the error about a writable share that reaches sbx's state root.
@@ -38,7 +39,7 @@ func ReachesStateRoot(stateRoot, path string) bool {
 		stateRoot = DefaultStateRootFor()
 	}
 	root, above := stateRootIdentity(stateRoot)
-	real := resolveExisting(absolute(path))
+	real := host.ResolveExisting(absolute(path))
 	for d := real; ; d = filepath.Dir(d) {
 		id, ok := identity(d)
 		if ok && (d == real && above[id] || root != nil && id == *root) {
@@ -67,7 +68,7 @@ func stateRootIdentity(stateRoot string) (*fileID, map[fileID]bool) {
 	above := map[fileID]bool{}
 	var root *fileID
 	// Resolved as far as it exists: that is where the state root is made.
-	d := resolveExisting(absolute(stateRoot))
+	d := host.ResolveExisting(absolute(stateRoot))
 	for p := d; ; p = filepath.Dir(p) {
 		if id, ok := identity(p); ok {
 			above[id] = true

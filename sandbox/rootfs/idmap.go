@@ -1,4 +1,4 @@
-package sandbox
+package rootfs
 
 import (
 	"errors"
@@ -13,9 +13,9 @@ import (
 // (kernel 5.12+, overlayfs over idmapped layers 5.19+).
 var ErrNoIDMap = errors.New("idmapped mounts not supported")
 
-// idmapping shows the files of one owner as another's: on-disk uid and gid From appear, through the
+// IDMapping shows the files of one owner as another's: on-disk uid and gid From appear, through the
 // mount, as host ids To. Other owners appear as nobody and keep their files to themselves.
-type idmapping struct {
+type IDMapping struct {
 	FromUID, FromGID int
 	ToUID, ToGID     int
 }
@@ -23,8 +23,8 @@ type idmapping struct {
 // bindIDMapped mounts a read-only, non-recursive bind of the directory src (an O_PATH handle, opened
 // without following links) at dst through the idmapping, in O(1): no file is chowned, the disk keeps
 // its owners.
-func bindIDMapped(src *os.File, dst string, m idmapping) error {
-	ns, err := idmapUserns(m)
+func bindIDMapped(src *os.File, dst string, m IDMapping) error {
+	ns, err := IDMapUserns(m)
 	if err != nil {
 		return err
 	}
@@ -60,8 +60,8 @@ func noIDMap(op, path string, err error) error {
 	return fmt.Errorf("%s %s: %w", op, path, err)
 }
 
-// idmapUserns returns a user namespace (its nsfs file) whose maps say m (see package idmapns).
-func idmapUserns(m idmapping) (*os.File, error) {
+// IDMapUserns returns a user namespace (its nsfs file) whose maps say m (see package idmapns).
+func IDMapUserns(m IDMapping) (*os.File, error) {
 	ns, err := idmapns.New(idmapns.Mapping(m))
 	if errors.Is(err, idmapns.ErrStart) {
 		return nil, fmt.Errorf("%w: %w", ErrNoIDMap, err)

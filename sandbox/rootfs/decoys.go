@@ -1,12 +1,10 @@
-package sandbox
+package rootfs
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -40,8 +38,8 @@ type Decoy struct {
 	ctime       unix.Timespec
 }
 
-// access is what the command did to a decoy: "read", "changed", "deleted"; "" for nothing.
-func (d Decoy) access() string {
+// Access is what the command did to a decoy: "read", "changed", "deleted"; "" for nothing.
+func (d Decoy) Access() string {
 	var st unix.Stat_t
 	if err := unix.Lstat(d.host, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -56,41 +54,6 @@ func (d Decoy) access() string {
 		return "read"
 	}
 	return ""
-}
-
-// DecoyAccesses lists the decoys the command touched, with what it did. Call it before anything reads
-// the writable layer (the file changes' content comparison would read a decoy, and so set its access
-// time).
-func (s *Sandbox) DecoyAccesses() (touched []Decoy, how []string) {
-	for _, d := range s.rootfs.decoys {
-		if a := d.access(); a != "" {
-			touched, how = append(touched, d), append(how, a)
-		}
-	}
-	return touched, how
-}
-
-// Decoys lists the sandbox's decoys.
-func (s *Sandbox) Decoys() []Decoy { return s.rootfs.decoys }
-
-// decoyHomes are the home directories where decoys go: the sandbox's HOME, root's and the caller's
-// (the sudo user's under sudo), each only when the profile hides it.
-func decoyHomes(plan *policy.Plan) []string {
-	homes := []string{envValue(plan.Env, "HOME"), "/root"}
-	if name := os.Getenv("SUDO_USER"); name != "" && os.Geteuid() == 0 {
-		if u, err := user.Lookup(name); err == nil {
-			homes = append(homes, u.HomeDir)
-		}
-	} else if h, err := os.UserHomeDir(); err == nil {
-		homes = append(homes, h)
-	}
-	var out []string
-	for _, h := range homes {
-		if h = filepath.Clean(h); filepath.IsAbs(h) && h != "/" && belowHidden(plan.Filesystem.Hidden, h) && !slices.Contains(out, h) {
-			out = append(out, h)
-		}
-	}
-	return out
 }
 
 // plantDecoys writes the decoys of every home into view: the root overlay's upper layer before it is

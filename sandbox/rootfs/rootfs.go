@@ -1,4 +1,4 @@
-package sandbox
+package rootfs
 
 import (
 	"errors"
@@ -20,21 +20,24 @@ import (
 // DefaultDiskBytes bounds the overlay's writable layer when the profile sets no limit.
 const DefaultDiskBytes = 1 << 30
 
-// overlay is one overlay mount of the sandbox: a read-only, non-recursive bind of a host directory as
+// Overlay is one overlay mount of the sandbox: a read-only, non-recursive bind of a host directory as
 // its lower layer and a directory pair on the run's size-limited tmpfs as its writable layer.
-type overlay struct {
+type Overlay struct {
 	At     string // where the sandbox sees it: "/" for the root
 	Lower  string // the bind of the host directory At
 	Upper  string
 	work   string
 	merged string
-	idmap  *idmapping // when set, the lower layer shows At's files as the command's (see bindIDMapped)
+	idmap  *IDMapping // when set, the lower layer shows At's files as the command's (see bindIDMapped)
 	userns *os.File   // idmap's user namespace when made already (bindInUserns); nil: bindLower makes one
 }
 
+// Merged is where the overlay is mounted on the host.
+func (o *Overlay) Merged() string { return o.merged }
+
 // bindLower binds At read-only as the lower layer (and makes the merged mount point): the part of an
 // overlay that does not need the writable layer, so it can be done while the layer is made.
-func (o *overlay) bindLower() error {
+func (o *Overlay) bindLower() error {
 	for _, d := range []string{o.Lower, o.merged} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -77,7 +80,7 @@ func (o *overlay) bindLower() error {
 
 // mountOverlay makes the upper and work directories in the writable layer and mounts the overlay over
 // the lower layer bindLower bound.
-func (o *overlay) mountOverlay() error {
+func (o *Overlay) mountOverlay() error {
 	for _, d := range []string{o.Upper, o.work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -105,7 +108,7 @@ func (o *overlay) mountOverlay() error {
 // error, when a layer's file system cannot encode and decode file handles or the mounter lacks
 // CAP_DAC_READ_SEARCH of the host (any overlay mounted in a user namespace); it then makes no index
 // directory in the work directory, which is what this looks at.
-func (o *overlay) indexed() bool {
+func (o *Overlay) indexed() bool {
 	st, err := os.Lstat(filepath.Join(o.work, "index"))
 	return err == nil && st.IsDir()
 }
@@ -126,16 +129,16 @@ func overlayDirs(lower, upper, work string) string {
 	return "lowerdir=" + e(lower) + ",upperdir=" + e(upper) + ",workdir=" + e(work)
 }
 
-// rootfs is what the sandbox sees as its files: the overlay of the host's root file system, and, when
+// FS is what the sandbox sees as its files: the overlay of the host's root file system, and, when
 // the working directory lies on another file system, an overlay of the working directory itself.
-type rootfs struct {
+type FS struct {
 	runDir string
 	layer  string // tmpfs holding every upper and work dir
-	root   overlay
-	cwd    *overlay   // nil when the working directory is on the root file system
-	caches []*overlay // the toolchain caches' (caches.go)
+	root   Overlay
+	cwd    *Overlay   // nil when the working directory is on the root file system
+	caches []*Overlay // the toolchain caches' (caches.go)
 	notes  []string   // what the rootfs could only partly do, for the report
-	prep   *layerPrep // the disk layer's device, attached ahead (Create) or in mount, and its claim
+	prep   *LayerPrep // the disk layer's device, attached ahead (Create) or in mount, and its claim
 	// Rootless: the top level of / (see rootless.go) and hidden paths below read-only binds, which get
 	// an empty tmpfs (directories) or /dev/null (files) mounted over them.
 	top        []topLayer
@@ -144,7 +147,7 @@ type rootfs struct {
 	index    bool
 	indexWhy string
 	// hidSeen is what hiding read of the host: a sandbox used later (a warm pool's) is stale once
-	// any of it changed (hiddenChanged).
+	// any of it changed (HiddenChanged).
 	hidSeen []hostSeen
 	// decoyHomes are the hidden homes that get decoys (decoys.go); decoys what was planted.
 	decoyHomes []string
@@ -152,15 +155,15 @@ type rootfs struct {
 	decoyUID   int      // the command's host ids: the owner of the directories made for decoys
 	decoyGID   int
 	decoys     []Decoy
-	decoysDone chan error // startDecoys' planting; nil when none runs
+	decoysDone chan error // StartDecoys' planting; nil when none runs
 }
 
-// startDecoys plants the decoys (with root) through the mounted root overlay, on a goroutine of its
+// StartDecoys plants the decoys (with root) through the mounted root overlay, on a goroutine of its
 // own, beside the container's start: a cold run does not wait for its few dozen files, and the
 // overlay itself makes the opaque directories over hidden ones. Files made through the overlay are
 // the upper layer's, where DecoyAccesses looks. Call it once the sandbox's files are laid out (nothing
-// else of sbx's writes there after), and awaitDecoys before anything reads the layer or unmounts it.
-func (r *rootfs) startDecoys() {
+// else of sbx's writes there after), and AwaitDecoys before anything reads the layer or unmounts it.
+func (r *FS) StartDecoys() {
 	if len(r.decoyHomes) == 0 || r.decoysDone != nil {
 		return
 	}
@@ -173,8 +176,8 @@ func (r *rootfs) startDecoys() {
 	}()
 }
 
-// awaitDecoys waits for startDecoys' planting; nil when none runs (or was waited for already).
-func (r *rootfs) awaitDecoys() error {
+// AwaitDecoys waits for StartDecoys' planting; nil when none runs (or was waited for already).
+func (r *FS) AwaitDecoys() error {
 	if r.decoysDone == nil {
 		return nil
 	}
@@ -192,10 +195,10 @@ type hostSeen struct {
 	names map[string]bool
 }
 
-// hiddenChanged says whether a hidden path that was absent now exists, or a directory whose entries
+// HiddenChanged says whether a hidden path that was absent now exists, or a directory whose entries
 // hiding listed has a new one: what the sandbox hides is then no longer what a new one would hide.
 // An entry gone is no change (its whiteout hides nothing).
-func (r *rootfs) hiddenChanged() bool {
+func (r *FS) HiddenChanged() bool {
 	for _, h := range r.hidSeen {
 		var st unix.Stat_t
 		err := unix.Lstat(h.path, &st)
@@ -213,35 +216,69 @@ func (r *rootfs) hiddenChanged() bool {
 	return false
 }
 
-func newRootfs(runDir string) *rootfs {
+// New is the sandbox's files in the run dir runDir, before anything is built (Mount as root,
+// BuildRootless without root); Unmount undoes what a run left there after a crash too.
+func New(runDir string) *FS {
 	layer := filepath.Join(runDir, "layer")
-	return &rootfs{
+	return &FS{
 		runDir: runDir,
 		layer:  layer,
-		root: overlay{At: "/", Lower: filepath.Join(runDir, "lower"), Upper: filepath.Join(layer, "upper"),
+		root: Overlay{At: "/", Lower: filepath.Join(runDir, "lower"), Upper: filepath.Join(layer, "upper"),
 			work: filepath.Join(layer, "work"), merged: filepath.Join(runDir, "rootfs")},
 	}
 }
 
-// overlays lists the sandbox's overlays, the root first.
-func (r *rootfs) overlays() []*overlay {
+// UseLayer gives r the disk layer attached ahead (StartLayer), which Mount mounts.
+func (r *FS) UseLayer(p *LayerPrep) { r.prep = p }
+
+// SetDecoys says where the decoys go: the hidden homes, the paths below which none goes (keep, besides
+// the working directory and the shares Mount is given), and the command's host ids (the owner of the
+// directories made for them).
+func (r *FS) SetDecoys(homes, keep []string, uid, gid int) {
+	r.decoyHomes, r.decoyKeep, r.decoyUID, r.decoyGID = homes, keep, uid, gid
+}
+
+// Decoys lists the decoys planted.
+func (r *FS) Decoys() []Decoy { return r.decoys }
+
+// SetIndexWhy says why the rootless overlays keep no inodes index here ("" when they can: index=on).
+func (r *FS) SetIndexWhy(why string) { r.index, r.indexWhy = why == "", why }
+
+// IndexWhy is why the rootless overlays keep no inodes index ("" when they keep one).
+func (r *FS) IndexWhy() string { return r.indexWhy }
+
+// Notes say what the sandbox's files could only partly be, for the report.
+func (r *FS) Notes() []string { return r.notes }
+
+// RootDir is the sandbox's root as the host sees it (the run dir's rootfs).
+func (r *FS) RootDir() string { return r.root.merged }
+
+// CwdOverlay is the working directory's own overlay; nil when it has none (it lies on the root file
+// system).
+func (r *FS) CwdOverlay() *Overlay { return r.cwd }
+
+// Layer is where the writable layer is mounted on the host (as root).
+func (r *FS) Layer() string { return r.layer }
+
+// Overlays lists the sandbox's overlays, the root first.
+func (r *FS) Overlays() []*Overlay {
 	if r.top != nil {
 		return r.rootlessOverlays()
 	}
 	if r.cwd == nil {
-		return []*overlay{&r.root}
+		return []*Overlay{&r.root}
 	}
-	return []*overlay{&r.root, r.cwd}
+	return []*Overlay{&r.root, r.cwd}
 }
 
-// mount builds the writable layer (see layer.go), hides paths by writing overlay whiteouts and opaque
+// Mount builds the writable layer (see layer.go), hides paths by writing overlay whiteouts and opaque
 // directories into it, and mounts the overlays. The host's / is the root's only lower layer: other host
 // mounts appear as empty directories, except the working directory's, which gets an overlay of its own
 // (see mountCwd), unless it is a hidden directory itself. keep are the paths shares are mounted at:
 // hiding leaves the way down to them (see hide).
 // idmap, when set, shows the working directory's overlay as the command's own (see mountCwd).
-func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool, keep []string, idmap *idmapping) error {
-	diskBytes = layerSize(diskBytes)
+func (r *FS) Mount(diskBytes int64, hidden []string, cwd string, overlayCwd bool, keep []string, idmap *IDMapping) error {
+	diskBytes = LayerSize(diskBytes)
 	if err := os.MkdirAll(r.layer, 0o700); err != nil {
 		return err
 	}
@@ -253,7 +290,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 	}
 	layer := make(chan made, 1)
 	if r.prep == nil {
-		r.prep = startLayer(diskBytes)
+		r.prep = StartLayer(diskBytes)
 	}
 	prep := r.prep // kept: unmount drops the device's claim once the layer is unmounted
 	go func() {
@@ -262,7 +299,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 	}()
 	ownCwd := overlayCwd && !slices.ContainsFunc(hidden, func(h string) bool { return filepath.Clean(h) == cwd })
 	if ownCwd {
-		r.cwd = &overlay{At: cwd, Lower: filepath.Join(r.runDir, "lower-cwd"),
+		r.cwd = &Overlay{At: cwd, Lower: filepath.Join(r.runDir, "lower-cwd"),
 			Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd"),
 			merged: filepath.Join(r.runDir, "cwd"), idmap: idmap}
 	}
@@ -285,7 +322,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 			return fmt.Errorf("hiding %s: %w", h, err)
 		}
 	}
-	// The decoys go in through the mounted overlay, beside the container's start (startDecoys).
+	// The decoys go in through the mounted overlay, beside the container's start (StartDecoys).
 	r.decoyKeep = append(append([]string{cwd}, keep...), r.decoyKeep...)
 	if err := r.root.mountOverlay(); err != nil {
 		return err
@@ -309,7 +346,7 @@ func (r *rootfs) mount(diskBytes int64, hidden []string, cwd string, overlayCwd 
 // layer is then an idmapped bind, bound by mount already): only the directory itself, not the rest of
 // its file system, so that nothing beside it shows. The sandbox mounts it at cwd over the path the root
 // overlay has there.
-func (r *rootfs) mountCwd(cwd string) error {
+func (r *FS) mountCwd(cwd string) error {
 	if err := r.cwd.mountOverlay(); err != nil {
 		return err
 	}
@@ -317,13 +354,13 @@ func (r *rootfs) mountCwd(cwd string) error {
 	return mkdirAllLike(r.root.merged, cwd)
 }
 
-// unmount undoes mount; it is safe on a partly built or already removed rootfs.
-func (r *rootfs) unmount() error {
+// Unmount undoes mount; it is safe on a partly built or already removed rootfs.
+func (r *FS) Unmount() error {
 	prep := r.prep
 	r.prep = nil
-	prep.release()
-	defer prep.unclaim() // once the layer is unmounted: until then its device is this run's
-	if Rootless() {
+	prep.Release()
+	defer prep.Unclaim() // once the layer is unmounted: until then its device is this run's
+	if host.Rootless() {
 		return nil // its mounts are in the sandbox's mount namespace only, gone with it
 	}
 	var errs []error
@@ -352,7 +389,7 @@ func (r *rootfs) unmount() error {
 // an explicit share (--ro/--rw). When the working directory gets an overlay of its own (ownCwd), it
 // needs no way down here: mountCwd creates the way and its mount point, so a hidden directory with no
 // share below is one opaque directory (O(1)) instead of a whiteout for every entry beside the way.
-func (r *rootfs) hide(path, cwd string, keep []string, ownCwd bool) error {
+func (r *FS) hide(path, cwd string, keep []string, ownCwd bool) error {
 	upper := r.root.Upper
 	path = filepath.Clean(path)
 	st, err := os.Lstat(path)
@@ -390,7 +427,7 @@ func (r *rootfs) hide(path, cwd string, keep []string, ownCwd bool) error {
 
 // hideAround whites out every entry of dir except those leading to a path of keep (all strictly below
 // dir), and goes on down each of those ways; a kept path's own subtree stays whole.
-func (r *rootfs) hideAround(upper, dir string, keep []string) error {
+func (r *FS) hideAround(upper, dir string, keep []string) error {
 	if err := mkdirLike(filepath.Join(upper, dir), dir); err != nil {
 		return err
 	}
@@ -409,7 +446,7 @@ func (r *rootfs) hideAround(upper, dir string, keep []string) error {
 		return err
 	}
 	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrPermission) && Rootless() {
+	if errors.Is(err, os.ErrPermission) && host.Rootless() {
 		// A level the caller may not list: the sandbox may not list it either, so there is nothing
 		// beside the way down to hide.
 		entries = nil
@@ -444,8 +481,8 @@ func (r *rootfs) hideAround(upper, dir string, keep []string) error {
 	return nil
 }
 
-// belowHidden reports whether path is one of the hidden directories or below one.
-func belowHidden(hidden []string, path string) bool {
+// BelowHidden reports whether path is one of the hidden directories or below one.
+func BelowHidden(hidden []string, path string) bool {
 	for _, h := range hidden {
 		if host.Within(path, filepath.Clean(h)) {
 			return true
@@ -510,22 +547,22 @@ func whiteout(path string) error {
 	return err
 }
 
-// maxChown bounds how many entries of the working directory are handed to the command's user. Beyond it
+// MaxChown bounds how many entries of the working directory are handed to the command's user. Beyond it
 // only the directory itself is, and the command can create files there but not change existing ones.
-const maxChown = 10000
+const MaxChown = 10000
 
-// giveTo makes dir (a path in the sandbox) writable for uid:gid by changing owners in the overlay, so that
+// GiveTo makes dir (a path in the sandbox) writable for uid:gid by changing owners in the overlay, so that
 // the host's files keep theirs. With metacopy, a chown copies up metadata only, not file contents.
 // It reports whether the whole tree could be handed over.
 //
-// Every step goes through a handle of the overlay that holds dir (see openDir): fchown on directory fds
+// Every step goes through a handle of the overlay that holds dir (see OpenDir): fchown on directory fds
 // opened with O_NOFOLLOW, fchownat with AT_SYMLINK_NOFOLLOW on single names. A symlink of the lower
 // layer (absolute ones point at the host) is changed as a link, never followed.
-func (r *rootfs) giveTo(dir string, uid, gid int) (bool, error) {
-	if err := r.traversable(filepath.Dir(dir)); err != nil {
+func (r *FS) GiveTo(dir string, uid, gid int) (bool, error) {
+	if err := r.Traversable(filepath.Dir(dir)); err != nil {
 		return false, err
 	}
-	top, err := r.openDir(dir)
+	top, err := r.OpenDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return true, nil
 	}
@@ -537,13 +574,13 @@ func (r *rootfs) giveTo(dir string, uid, gid int) (bool, error) {
 	if err := unix.Fstat(int(top.Fd()), &st); err != nil || int(st.Uid) == uid {
 		return true, err
 	}
-	n, err := walkTree(top, maxChown, func(*os.File, string, bool) error { return nil })
+	n, err := walkTree(top, MaxChown, func(*os.File, string, bool) error { return nil })
 	if err != nil {
 		return false, fmt.Errorf("handing %s to uid %d: %w", dir, uid, err)
 	}
-	whole := n < maxChown
+	whole := n < MaxChown
 	if whole {
-		_, err = walkTree(top, maxChown, func(parent *os.File, name string, isDir bool) error {
+		_, err = walkTree(top, MaxChown, func(parent *os.File, name string, isDir bool) error {
 			return unix.Fchownat(int(parent.Fd()), name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
 		})
 	}
@@ -612,13 +649,13 @@ func descend(d *os.File, name string, f func(*os.File) error) error {
 	return f(sub)
 }
 
-// traversable lets everyone search dir and its ancestors (as seen in the sandbox), so that an
+// Traversable lets everyone search dir and its ancestors (as seen in the sandbox), so that an
 // unprivileged user can reach a working directory below, say, a 0700 directory. Names along the path
 // become reachable; no directory becomes listable. Each directory is opened through the overlay's
 // handle without following a link, and changed through its fd.
-func (r *rootfs) traversable(dir string) error {
+func (r *FS) Traversable(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
-		f, err := r.openDir(d)
+		f, err := r.OpenDir(d)
 		if err != nil {
 			return fmt.Errorf("opening %s for the command's user: %w", d, err)
 		}
@@ -637,10 +674,10 @@ func (r *rootfs) traversable(dir string) error {
 	}
 }
 
-// openDir opens the sandbox directory p in the overlay that holds it (the working directory's or the
+// OpenDir opens the sandbox directory p in the overlay that holds it (the working directory's or the
 // root's), through a handle of that overlay's merged tree: openat2 RESOLVE_IN_ROOT|RESOLVE_NO_SYMLINKS,
 // so that no link of the lower layer, which is the host's, can lead out to the host.
-func (r *rootfs) openDir(p string) (*os.File, error) {
+func (r *FS) OpenDir(p string) (*os.File, error) {
 	root, rel := r.root.merged, p
 	if r.cwd != nil && host.Within(p, r.cwd.At) {
 		root, rel = r.cwd.merged, strings.TrimPrefix(p, r.cwd.At)
@@ -653,12 +690,12 @@ func (r *rootfs) openDir(p string) (*os.File, error) {
 	return safefs.OpenDir(rf, rel)
 }
 
-// mountPointLike creates path below the merged tree root as the mount point of a share whose source is
+// MountPointLike creates path below the merged tree root as the mount point of a share whose source is
 // a directory (dir) or a file: missing levels like the host's of the same name (owner, mode, times), or,
 // where the host has none (a share onto a path of its own, filesystem.share's path), root's with mode
 // 0755; the point itself a directory or an empty file. Every step goes through a handle of root that no
 // link can leave.
-func mountPointLike(root, path string, dir bool) error {
+func MountPointLike(root, path string, dir bool) error {
 	rf, err := safefs.OpenRoot(root)
 	if err != nil {
 		return err
@@ -730,12 +767,12 @@ func copyAttrs(f *os.File, like string) error {
 	return unix.Futimes(fd, []unix.Timeval{unix.NsecToTimeval(st.Atim.Nano()), unix.NsecToTimeval(st.Mtim.Nano())})
 }
 
-// resolveCwd resolves the working directory once, before anything is built, as the sandbox's root would
+// ResolveCwd resolves the working directory once, before anything is built, as the sandbox's root would
 // (openat2 RESOLVE_IN_ROOT on a handle of /: absolute links and ".." stay inside it). Every later step
 // uses the result, which holds no link: cwd overlay, hiding, the handover to the command's user, the
 // supervisor's working directory. A path that does not resolve stays as given (the sandbox then fails
 // to enter it); every step on it still goes through handles that no link can leave.
-func resolveCwd(cwd string) string {
+func ResolveCwd(cwd string) string {
 	if !filepath.IsAbs(cwd) {
 		return cwd
 	}

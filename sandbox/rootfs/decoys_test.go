@@ -1,4 +1,4 @@
-package sandbox
+package rootfs
 
 import (
 	"os"
@@ -63,7 +63,7 @@ func TestPlantDecoys(t *testing.T) {
 	os.Chmod(changed.host, 0o600)
 	os.Remove(removed.host)
 	for d, want := range map[Decoy]string{read: "read", changed: "changed", removed: "deleted", byPath["/tmp/h/.ssh/id_rsa"]: ""} {
-		if got := d.access(); got != want {
+		if got := d.Access(); got != want {
 			t.Errorf("%s: access %q, want %q", d.Path, got, want)
 		}
 	}

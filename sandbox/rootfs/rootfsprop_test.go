@@ -1,4 +1,4 @@
-package sandbox
+package rootfs
 
 import (
 	"os"
@@ -19,7 +19,7 @@ import (
 func TestLowerPropagation(t *testing.T) {
 	testutil.RequireRoot(t, "mounts")
 	base := t.TempDir()
-	o := overlay{At: filepath.Join(base, "at"), Lower: filepath.Join(base, "lower"), merged: filepath.Join(base, "merged")}
+	o := Overlay{At: filepath.Join(base, "at"), Lower: filepath.Join(base, "lower"), merged: filepath.Join(base, "merged")}
 	if err := os.Mkdir(o.At, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sandbox
+package rootfs
 
 import (
 	"errors"
@@ -89,11 +89,11 @@ var ErrNoDiskLayer = errors.New("no disk-backed writable layer")
 // fail with I/O errors instead of ENOSPC).
 //
 // prepared nil attaches a device now, and drops its claim once the layer is mounted (a caller that
-// keeps no layerPrep to unclaim after the unmount).
-func mountLayer(dir string, size int64, prepared *layerPrep) (note string, err error) {
+// keeps no LayerPrep to unclaim after the unmount).
+func mountLayer(dir string, size int64, prepared *LayerPrep) (note string, err error) {
 	if prepared == nil {
 		prepared = prepareLayer(size)
-		defer prepared.unclaim()
+		defer prepared.Unclaim()
 	}
 	derr := prepared.mount(dir)
 	if derr == nil {
@@ -110,18 +110,18 @@ func mountLayer(dir string, size int64, prepared *layerPrep) (note string, err e
 	return fmt.Sprintf("the writable layer is a tmpfs (%v): files written count against the memory limit", derr), nil
 }
 
-// layerSize is the size of a writable layer for the profile's disk limit (0: DefaultDiskBytes).
-func layerSize(diskBytes int64) int64 {
+// LayerSize is the size of a writable layer for the profile's disk limit (0: DefaultDiskBytes).
+func LayerSize(diskBytes int64) int64 {
 	if diskBytes <= 0 {
 		return DefaultDiskBytes
 	}
 	return diskBytes
 }
 
-// A layerPrep is a disk layer's loop device, attached to a fresh copy of the template before the run
+// A LayerPrep is a disk layer's loop device, attached to a fresh copy of the template before the run
 // dir it is mounted in exists: the copy and the attach are most of a layer's 2 ms, and Create starts
-// them first (startLayer), beside its other steps.
-type layerPrep struct {
+// them first (StartLayer), beside its other steps.
+type LayerPrep struct {
 	done  chan struct{}
 	size  int64
 	dev   *os.File      // the loop device; nil after mount or release
@@ -130,9 +130,9 @@ type layerPrep struct {
 	err   error
 }
 
-// startLayer attaches the disk layer of size on a goroutine of its own; mount or release it.
-func startLayer(size int64) *layerPrep {
-	p := &layerPrep{done: make(chan struct{}), size: size}
+// StartLayer attaches the disk layer of size on a goroutine of its own; mount or release it.
+func StartLayer(size int64) *LayerPrep {
+	p := &LayerPrep{done: make(chan struct{}), size: size}
 	go func() {
 		defer close(p.done)
 		p.dev, p.claim, p.err = attachDiskLayer(size)
@@ -141,15 +141,15 @@ func startLayer(size int64) *layerPrep {
 }
 
 // prepareLayer attaches the disk layer of size now.
-func prepareLayer(size int64) *layerPrep {
-	p := &layerPrep{done: make(chan struct{}), size: size}
+func prepareLayer(size int64) *LayerPrep {
+	p := &LayerPrep{done: make(chan struct{}), size: size}
 	p.dev, p.claim, p.err = attachDiskLayer(size)
 	close(p.done)
 	return p
 }
 
 // mount waits for the device and mounts it at dir.
-func (p *layerPrep) mount(dir string) error {
+func (p *LayerPrep) mount(dir string) error {
 	<-p.done
 	if p.err != nil {
 		return p.err
@@ -179,8 +179,8 @@ func directIO(dev *os.File, done chan struct{}) {
 	dev.Close()
 }
 
-// release frees a device that was never mounted; it is safe after mount and on nil.
-func (p *layerPrep) release() {
+// Release frees a device that was never mounted; it is safe after mount and on nil.
+func (p *LayerPrep) Release() {
 	if p == nil {
 		return
 	}
@@ -191,9 +191,9 @@ func (p *layerPrep) release() {
 	}
 }
 
-// unclaim drops the device's claim, once the layer is unmounted (or was never mounted, after release):
+// Unclaim drops the device's claim, once the layer is unmounted (or was never mounted, after release):
 // other runs may take its index again. It is safe twice and on nil.
-func (p *layerPrep) unclaim() {
+func (p *LayerPrep) Unclaim() {
 	if p == nil {
 		return
 	}
