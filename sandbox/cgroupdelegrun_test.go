@@ -18,6 +18,7 @@ import (
 
 	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // delegChildEnv starts TestDelegatedChild's checks: the test binary runs them as an ordinary user in a
@@ -129,7 +130,7 @@ func TestDelegatedChild(t *testing.T) {
 }
 
 // delegatedChecks are the checks of TestDelegatedRun, made by an ordinary user in a delegated cgroup.
-func delegatedChecks(t *testing.T, state string) {
+func delegatedChecks(t *testing.T, root string) {
 	d, why := cgroup.Detect()
 	if d == nil {
 		t.Fatalf("no delegated cgroup: %s", why)
@@ -143,7 +144,7 @@ func delegatedChecks(t *testing.T, state string) {
 		plan := testPlan(t)
 		plan.Limits.MemoryBytes, plan.Limits.Pids = 0, 0
 		var out bytes.Buffer
-		cfg := Config{Plan: plan, StateRoot: state, Command: Command{Args: args, Cwd: "/", Stdout: &out, Stderr: &out}}
+		cfg := Config{Plan: plan, StateRoot: root, Command: Command{Args: args, Cwd: "/", Stdout: &out, Stderr: &out}}
 		if mod != nil {
 			mod(&cfg)
 		}
@@ -264,7 +265,7 @@ func delegatedChecks(t *testing.T, state string) {
 		if _, err := os.Stat(dir); err != nil {
 			t.Fatalf("the crashed run's cgroup is not there to clean up: %v", err)
 		}
-		res, err := GC(state)
+		res, err := state.GC(root)
 		if err != nil {
 			t.Errorf("gc: %v", err)
 		}

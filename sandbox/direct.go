@@ -20,6 +20,7 @@ import (
 	"github.com/sbx-dev/sbx/internal/vspawn"
 	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"github.com/sbx-dev/sbx/sandbox/internal/host"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // The direct start: sbx starts the supervisor itself, in fresh namespaces, and the supervisor builds
@@ -67,7 +68,7 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	}
 	setup := &supervisor.Setup{Rootfs: config.Rootfs, Masked: config.MaskPaths, ReadOnly: config.ReadonlyPaths,
 		Hostname: config.Hostname, Sysctl: config.Sysctl, Umask: 0o022, Cwd: s.cfg.Command.Cwd,
-		Console: s.cfg.Command.Terminal, OpenSources: Rootless(), Guard: stateGuard(s.cfg.StateRoot)}
+		Console: s.cfg.Command.Terminal, OpenSources: Rootless(), Guard: state.Guard(s.cfg.StateRoot)}
 	if !config.NoNewKeyring {
 		setup.SessionKeyring = "_ses." + s.ID // libcontainer's name
 	}
@@ -79,7 +80,7 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 			return nil, fmt.Errorf("mount %s: not built by the supervisor", m.Destination)
 		}
 		dm := supervisor.Mount{Source: m.Source, Destination: m.Destination, Type: m.Device, Flags: m.Flags,
-			Data: m.Data, Propagation: m.PropagationFlags, Own: host.Within(m.Source, s.run.dir),
+			Data: m.Data, Propagation: m.PropagationFlags, Own: host.Within(m.Source, s.run.Dir()),
 			NoLinks: m.Device == "bind" && isShare(s.cfg.Plan.Filesystem.Shares, m.Source, m.Destination)}
 		if m.RecAttr != nil {
 			dm.RecSet, dm.RecClr = m.RecAttr.Attr_set, m.RecAttr.Attr_clr

@@ -24,6 +24,7 @@ import (
 	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // bothStarts runs f as a subtest with the direct start and with libcontainer's init.
@@ -245,12 +246,12 @@ func TestCgroupLeftForGC(t *testing.T) {
 	if err := sb.Destroy(); err == nil {
 		t.Fatal("Destroy removed the cgroups of a busy sandbox, want an error")
 	}
-	if _, err := os.Stat(filepath.Join(runsDir(root), sb.ID)); err != nil {
+	if _, err := os.Stat(filepath.Join(state.RunsDir(root), sb.ID)); err != nil {
 		t.Fatalf("the run dir is gone (%v): nothing left to find the cgroups by", err)
 	}
 	squatter.Process.Kill()
 	squatter.Wait()
-	res, err := GC(root)
+	res, err := state.GC(root)
 	if err != nil || !slices.Contains(res.Runs, sb.ID) {
 		t.Fatalf("gc: %+v, %v; want run %s removed", res, err, sb.ID)
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"github.com/sbx-dev/sbx/sandbox/internal/host"
 	"github.com/sbx-dev/sbx/sandbox/rootfs"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // Without root, sbx builds the same sandbox from what the kernel gives an ordinary user: a user
@@ -37,61 +37,6 @@ import (
 
 // Rootless says whether sbx runs without root, and builds sandboxes the rootless way.
 func Rootless() bool { return host.Rootless() }
-
-// DefaultStateRootFor is where sbx keeps the state of its runs for the user it runs as: DefaultStateRoot
-// for root; else $XDG_RUNTIME_DIR/sbx (cleared at logout) when its file system keeps user.* xattrs, or
-// ~/.local/state/sbx. StateRootReason says why.
-func DefaultStateRootFor() string {
-	root, _ := stateRootFor()
-	return root
-}
-
-// StateRootReason says why DefaultStateRootFor chose the state root it did ("" for root's).
-func StateRootReason() string {
-	_, why := stateRootFor()
-	return why
-}
-
-// stateRootFor is the rootless state root and why it was chosen.
-//
-// A rootless sandbox's overlays keep their metadata in user.overlay.* xattrs (userxattr), so their
-// upper and work dirs must be on a file system that keeps user.* xattrs. $XDG_RUNTIME_DIR is a tmpfs,
-// and tmpfs keeps user.* xattrs only from Linux 6.6 on: on older kernels (Debian 12's 6.1) every
-// rootless run failed there ("operation not supported"). So the runtime dir is tried by setting such
-// an xattr on it, and ~/.local/state/sbx serves where it is refused.
-func stateRootFor() (string, string) {
-	if !Rootless() {
-		return DefaultStateRoot, ""
-	}
-	home := ""
-	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
-		home = filepath.Join(h, ".local", "state", "sbx")
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
-		err := userXattrs(d)
-		if err == nil || home == "" {
-			return filepath.Join(d, "sbx"), "$XDG_RUNTIME_DIR"
-		}
-		return home, fmt.Sprintf("$XDG_RUNTIME_DIR (%s) keeps no user.* xattrs (%v), which rootless overlays need", d, err)
-	}
-	if home != "" {
-		return home, "no $XDG_RUNTIME_DIR"
-	}
-	return filepath.Join(os.TempDir(), "sbx-"+strconv.Itoa(os.Geteuid())), "no $XDG_RUNTIME_DIR and no home directory"
-}
-
-// userXattrs says whether the file system of dir keeps user.* xattrs, by setting one on a file made for
-// the check (and removed): a file system without them answers EOPNOTSUPP. Other errors (a runtime dir
-// that is not the caller's) count as a refusal too.
-func userXattrs(dir string) error {
-	f, err := os.CreateTemp(dir, ".sbx-xattr-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	return unix.Fsetxattr(int(f.Fd()), "user.sbx.probe", []byte{1}, 0)
-}
 
 // rootlessIDMap maps the caller as the namespace's root, which is also the command's user.
 func rootlessIDMap() IDMap {
@@ -385,42 +330,6 @@ func processesOf(uid int) int {
 	return n
 }
 
-// overlayWorkDirs are the directories an overlay leaves with mode 0 in its work dir: its own work
-// dir, and with the volatile option (rootlessOverlayOpts) the marker dirs below it. Parents first.
-var overlayWorkDirs = []string{"work", "work/incompat", "work/incompat/volatile"}
-
-// openWorkDirs gives the caller back the dirs overlay leaves with mode 0 in a rootless run dir
-// (overlayWorkDirs), each reached below the run dir's handle without following a link, so that one
-// pass of os.RemoveAll removes the run dir. (Before the volatile markers were opened too, every
-// rootless run's first pass failed on them, and removeAll walked the run dir a second time to open
-// every directory; the removal itself, about 6 ms for a run dir on ext4, is the same either way.)
-func openWorkDirs(dir string) {
-	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	defer unix.Close(root)
-	var patterns []string
-	for _, w := range overlayWorkDirs {
-		patterns = append(patterns, "layer/work/*/"+w, "layer/work-cwd/"+w, "layer/work-cache-*/"+w)
-	}
-	for _, pattern := range patterns {
-		matches, _ := filepath.Glob(filepath.Join(dir, pattern))
-		for _, m := range matches {
-			if rel, err := filepath.Rel(dir, m); err == nil {
-				openUp(root, rel, 0o700)
-			}
-		}
-	}
-}
-
-// openForRemoval gives the caller back every directory below dir (u+rwx), so that an ordinary user can
-// remove the run dir whatever modes the command left on the directories it made. Like openUnreadable,
-// every directory is reached below dir's handle without following a link, and changed through its own.
-func openForRemoval(dir string) {
-	openBelow(dir, 0o700, true)
-}
-
 // NetDiag returns a sock_diag socket of the sandbox's network namespace, for an sbx that may not enter
 // it (without root): a copy of the one the supervisor made. The caller closes it.
 func (s *Sandbox) NetDiag() (int, error) {
@@ -438,78 +347,6 @@ func (s *Sandbox) NetDiag() (int, error) {
 	}
 	unix.CloseOnExec(fd)
 	return fd, nil
-}
-
-// maxOpenDirs bounds how many directories openUnreadable looks at.
-const maxOpenDirs = 1 << 17
-
-// openUnreadable adds read and search permission for their owner (the caller, without root) to the
-// directories below upper that lack it, so that observation can walk what the command wrote. The
-// command may still run and swap names for links: every directory is opened below upper's handle
-// without following any link, and changed through its handle. Modes are not in the report.
-func openUnreadable(upper string) {
-	openBelow(upper, 0o500, false)
-}
-
-// openBelow walks the directories below top through a handle of it (openat2 RESOLVE_IN_ROOT, no link
-// followed, no other file system), adding perm for their owner: to every directory (always), or to
-// those it cannot open. It looks at maxOpenDirs directories at most.
-func openBelow(top string, perm uint32, always bool) {
-	root, err := unix.Open(top, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	defer unix.Close(root)
-	budget := maxOpenDirs
-	openDirsBelow(root, ".", &budget, perm, always)
-}
-
-func openDirsBelow(root int, rel string, budget *int, perm uint32, always bool) {
-	if *budget <= 0 {
-		return
-	}
-	*budget--
-	if always {
-		openUp(root, rel, perm)
-	}
-	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
-	fd, err := unix.Openat2(root, rel, how)
-	if errors.Is(err, unix.EACCES) && !always && openUp(root, rel, perm) {
-		fd, err = unix.Openat2(root, rel, how)
-	}
-	if err != nil {
-		return
-	}
-	dir := os.NewFile(uintptr(fd), rel)
-	entries, _ := dir.ReadDir(-1)
-	dir.Close()
-	for _, e := range entries {
-		if e.IsDir() {
-			openDirsBelow(root, filepath.Join(rel, e.Name()), budget, perm, always)
-		}
-	}
-}
-
-// openUp adds perm for its owner to the directory rel below root, reached without following links,
-// when it lacks any of it and belongs to the caller.
-func openUp(root int, rel string, perm uint32) bool {
-	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
-	fd, err := unix.Openat2(root, rel, how)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || int(st.Uid) != os.Geteuid() {
-		return false
-	}
-	if st.Mode&perm == perm {
-		return true
-	}
-	// An O_PATH handle cannot be fchmod'ed; its /proc/self/fd link names exactly that directory.
-	return unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), st.Mode&0o7777|perm) == nil
 }
 
 // startDirectRootless is startDirect without root: the supervisor starts in fresh namespaces as the
@@ -551,7 +388,7 @@ func (s *Sandbox) startDirectRootless(bin string, setup *supervisor.Setup, confi
 		// Its maps refused: AppArmor's restriction of user namespaces, the usual cause (apparmor.go).
 		return nil, usernsRefusal(err)
 	}
-	if err := recordInit(s.run.dir, s.initPid); err != nil {
+	if err := state.RecordInit(s.run.Dir(), s.initPid); err != nil {
 		return nil, err
 	}
 	if m == nil {
@@ -595,56 +432,4 @@ func (s *Sandbox) delegatedManager(config *configs.Config) (cgroups.Manager, err
 		return nil, fmt.Errorf("setting the sandbox's limits in %s: %w", m.Path(""), err)
 	}
 	return m, nil
-}
-
-// initFile names, in a rootless run's dir, its supervisor's host pid and pid namespace: without a
-// cgroup, nothing else tells gc which processes were the run's, should its supervisor outlive a dead
-// sbx (its parent-death signal kills it with sbx; this is the second line).
-const initFile = "init"
-
-// maxInitFile bounds what gc reads of initFile.
-const maxInitFile = 256
-
-// recordInit writes initFile for the supervisor pid, sbx's child, not reaped yet: the pid is its.
-func recordInit(runDir string, pid int) error {
-	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
-	if err != nil {
-		return fmt.Errorf("reading the supervisor's pid namespace: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(runDir, initFile), []byte(fmt.Sprintf("%d %s\n", pid, ns)), 0o600); err != nil {
-		return fmt.Errorf("recording the supervisor's pid: %w", err)
-	}
-	return nil
-}
-
-// killRecordedInit kills, for gc, the supervisor a dead run recorded in its dir (and with it its whole
-// pid namespace), if it is still there: the process with that pid whose pid namespace is the recorded
-// one, signalled through a pidfd opened before the check, so that a reused pid is never hit. It waits
-// up to a second for it to be gone.
-func killRecordedInit(runDir string) {
-	f, err := os.Open(filepath.Join(runDir, initFile))
-	if err != nil {
-		return
-	}
-	data := make([]byte, maxInitFile)
-	n, _ := f.Read(data)
-	f.Close()
-	var pid int
-	var ns string
-	if _, err := fmt.Sscanf(string(data[:n]), "%d %s", &pid, &ns); err != nil || pid <= 1 {
-		return
-	}
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return
-	}
-	defer unix.Close(fd)
-	if got, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil || got != ns {
-		return
-	}
-	if unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) != nil {
-		return
-	}
-	// The pidfd reads as readable once the process has exited.
-	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 1000)
 }

@@ -35,10 +35,11 @@ import (
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
 	"github.com/sbx-dev/sbx/sandbox/rootfs"
 	"github.com/sbx-dev/sbx/sandbox/seccomp"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
-// DefaultStateRoot is where sbx keeps the state of its runs. It lives on /run so that a reboot clears it.
-const DefaultStateRoot = "/run/sbx"
+// DefaultStateRoot is where sbx keeps the state of its runs as root (package state).
+const DefaultStateRoot = state.DefaultRoot
 
 // ErrSetup is matched by every error of sandbox creation: the sandbox could not be built.
 var ErrSetup = errors.New("sandbox setup failed")
@@ -87,7 +88,7 @@ type Sandbox struct {
 	ID     string
 	Notes  []string // what the sandbox could only partly do, for the report
 	cfg    Config
-	run    *runDir
+	run    *state.Run
 	rootfs *rootfs.FS
 	// shareLinks are the paths of shares that led through a link, moved to where it leads
 	// (resolveShares); hiding keeps the way down to them.
@@ -119,7 +120,7 @@ type Sandbox struct {
 // command. On error, everything it built is gone again.
 func Create(cfg Config) (sb *Sandbox, err error) {
 	if cfg.StateRoot == "" {
-		cfg.StateRoot = DefaultStateRootFor()
+		cfg.StateRoot = state.DefaultRootFor()
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -140,7 +141,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
 	tr := newTracer()
 	defer tr.done()
-	GC(cfg.StateRoot)
+	state.GC(cfg.StateRoot)
 	primer := cgroup.StartPrimer(cfg.StateRoot) // until the container runs (package cgroup)
 	defer primer.Stop()
 	tr.mark("gc")
@@ -157,13 +158,13 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		}
 		ids, deleg = rootlessIDMap(), d
 	}
-	run, err := claimRunDir(cfg.StateRoot, id, ids)
+	run, err := state.Claim(cfg.StateRoot, id, ids.RootUID, ids.RootGID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: rootfs.New(run.dir), ids: ids, diagFD: -1, deleg: deleg}
+	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: rootfs.New(run.Dir()), ids: ids, diagFD: -1, deleg: deleg}
 	sb.rootfs.UseLayer(prep)
-	sb.cgroups = cgroup.Start(id, deleg, run.dir) // beside the overlays (package cgroup)
+	sb.cgroups = cgroup.Start(id, deleg, run.Dir()) // beside the overlays (package cgroup)
 	defer func() {
 		if err != nil {
 			sb.Destroy()
@@ -186,11 +187,11 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 			// Without root the container makes the namespace; the contract attaches once it exists.
 			setup = netcontract.SetupRootless
 		}
-		sb.net, err = setup(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})
+		sb.net, err = setup(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.Dir()})
 		if err != nil {
 			return sb, fmt.Errorf("setting up the network contract: %w", err)
 		}
-	} else if sb.net, err = netcontract.SetupNone(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir}); err != nil {
+	} else if sb.net, err = netcontract.SetupNone(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.Dir()}); err != nil {
 		// Mode none still records what the command tries: built once the init exists (AttachNone).
 		return sb, fmt.Errorf("setting up the network record: %w", err)
 	}
@@ -216,7 +217,7 @@ func (cfg Config) check() error {
 			return fmt.Errorf("%w: %s: %w", ErrShare, sh.Host, err)
 		}
 	}
-	if err := checkStateShares(cfg.StateRoot, cfg.Plan.Filesystem.Shares); err != nil {
+	if err := state.CheckShares(cfg.StateRoot, cfg.Plan.Filesystem.Shares); err != nil {
 		return err
 	}
 	return checkNoFile(cfg.Plan.Limits.NoFile)
@@ -404,7 +405,7 @@ func (s *Sandbox) buildFiles() error {
 	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
 		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
 		s.rootfs.Unmount()
-		s.rootfs = rootfs.New(s.run.dir)
+		s.rootfs = rootfs.New(s.run.Dir())
 		s.rootfs.SetDecoys(decoyHomes(plan), s.cachePaths(), s.ids.HostUID, s.ids.HostGID)
 		return s.giveCwd(plan, cwd, ownFS)
 	}
@@ -607,10 +608,10 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 		in.OwnSys = true
 	}
 	in.Notify = s.notify != nil
-	if in.Hosts, err = hostsFile(s.run.dir); err != nil {
+	if in.Hosts, err = hostsFile(s.run.Dir()); err != nil {
 		return nil, err
 	}
-	if in.Passwd, err = passwdFile(s.run.dir, s.ids.UID, envValue(s.cfg.Plan.Env, "HOME")); err != nil {
+	if in.Passwd, err = passwdFile(s.run.Dir(), s.ids.UID, envValue(s.cfg.Plan.Env, "HOME")); err != nil {
 		return nil, err
 	}
 	s.passwd = in.Passwd
@@ -902,6 +903,11 @@ func (s *Sandbox) Network() *netcontract.Net { return s.net }
 // Console is the master side of the command's terminal, nil unless Command.Terminal was set.
 func (s *Sandbox) Console() *os.File { return s.console }
 
+// ApplyJournal returns the journal function of this run's apply, its working directory being cwd.
+func (s *Sandbox) ApplyJournal(cwd string) func(rel string) error {
+	return state.ApplyJournal(s.run.Dir(), cwd)
+}
+
 // Layer is one overlay of the sandbox, for observing what the command wrote: files written below At in
 // the sandbox are in Upper; Lower is what was there before (the host's file system without the mounts on
 // it).
@@ -927,7 +933,7 @@ func (s *Sandbox) Layers() []Layer {
 	for _, o := range s.rootfs.Overlays() {
 		if Rootless() {
 			// Without root, sbx reads only what its uid may: open what the command closed to its owner.
-			openUnreadable(o.Upper)
+			state.OpenUnreadable(o.Upper)
 		}
 		l := Layer{At: o.At, Upper: o.Upper, Lower: o.Lower}
 		if !Rootless() {
@@ -1198,8 +1204,8 @@ func (s *Sandbox) Destroy() error {
 	tr.mark("unmount")
 	if keepRun {
 		// Left for gc (the next run's, or sbx gc), which removes a dead run's cgroups by its dir.
-		s.run.abandon()
-	} else if err := s.run.release(); err != nil {
+		s.run.Abandon()
+	} else if err := s.run.Release(); err != nil {
 		errs = append(errs, err)
 	}
 	tr.mark("release")

@@ -9,8 +9,9 @@ import (
 	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/sbx-dev/sbx/policy"
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/policy"
 )
 
 // Cache is a cache the sandbox shows: the plan's, with the path its root-owned links lead to.

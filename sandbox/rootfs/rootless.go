@@ -10,10 +10,11 @@ import (
 	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/sandbox/internal/host"
-	"golang.org/x/sys/unix"
 )
 
 // topLayer is one top-level entry of the host's / in a rootless sandbox.

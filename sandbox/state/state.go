@@ -1,4 +1,4 @@
-package sandbox
+package state
 
 import (
 	"errors"
@@ -17,31 +17,33 @@ import (
 	"github.com/sbx-dev/sbx/apply"
 	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
 	"github.com/sbx-dev/sbx/sandbox/rootfs"
 )
 
-// runDir is the state directory of one run. Its lock file is flock'ed for as long as the sbx that owns
+// Run is the state directory of one run. Its lock file is flock'ed for as long as the sbx that owns
 // the run lives: the kernel drops the lock when that process dies, which is how GC tells dead runs.
-type runDir struct {
+type Run struct {
 	dir   string
 	lock  *os.File
 	tmpfs bool // a tmpfs of the run's own is mounted on dir (see onTmpfs)
 }
 
-func runsDir(root string) string { return filepath.Join(root, "runs") }
+// RunsDir is where the state root keeps its runs' dirs.
+func RunsDir(root string) string { return filepath.Join(root, "runs") }
 
-// claimRunDir creates and locks the state directory of run id. The directory is built under a temporary
+// Claim creates and locks the state directory of run id. The directory is built under a temporary
 // name and renamed once its lock is held and names its owner, so that a run dir never exists unlocked:
 // GC can tell a dead run from one being born.
 //
-// The run dir belongs to the sandbox's root (owner: the host ids of its user namespace's root), which
-// reaches the sandbox's root file system below it by path; the state root and its runs dir are
-// searchable for that, never listable.
-func claimRunDir(root, id string, owner IDMap) (*runDir, error) {
-	runs := runsDir(root)
+// The run dir belongs to the sandbox's root (ownerUID, ownerGID: the host ids of its user namespace's
+// root), which reaches the sandbox's root file system below it by path; the state root and its runs
+// dir are searchable for that, never listable.
+func Claim(root, id string, ownerUID, ownerGID int) (*Run, error) {
+	runs := RunsDir(root)
 	tmp := filepath.Join(runs, newPrefix+id)
-	if owner.RootUID == os.Geteuid() {
+	if ownerUID == os.Geteuid() {
 		// The sandbox's root is sbx's own user (rootless): nobody else needs in.
 		if err := os.MkdirAll(runs, 0o700); err != nil {
 			return nil, fmt.Errorf("creating the state dir: %w", err)
@@ -52,7 +54,7 @@ func claimRunDir(root, id string, owner IDMap) (*runDir, error) {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the state dir: %w", err)
 	}
-	if err := os.Lchown(tmp, owner.RootUID, owner.RootGID); err != nil {
+	if err := os.Lchown(tmp, ownerUID, ownerGID); err != nil {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("handing the state dir to the sandbox's root: %w", err)
 	}
@@ -73,9 +75,9 @@ func claimRunDir(root, id string, owner IDMap) (*runDir, error) {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("creating the state dir: %w", err)
 	}
-	r := &runDir{dir: dir, lock: lock}
-	if err := r.onTmpfs(owner); err != nil {
-		r.release()
+	r := &Run{dir: dir, lock: lock}
+	if err := r.onTmpfs(ownerUID, ownerGID); err != nil {
+		r.Release()
 		return nil, err
 	}
 	return r, nil
@@ -91,12 +93,12 @@ const runTmpfsOptions = "mode=0700,uid=%d,gid=%d,size=16m,nr_inodes=1024"
 // is, each new inode is searched for past every inode freed in the last half minute, and 20 runs at
 // once took 15% longer with the state root there than on a tmpfs. The lock stays on disk below, where
 // gc (in the host's mount namespace) looks.
-func (r *runDir) onTmpfs(owner IDMap) error {
-	if Rootless() || !cgprime.PrivateMounts() {
+func (r *Run) onTmpfs(uid, gid int) error {
+	if host.Rootless() || !cgprime.PrivateMounts() {
 		return nil
 	}
 	if err := unix.Mount("tmpfs", r.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
-		fmt.Sprintf(runTmpfsOptions, owner.RootUID, owner.RootGID)); err != nil {
+		fmt.Sprintf(runTmpfsOptions, uid, gid)); err != nil {
 		return fmt.Errorf("mounting the run dir's tmpfs: %w", err)
 	}
 	r.tmpfs = true
@@ -111,7 +113,7 @@ func ownTmpfs(dir string) bool {
 }
 
 // offTmpfs detaches the run dir's tmpfs, and with it whatever is left on it.
-func (r *runDir) offTmpfs() {
+func (r *Run) offTmpfs() {
 	if r.tmpfs {
 		_ = unix.Unmount(r.dir, unix.MNT_DETACH)
 		r.tmpfs = false
@@ -144,8 +146,8 @@ func searchable(dir string) error {
 	return unix.Chmod(dir, st.Mode&0o7777|0o011)
 }
 
-// ErrStateRoot is matched by the error about a state root that the sandbox's root cannot reach.
-var ErrStateRoot = errors.New("the state root is out of the sandbox's reach")
+// ErrRoot is matched by the error about a state root that the sandbox's root cannot reach.
+var ErrRoot = errors.New("the state root is out of the sandbox's reach")
 
 // reachable checks that everyone may search dir and its ancestors: the sandbox's root is an unprivileged
 // host uid that reaches the run dir by path.
@@ -153,10 +155,10 @@ func reachable(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		var st unix.Stat_t
 		if err := unix.Stat(d, &st); err != nil {
-			return fmt.Errorf("%w: %w", ErrStateRoot, err)
+			return fmt.Errorf("%w: %w", ErrRoot, err)
 		}
 		if st.Mode&0o001 == 0 {
-			return fmt.Errorf("%w: %s is not searchable by other users (mode %#o)", ErrStateRoot, d, st.Mode&0o7777)
+			return fmt.Errorf("%w: %s is not searchable by other users (mode %#o)", ErrRoot, d, st.Mode&0o7777)
 		}
 		if d == "/" || d == "." {
 			return nil
@@ -167,17 +169,17 @@ func reachable(dir string) error {
 // newPrefix marks a run dir being created.
 const newPrefix = ".new-"
 
-// abandon lets go of the run dir without removing it: a run whose teardown could not remove everything
+// Abandon lets go of the run dir without removing it: a run whose teardown could not remove everything
 // is then a dead run that gc cleans up.
-func (r *runDir) abandon() {
+func (r *Run) Abandon() {
 	if r != nil {
 		r.offTmpfs()
 		r.lock.Close()
 	}
 }
 
-// release removes the run's state directory and drops the lock.
-func (r *runDir) release() error {
+// Release removes the run's state directory and drops the lock.
+func (r *Run) Release() error {
 	if r == nil {
 		return nil
 	}
@@ -186,8 +188,11 @@ func (r *runDir) release() error {
 	return err
 }
 
+// Dir is the run's state directory.
+func (r *Run) Dir() string { return r.dir }
+
 // remove removes the run's state directory (see removeRunDir), its tmpfs first.
-func (r *runDir) remove() error {
+func (r *Run) remove() error {
 	if err := mountedBelow(r.dir); err != nil {
 		return err
 	}
@@ -220,11 +225,11 @@ func removeRunDir(dir string) error {
 
 // removeAll removes a run's state directory that nothing is mounted below.
 func removeAll(dir string) error {
-	if Rootless() {
+	if host.Rootless() {
 		openWorkDirs(dir)
 	}
 	err := os.RemoveAll(dir)
-	if err != nil && Rootless() {
+	if err != nil && host.Rootless() {
 		// A directory the command left without permissions for its owner: open them all, then again.
 		openForRemoval(dir)
 		err = os.RemoveAll(dir)
@@ -257,9 +262,9 @@ type GCResult struct {
 func GC(root string) (GCResult, error) {
 	var res GCResult
 	if root == "" {
-		root = DefaultStateRootFor()
+		root = DefaultRootFor()
 	}
-	entries, err := os.ReadDir(runsDir(root))
+	entries, err := os.ReadDir(RunsDir(root))
 	if errors.Is(err, os.ErrNotExist) {
 		return res, nil
 	}
@@ -270,10 +275,10 @@ func GC(root string) (GCResult, error) {
 	for _, e := range entries {
 		id := e.Name()
 		if strings.HasPrefix(id, newPrefix) {
-			gcNewRunDir(filepath.Join(runsDir(root), id))
+			gcNewRunDir(filepath.Join(RunsDir(root), id))
 			continue
 		}
-		dead, lock := claimDead(filepath.Join(runsDir(root), id))
+		dead, lock := claimDead(filepath.Join(RunsDir(root), id))
 		if !dead {
 			res.Skipped = append(res.Skipped, id)
 			continue
@@ -310,7 +315,7 @@ func claimDead(dir string) (bool, *os.File) {
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|unix.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		// Run dirs are renamed into place with their lock (claimRunDir): one without is what is left of a
+		// Run dirs are renamed into place with their lock (Claim): one without is what is left of a
 		// dead run whose removal was itself cut short, a gc killed halfway.
 		return true, nil
 	}
@@ -332,7 +337,7 @@ func claimDead(dir string) (bool, *os.File) {
 
 func gcRun(root, id string) error {
 	var errs []error
-	run := filepath.Join(runsDir(root), id)
+	run := filepath.Join(RunsDir(root), id)
 	cgroups := cgroup.Dirs(id)
 	if d := cgroup.Recorded(run, id); d != "" {
 		cgroups = append(cgroups, d) // a rootless run's, below the cgroup systemd delegates
@@ -378,96 +383,10 @@ func gcRun(root, id string) error {
 	return errors.Join(errs...)
 }
 
-// cgroupPaths is the run's cgroup in each hierarchy it was made in, by controller ("" for cgroup v2's
-// single tree), as the cgroup manager of its Create has them; nil when unknown (no cgroups: rootless
-// without delegation).
-// Looking them up instead (cgroup.Dirs: a listing of /sys/fs/cgroup and a lookup in every hierarchy)
-// waits for sysfs's lock whenever other runs' loop devices and network namespaces add or remove their
-// entries there.
-func (s *Sandbox) cgroupPaths() map[string]string {
-	if s.cgroups == nil {
-		return nil
-	}
-	m, _ := s.cgroups.Manager()
-	if m == nil {
-		return nil
-	}
-	return m.GetPaths()
-}
-
-// LimitHits counts what the sandbox's limits stopped: processes the OOM killer killed, forks the pids
-// limit refused, and whether the writable layer (limits.disk) is full.
-type LimitHits struct {
-	OOMKills int
-	PidsMax  int
-	Disk     DiskUse
-}
-
-// DiskUse is how full the writable layer is. Full means a write past it fails with ENOSPC ("No space
-// left on device"), which the command's own error does not say is sbx's limit, not the host's disk.
-type DiskUse struct {
-	Full       bool
-	Size, Free int64 // bytes: limits.disk, and what is left of it
-	NoInodes   bool  // full for want of inodes (many small files), not of blocks
-}
-
-// diskFullMargin: a layer with less than 1/diskFullMargin of its size free counts as full. A write
-// that hit the limit left the little that no block of its size fitted in; a file removed after its
-// failed write (a linker's output) gives its space back, and the layer shows no sign of it then.
-const diskFullMargin = 100
-
-// LimitHits reads the cgroup's counters (cgroup v1 and v2 alike) and the writable layer's free space.
-// Read it before Destroy.
-func (s *Sandbox) LimitHits() LimitHits {
-	var h LimitHits
-	if paths := s.cgroupPaths(); paths != nil {
-		// The hierarchies the run's cgroups were made in: v1's memory and pids, or v2's one tree.
-		if dir, ok := paths["memory"]; ok {
-			h.OOMKills += cgroup.Counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
-		}
-		if dir, ok := paths["pids"]; ok {
-			h.PidsMax += cgroup.Counter(filepath.Join(dir, "pids.events"), "max")
-		}
-		if dir, ok := paths[""]; ok {
-			h.OOMKills += cgroup.Counter(filepath.Join(dir, "memory.events"), "oom_kill")
-			h.PidsMax += cgroup.Counter(filepath.Join(dir, "pids.events"), "max")
-		}
-	} else {
-		for _, dir := range cgroup.Dirs(s.ID) {
-			// v1: memory.oom_control; v2: memory.events; both: pids.events.
-			h.OOMKills += cgroup.Counter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
-			h.OOMKills += cgroup.Counter(filepath.Join(dir, "memory.events"), "oom_kill")
-			h.PidsMax += cgroup.Counter(filepath.Join(dir, "pids.events"), "max")
-		}
-	}
-	if s.rootfs != nil && !Rootless() {
-		// Without root the layer lies on the host's disk and the limit is per file (RLIMIT_FSIZE,
-		// whose SIGXFSZ the command's shell reports as "File size limit exceeded").
-		h.Disk = layerUse(s.rootfs.Layer(), rootfs.LayerSize(s.cfg.Plan.Limits.DiskBytes))
-	}
-	return h
-}
-
-// layerUse reads the use of the writable layer of size bytes (limits.disk) mounted at dir (sbx's own
-// run directory).
-func layerUse(dir string, size int64) DiskUse {
-	var fs unix.Statfs_t
-	if unix.Statfs(dir, &fs) != nil || fs.Blocks == 0 {
-		return DiskUse{}
-	}
-	u := DiskUse{Size: size, Free: int64(fs.Bavail) * fs.Bsize, NoInodes: fs.Files > 0 && fs.Ffree == 0}
-	u.Full = u.NoInodes || u.Free < int64(fs.Blocks)*fs.Bsize/diskFullMargin
-	return u
-}
-
-// applyJournalName is the file in a run's dir where its apply names the directories it gives temporary
-// names in (apply.Options.Journal): the working directory's path, then one directory a line, each
-// Go-quoted.
-const applyJournalName = "apply-journal"
-
-// ApplyJournal returns the journal function of this run's apply, its working directory being cwd.
-func (s *Sandbox) ApplyJournal(cwd string) func(rel string) error {
-	path := filepath.Join(s.run.dir, applyJournalName)
+// ApplyJournal returns the journal function of the apply of the run whose dir is runDir, its working
+// directory being cwd (apply.Options.Journal); gc reads it back (cleanApplyTemps).
+func ApplyJournal(runDir, cwd string) func(rel string) error {
+	path := filepath.Join(runDir, applyJournalName)
 	return func(rel string) error {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
@@ -488,6 +407,11 @@ func (s *Sandbox) ApplyJournal(cwd string) func(rel string) error {
 
 // maxApplyJournal bounds what gc reads of a dead run's journal.
 const maxApplyJournal = 16 << 20
+
+// applyJournalName is the file in a run's dir where its apply names the directories it gives temporary
+// names in (apply.Options.Journal): the working directory's path, then one directory a line, each
+// Go-quoted.
+const applyJournalName = "apply-journal"
 
 // cleanApplyTemps removes what a killed run's apply left under temporary names in the host's working
 // directory, as its journal names them.

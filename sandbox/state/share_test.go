@@ -1,4 +1,4 @@
-package sandbox
+package state
 
 import (
 	"errors"
@@ -56,8 +56,8 @@ func TestCheckStateShares(t *testing.T) {
 			if !bound && strings.HasPrefix(tc.share, filepath.Join(base, "alias")) {
 				t.Skip("no bind mount (not root)")
 			}
-			err := checkStateShares(tc.root, []policy.Share{{Host: tc.share, Sandbox: "/x", Writable: tc.writable}})
-			if got := errors.Is(err, ErrStateShare); got != tc.refused {
+			err := CheckShares(tc.root, []policy.Share{{Host: tc.share, Sandbox: "/x", Writable: tc.writable}})
+			if got := errors.Is(err, ErrShare); got != tc.refused {
 				t.Errorf("share %s, state root %s: %v, want refused %v", tc.share, tc.root, err, tc.refused)
 			}
 		})

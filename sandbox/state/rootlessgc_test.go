@@ -1,4 +1,4 @@
-package sandbox
+package state
 
 import (
 	"os"
@@ -25,7 +25,7 @@ func TestKillRecordedInit(t *testing.T) {
 		wantKilled bool
 	}{
 		{"recorded supervisor", func(t *testing.T, dir string, pid int) {
-			if err := recordInit(dir, pid); err != nil {
+			if err := RecordInit(dir, pid); err != nil {
 				t.Fatal(err)
 			}
 		}, true},

@@ -1,4 +1,4 @@
-package sandbox
+package state
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"github.com/sbx-dev/sbx/sandbox/internal/host"
 )
 
-// ErrStateShare is matched by the error about a writable share that reaches sbx's state root.
+// ErrShare is matched by the error about a writable share that reaches sbx's state root.
 //
 // The state root holds what later runs trust: the compiled seccomp filters they load (package seccomp),
 // the other runs' dirs and libcontainer's state. Without root the command runs as the caller's uid on
@@ -19,24 +19,24 @@ import (
 // filter it rewrote would be loaded by every later run, whatever its profile. A share that contains the
 // state root, or lies in it, is refused; identity (device and inode), not the path, decides, so that a
 // symlink or a bind mount of the same directory is no way around it.
-var ErrStateShare = supervisor.ErrReachesGuarded
+var ErrShare = supervisor.ErrReachesGuarded
 
-// checkStateShares refuses a writable share that contains the state root or lies in it.
-func checkStateShares(stateRoot string, shares []policy.Share) error {
+// CheckShares refuses a writable share that contains the state root or lies in it.
+func CheckShares(stateRoot string, shares []policy.Share) error {
 	for _, sh := range shares {
-		if sh.Writable && ReachesStateRoot(stateRoot, sh.Host) {
-			return fmt.Errorf("%w: %s (state root %s)", ErrStateShare, sh.Host, stateRoot)
+		if sh.Writable && ReachesRoot(stateRoot, sh.Host) {
+			return fmt.Errorf("%w: %s (state root %s)", ErrShare, sh.Host, stateRoot)
 		}
 	}
 	return nil
 }
 
-// ReachesStateRoot says whether the host path contains the state root ("" = the default) or lies in
+// ReachesRoot says whether the host path contains the state root ("" = the default) or lies in
 // it, by identity: through symlinks and bind mounts of the same directories too. A path that does not
 // exist yet is where its nearest existing directory is.
-func ReachesStateRoot(stateRoot, path string) bool {
+func ReachesRoot(stateRoot, path string) bool {
 	if stateRoot == "" {
-		stateRoot = DefaultStateRootFor()
+		stateRoot = DefaultRootFor()
 	}
 	root, above := stateRootIdentity(stateRoot)
 	real := host.ResolveExisting(absolute(path))
@@ -90,13 +90,13 @@ func absolute(path string) string {
 	return path
 }
 
-// stateGuard is the state root as the supervisor checks a writable bind's source against it again, on
-// the descriptor the bind's copy is made from: a share's path that passed checkStateShares can be
+// Guard is the state root as the supervisor checks a writable bind's source against it again, on
+// the descriptor the bind's copy is made from: a share's path that passed CheckShares can be
 // swapped for a link to the state root before the copy is made (by another run's command that may
 // write a directory on the path).
-func stateGuard(stateRoot string) *supervisor.Guard {
+func Guard(stateRoot string) *supervisor.Guard {
 	if stateRoot == "" {
-		stateRoot = DefaultStateRootFor()
+		stateRoot = DefaultRootFor()
 	}
 	root, above := stateRootIdentity(stateRoot)
 	g := &supervisor.Guard{}
