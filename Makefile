@@ -149,8 +149,8 @@ bench: build
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'SetupClose|NoneRecord' -benchtime 100x ./sandbox/netcontract
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'CompareFlood' -benchtime 3x ./policy
 	$(GO) test -tags $(TAGS) -run '^$$' -bench 'DNSFlood' -benchtime 1x -timeout 20m ./sandbox/netcontract
-	$(GO) test -tags $(TAGS) -run '^$$' -bench 'WritableLayer' -benchtime 100x ./sandbox
-	$(GO) test -tags $(TAGS) -run '^$$' -bench 'LayerRecreate' -benchtime 1x -timeout 20m ./sandbox
+	$(GO) test -tags $(TAGS) -run '^$$' -bench 'WritableLayer' -benchtime 100x ./sandbox/rootfs
+	$(GO) test -tags $(TAGS) -run '^$$' -bench 'LayerRecreate' -benchtime 1x -timeout 20m ./sandbox/rootfs
 	@# sbx's recorder under hostile floods at --cpus 0.1 (long link walks, plain refused opens): its worst
 	@# case per notification (worst_us, worst_cpu_us) and its CPU (cpu_ms) against the sandbox's (sandbox_cpu_ms)
 	$(GO) test -tags $(TAGS) -count=1 -v -run 'TestBattery/bad_recorder_cost$$' ./cmd/sbx | grep '"notifications"'

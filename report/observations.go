@@ -98,7 +98,7 @@ type Totals struct {
 
 // Denials is what the sandbox refused its processes, from two kinds of source: sbx's own recording
 // (seccomp user notification of the deny list, and writes outside the write paths; see
-// sandbox/seccompnotify.go) and the kernel's audit records (syscalls refused by the seccomp filter and
+// sandbox/seccomp/notify.go) and the kernel's audit records (syscalls refused by the seccomp filter and
 // accesses refused by Landlock), merged without duplicates. Sources says per source what was recorded
 // and what could not be. When no source records anything, Available is false and Reason says why, so
 // that an empty list is never mistaken for "nothing denied". Reason may also be set when only part is

@@ -14,6 +14,7 @@ import (
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // ErrChangesDir is matched by the error of a --changes DIR that cannot be used.
@@ -28,7 +29,7 @@ func openChangesDir(dir, stateRoot string, shares []policy.Share) (*os.File, err
 	}
 	// sbx writes the command's files there as the caller: in the state root they could stand in for
 	// what later runs trust (the compiled seccomp filters).
-	if sandbox.ReachesStateRoot(stateRoot, dir) {
+	if state.ReachesRoot(stateRoot, dir) {
 		return nil, fmt.Errorf("%w: %s contains or lies in sbx's state root", ErrChangesDir, dir)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // delegChildEnv starts TestDelegatedChild's checks: the test binary runs them as an ordinary user in a
@@ -41,7 +43,7 @@ const needDelegation = "needs cgroup v2 with a cgroup delegated to the test user
 // cgroup.threads belong to the user), to a user it adds, and runs the checks as that user there.
 func TestDelegatedRun(t *testing.T) {
 	if os.Geteuid() != 0 {
-		if d, why := hostCgroupFS().detect(); d == nil {
+		if d, why := cgroup.Detect(); d == nil {
 			t.Skipf("%s (%s)", needDelegation, why)
 		}
 		state := testutil.StateRoot(t)
@@ -50,10 +52,10 @@ func TestDelegatedRun(t *testing.T) {
 		return
 	}
 	var st unix.Statfs_t
-	if unix.Statfs(cgroupRoot, &st) != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
-		t.Skipf("%s (this host has no cgroup v2 at %s)", needDelegation, cgroupRoot)
+	if unix.Statfs(cgroup.Root, &st) != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+		t.Skipf("%s (this host has no cgroup v2 at %s)", needDelegation, cgroup.Root)
 	}
-	if on, _ := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.subtree_control")); !slices.Contains(strings.Fields(string(on)), "memory") || !slices.Contains(strings.Fields(string(on)), "pids") {
+	if on, _ := os.ReadFile(filepath.Join(cgroup.Root, "cgroup.subtree_control")); !slices.Contains(strings.Fields(string(on)), "memory") || !slices.Contains(strings.Fields(string(on)), "pids") {
 		t.Skipf("%s (the root cgroup enables no memory and pids controllers for its children: %q)", needDelegation, on)
 	}
 	for _, tool := range []string{"useradd", "userdel", "setpriv"} {
@@ -73,7 +75,7 @@ func TestDelegatedRun(t *testing.T) {
 	uid, gid := userIDs(t, name)
 
 	// The delegated cgroup, below the root one as systemd's user@UID.service is below its slices.
-	deleg := filepath.Join(cgroupRoot, fmt.Sprintf("sbxtest-deleg-%d", os.Getpid()))
+	deleg := filepath.Join(cgroup.Root, fmt.Sprintf("sbxtest-deleg-%d", os.Getpid()))
 	if err := os.Mkdir(deleg, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -128,22 +130,21 @@ func TestDelegatedChild(t *testing.T) {
 }
 
 // delegatedChecks are the checks of TestDelegatedRun, made by an ordinary user in a delegated cgroup.
-func delegatedChecks(t *testing.T, state string) {
-	fs := hostCgroupFS()
-	d, why := fs.detect()
+func delegatedChecks(t *testing.T, root string) {
+	d, why := cgroup.Detect()
 	if d == nil {
 		t.Fatalf("no delegated cgroup: %s", why)
 	}
-	t.Logf("delegated: %s (%s)", d.dir, strings.Join(d.controllers, " "))
-	if !d.has("memory") || !d.has("pids") {
-		t.Skipf("%s with memory and pids controllers (%s has %v)", needDelegation, d.dir, d.controllers)
+	t.Logf("delegated: %s (%s)", d.Dir(), strings.Join(d.Controllers(), " "))
+	if !d.Has("memory") || !d.Has("pids") {
+		t.Skipf("%s with memory and pids controllers (%s has %v)", needDelegation, d.Dir(), d.Controllers())
 	}
 	run := func(t *testing.T, mod func(*Config), args ...string) (*Sandbox, int, string) {
 		t.Helper()
 		plan := testPlan(t)
 		plan.Limits.MemoryBytes, plan.Limits.Pids = 0, 0
 		var out bytes.Buffer
-		cfg := Config{Plan: plan, StateRoot: state, Command: Command{Args: args, Cwd: "/", Stdout: &out, Stderr: &out}}
+		cfg := Config{Plan: plan, StateRoot: root, Command: Command{Args: args, Cwd: "/", Stdout: &out, Stderr: &out}}
 		if mod != nil {
 			mod(&cfg)
 		}
@@ -153,7 +154,7 @@ func delegatedChecks(t *testing.T, state string) {
 		}
 		if sb.deleg == nil || sb.cgroups == nil {
 			sb.Destroy()
-			t.Fatalf("the sandbox has no cgroup below %s", d.dir)
+			t.Fatalf("the sandbox has no cgroup below %s", d.Dir())
 		}
 		r, err := sb.Start()
 		if err != nil {
@@ -169,7 +170,7 @@ func delegatedChecks(t *testing.T, state string) {
 	}
 	destroy := func(t *testing.T, sb *Sandbox) {
 		t.Helper()
-		dir := d.runDir(sb.ID)
+		dir := d.RunDir(sb.ID)
 		if err := sb.Destroy(); err != nil {
 			t.Error(err)
 		}
@@ -187,7 +188,7 @@ func delegatedChecks(t *testing.T, state string) {
 		if hits := sb.LimitHits(); code != 128+int(syscall.SIGKILL) || hits.OOMKills == 0 {
 			t.Errorf("exit %d, %d OOM kills (%s); want 137 and the kill counted", code, hits.OOMKills, out)
 		}
-		if max, _ := os.ReadFile(filepath.Join(d.runDir(sb.ID), "memory.max")); strings.TrimSpace(string(max)) != strconv.Itoa(64<<20) {
+		if max, _ := os.ReadFile(filepath.Join(d.RunDir(sb.ID), "memory.max")); strings.TrimSpace(string(max)) != strconv.Itoa(64<<20) {
 			t.Errorf("memory.max %q", max)
 		}
 		if by := enforcedBy(sb, "memory"); by != "cgroup" {
@@ -222,7 +223,7 @@ func delegatedChecks(t *testing.T, state string) {
 		if err := sb.Freeze(); err != nil {
 			t.Fatal(err)
 		}
-		if ev, _ := os.ReadFile(filepath.Join(d.runDir(sb.ID), "cgroup.events")); !bytes.Contains(ev, []byte("frozen 1")) {
+		if ev, _ := os.ReadFile(filepath.Join(d.RunDir(sb.ID), "cgroup.events")); !bytes.Contains(ev, []byte("frozen 1")) {
 			t.Errorf("cgroup.events after Freeze: %q", ev)
 		}
 		pids, err := sb.Pids()
@@ -260,11 +261,11 @@ func delegatedChecks(t *testing.T, state string) {
 		if err != nil || !ok {
 			t.Fatalf("the crashing run said %q (%v)", line, err)
 		}
-		dir := d.runDir(id)
+		dir := d.RunDir(id)
 		if _, err := os.Stat(dir); err != nil {
 			t.Fatalf("the crashed run's cgroup is not there to clean up: %v", err)
 		}
-		res, err := GC(state)
+		res, err := state.GC(root)
 		if err != nil {
 			t.Errorf("gc: %v", err)
 		}
@@ -275,8 +276,8 @@ func delegatedChecks(t *testing.T, state string) {
 			t.Errorf("%s left after gc", dir)
 		}
 	})
-	if left := runCgroupsIn(d.dir); len(left) > 0 {
-		t.Errorf("runs' cgroups left in %s: %v", d.dir, left)
+	if left := runCgroupsIn(d.Dir()); len(left) > 0 {
+		t.Errorf("runs' cgroups left in %s: %v", d.Dir(), left)
 	}
 }
 

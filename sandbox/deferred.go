@@ -110,7 +110,7 @@ func (s *Sandbox) Use(cmd Command, plan *policy.Plan) error {
 	if !s.cfg.Deferred || len(cmd.Args) == 0 || cmd.Terminal {
 		return fmt.Errorf("%w: %d args, terminal %v", ErrNotDeferred, len(cmd.Args), cmd.Terminal)
 	}
-	if s.rootfs != nil && s.rootfs.hiddenChanged() {
+	if s.rootfs != nil && s.rootfs.HiddenChanged() {
 		s.cfg.late.bind(nil, nil, nil) // its supervisor sees end of input, its output goes nowhere
 		return ErrStale
 	}

@@ -18,6 +18,9 @@ import (
 	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/internal/vspawn"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // The direct start: sbx starts the supervisor itself, in fresh namespaces, and the supervisor builds
@@ -33,7 +36,7 @@ import (
 //
 // Without root (rootless.go: startDirectRootless), the supervisor opens the binds' sources itself and
 // the sandbox's cgroup is a child of the one systemd delegates to the caller, or there is none
-// (cgroupdeleg.go). With a config that asks for what the supervisor does not do (idmapped
+// (package cgroup). With a config that asks for what the supervisor does not do (idmapped
 // mounts, a read-only root) or on a kernel without mount_setattr, sbx uses libcontainer's init as
 // before. So does SBX_LIBCONTAINER=1, for comparison.
 
@@ -65,7 +68,7 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 	}
 	setup := &supervisor.Setup{Rootfs: config.Rootfs, Masked: config.MaskPaths, ReadOnly: config.ReadonlyPaths,
 		Hostname: config.Hostname, Sysctl: config.Sysctl, Umask: 0o022, Cwd: s.cfg.Command.Cwd,
-		Console: s.cfg.Command.Terminal, OpenSources: Rootless(), Guard: stateGuard(s.cfg.StateRoot)}
+		Console: s.cfg.Command.Terminal, OpenSources: Rootless(), Guard: state.Guard(s.cfg.StateRoot)}
 	if !config.NoNewKeyring {
 		setup.SessionKeyring = "_ses." + s.ID // libcontainer's name
 	}
@@ -77,7 +80,7 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 			return nil, fmt.Errorf("mount %s: not built by the supervisor", m.Destination)
 		}
 		dm := supervisor.Mount{Source: m.Source, Destination: m.Destination, Type: m.Device, Flags: m.Flags,
-			Data: m.Data, Propagation: m.PropagationFlags, Own: within(m.Source, s.run.dir),
+			Data: m.Data, Propagation: m.PropagationFlags, Own: host.Within(m.Source, s.run.Dir()),
 			NoLinks: m.Device == "bind" && isShare(s.cfg.Plan.Filesystem.Shares, m.Source, m.Destination)}
 		if m.RecAttr != nil {
 			dm.RecSet, dm.RecClr = m.RecAttr.Attr_set, m.RecAttr.Attr_clr
@@ -85,7 +88,7 @@ func (s *Sandbox) directSetup(spec *specs.Spec, config *configs.Config) (*superv
 		setup.Mounts = append(setup.Mounts, dm)
 	}
 	if Rootless() {
-		s.rootfs.optionalTops(setup.Mounts)
+		s.rootfs.OptionalTops(setup.Mounts)
 	}
 	for _, n := range config.Networks {
 		if n.Type == "loopback" {
@@ -157,11 +160,11 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	if Rootless() {
 		return s.startDirectRootless(bin, setup, config, netns, files)
 	}
-	m, err := newCgroupManager(config.Cgroups)
+	m, err := cgroup.NewManager(config.Cgroups)
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox's cgroups: %w", err)
 	}
-	// The directories are there (cgroupprep.go) unless making them failed; then this makes them.
+	// The directories are there (package cgroup) unless making them failed; then this makes them.
 	if err := m.Apply(-1); err != nil {
 		return nil, fmt.Errorf("making the sandbox's cgroups: %w", err)
 	}

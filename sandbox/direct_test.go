@@ -23,6 +23,8 @@ import (
 
 	"github.com/sbx-dev/sbx/internal/testutil"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // bothStarts runs f as a subtest with the direct start and with libcontainer's init.
@@ -233,7 +235,7 @@ func TestCgroupLeftForGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { squatter.Process.Kill(); squatter.Wait() }()
-	for _, dir := range CgroupDirs(sb.ID) {
+	for _, dir := range cgroup.Dirs(sb.ID) {
 		// v1: the pids hierarchy's dir is enough to keep one busy; v2 (unified): the one dir.
 		if strings.Contains(dir, "/pids/") || cgroups.IsCgroup2UnifiedMode() {
 			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(squatter.Process.Pid)), 0); err != nil {
@@ -244,16 +246,16 @@ func TestCgroupLeftForGC(t *testing.T) {
 	if err := sb.Destroy(); err == nil {
 		t.Fatal("Destroy removed the cgroups of a busy sandbox, want an error")
 	}
-	if _, err := os.Stat(filepath.Join(runsDir(root), sb.ID)); err != nil {
+	if _, err := os.Stat(filepath.Join(state.RunsDir(root), sb.ID)); err != nil {
 		t.Fatalf("the run dir is gone (%v): nothing left to find the cgroups by", err)
 	}
 	squatter.Process.Kill()
 	squatter.Wait()
-	res, err := GC(root)
+	res, err := state.GC(root)
 	if err != nil || !slices.Contains(res.Runs, sb.ID) {
 		t.Fatalf("gc: %+v, %v; want run %s removed", res, err, sb.ID)
 	}
-	if dirs := CgroupDirs(sb.ID); len(dirs) != 0 {
+	if dirs := cgroup.Dirs(sb.ID); len(dirs) != 0 {
 		t.Errorf("after gc the cgroups %v are left", dirs)
 	}
 }

@@ -1,7 +1,21 @@
-// Package sandbox owns everything that changes kernel state for one run: the per-run state directory,
-// the overlay root file system, the container (namespaces, cgroup, seccomp, mounts), the supervisor
-// init (pid 1: it builds the sandbox's mounts, applies Landlock, starts the command and reaps orphans;
-// package internal/supervisor), and the teardown and garbage collection of all of it.
+// Package sandbox owns the life of one run's sandbox: [Create] builds it from a compiled policy.Plan,
+// [Sandbox.Start] lets the command go, [Sandbox.Destroy] tears everything down. It owns the container
+// itself (namespaces, the OCI spec and libcontainer's config, the start of the supervisor init, stdio,
+// the warm pool's deferred start), its reading of its own processes and limits, and the table of kernel
+// features; the supervisor init (pid 1: it builds the sandbox's mounts, applies Landlock, starts the
+// command and reaps orphans) is package internal/supervisor. It decides what each part of a sandbox is
+// and when it is made, and leaves the making to the packages below it:
+//
+//	sandbox/state        the state root, each run's state directory, and gc of dead runs' leftovers
+//	sandbox/rootfs       the sandbox's files: the overlays, their writable layer, hiding, idmapped
+//	                     lower layers, decoys, the toolchain caches, the rootless layout of /
+//	sandbox/cgroup       the run's cgroups, systemd's delegation without root, their counters
+//	sandbox/seccomp      the filter's compilation and the listener of its notifications
+//	sandbox/netcontract  the network: namespace, uplink, the nftables contract, the DNS filter
+//
+// Each of them reaches down only (state uses rootfs, cgroup and netcontract to remove what a dead run
+// left); none imports sandbox. sandbox/internal/host holds the few facts they all read (Rootless,
+// Within).
 //
 // # Starting a sandbox
 //
@@ -16,7 +30,7 @@
 // for it, and for a config the supervisor does not build.
 //
 // It also records what the sandbox refuses, without kernel audit: the seccomp filter notifies a
-// listener of sbx's (seccompnotify.go) of the deny list's syscalls and of writes by path, and
+// listener of sbx's (package seccomp) of the deny list's syscalls and of writes by path, and
 // [Sandbox.Denials] returns what it recorded.
 //
 // It reads no YAML: it takes a compiled policy.Plan. It reads the sandbox only as far as it needs to run
@@ -43,9 +57,10 @@
 //
 // Every sandbox has a user namespace of its own (see userns.go): its root is the supervisor, an
 // unprivileged uid on the host; the command keeps its uid. As root, the working tree is shown to the
-// command as its own through an idmapped lower layer of an overlay of its own (idmap.go), and stdio the
-// command could not reopen is relayed through pipes of its user (stdio.go). Without root (rootless.go)
-// the caller is the namespace's root, the mounts are made inside it, and there is no cgroup.
+// command as its own through an idmapped lower layer of an overlay of its own (package rootfs), and
+// stdio the command could not reopen is relayed through pipes of its user (stdio.go). Without root
+// (rootless.go) the caller is the namespace's root, the mounts are made inside it, and there is a
+// cgroup only where systemd delegates one (package cgroup).
 //
 // # Layout on the host
 //
@@ -65,5 +80,5 @@
 // the host's /), layer/upper/NAME and layer/work/NAME (one overlay per top-level directory, mounted
 // inside the sandbox) and empty (the lower layer of hidden top-level directories).
 //
-// A run whose sbx died leaves these behind; [GC] removes them, and [Create] calls it cheaply first.
+// A run whose sbx died leaves these behind; state.GC removes them, and [Create] calls it cheaply first.
 package sandbox

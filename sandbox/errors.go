@@ -4,6 +4,9 @@ import (
 	"errors"
 
 	"github.com/sbx-dev/sbx/internal/supervisor"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
+	"github.com/sbx-dev/sbx/sandbox/rootfs"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // Exit statuses for failures before the command runs, as a shell gives them.
@@ -16,6 +19,25 @@ const (
 // ErrNotSupported is matched (errors.Is) by errors about a kernel or filter that cannot give what the
 // profile asks.
 var ErrNotSupported = supervisor.ErrNotSupported
+
+// ErrRootless is matched by errors about what sbx cannot do without root.
+var ErrRootless = host.ErrRootless
+
+// ErrStateRootShown is matched by the error of a rootless run whose state root lies below a top-level
+// directory the sandbox shows as the host has it (package rootfs).
+var ErrStateRootShown = rootfs.ErrStateRootShown
+
+// ErrNoIDMap is matched by errors about a kernel or file system that cannot give an idmapped mount
+// (package rootfs).
+var ErrNoIDMap = rootfs.ErrNoIDMap
+
+// ErrStateRoot is matched by the error about a state root that the sandbox's root cannot reach
+// (package state).
+var ErrStateRoot = state.ErrRoot
+
+// ErrStateShare is matched by the error about a writable share that reaches sbx's state root (package
+// state).
+var ErrStateShare = state.ErrShare
 
 // ErrShare is matched by errors about a host path to share that cannot be shared (it does not exist).
 var ErrShare = errors.New("cannot share host path")

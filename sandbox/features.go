@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/rootfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -150,10 +152,10 @@ func probeCgroup() (bool, string) {
 }
 
 // callerCgroup: without root, a run's cgroup is a child of the one systemd delegates to the caller,
-// where it does (cgroupdeleg.go); else rlimits stand in.
+// where it does (package cgroup); else rlimits stand in.
 func callerCgroup() (bool, string) {
 	if Rootless() {
-		return delegationRow()
+		return cgroup.DelegationRow()
 	}
 	return true, "memory, pids and cpu limits"
 }
@@ -173,7 +175,7 @@ func callerIDMap() (bool, string) {
 	if Rootless() {
 		return true, "not needed without root (the working tree is the caller's)"
 	}
-	ns, err := idmapUserns(idmapping{ToUID: 65534, ToGID: 65534})
+	ns, err := rootfs.IDMapUserns(rootfs.IDMapping{ToUID: 65534, ToGID: 65534})
 	if err != nil {
 		return false, fmt.Sprintf("unavailable (%v): the working tree is handed over by changing owners in the overlay", err)
 	}

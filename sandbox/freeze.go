@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,7 +28,7 @@ var ErrNoFreezer = errors.New("the sandbox has no cgroup freezer")
 // A frozen sandbox is torn down as any other: Destroy's SIGKILL thaws it (a v1 freezer holds a signal
 // until the thaw), and gc thaws what a killed sbx left frozen.
 //
-// Without root and a cgroup systemd delegates (cgroupdeleg.go) there is no cgroup: Freeze stops the
+// Without root and a cgroup systemd delegates (package cgroup) there is no cgroup: Freeze stops the
 // sandbox's processes with SIGSTOP instead (see stopAll).
 func (s *Sandbox) Freeze() error {
 	if s.cgroups == nil && s.initPid > 0 {
@@ -128,7 +129,7 @@ func (s *Sandbox) tasksDir() (dir, name string) {
 			}
 		}
 	} else {
-		dirs = CgroupDirs(s.ID)
+		dirs = cgroup.Dirs(s.ID)
 	}
 	for _, list := range []struct{ probe, name string }{{"freezer.state", "tasks"}, {"cgroup.threads", "cgroup.threads"}} {
 		for _, d := range dirs {
@@ -139,22 +140,6 @@ func (s *Sandbox) tasksDir() (dir, name string) {
 		}
 	}
 	return "", ""
-}
-
-// thawCgroup thaws the cgroups of run id, which a killed sbx may have left frozen: a v1 freezer holds
-// gc's SIGKILL until the thaw.
-func thawCgroup(id string) { thawDirs(CgroupDirs(id)) }
-
-// thawDirs thaws the cgroups dirs (thawCgroup).
-func thawDirs(dirs []string) {
-	for _, dir := range dirs {
-		if _, err := os.Stat(filepath.Join(dir, "freezer.state")); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
-		}
-		if _, err := os.Stat(filepath.Join(dir, "cgroup.freeze")); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0)
-		}
-	}
 }
 
 // maxStopRounds bounds how many listings stopAll makes before it gives up.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
 )
 
 // TestFreeze freezes a sandbox with a leftover process, checks that its cgroup is frozen and that the
@@ -72,9 +73,9 @@ i=0; while [ ! -e /tmp/ready ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
 		}
 	}
 	// A killed sbx leaves a frozen sandbox behind: gc thaws it before it kills.
-	thawCgroup(sb.ID)
+	cgroup.Thaw(cgroup.Dirs(sb.ID))
 	if got := freezerStates(sb.ID); slices.Contains(got, "FROZEN") {
-		t.Errorf("after thawCgroup: freezer states %v", got)
+		t.Errorf("after cgroup.Thaw: freezer states %v", got)
 	}
 	if err := sb.Freeze(); err != nil {
 		t.Fatalf("Freeze again: %v", err)
@@ -90,14 +91,14 @@ i=0; while [ ! -e /tmp/ready ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
 	if syscall.Kill(leftover, 0) == nil {
 		t.Errorf("leftover %d survived Destroy", leftover)
 	}
-	if dirs := CgroupDirs(sb.ID); len(dirs) > 0 {
+	if dirs := cgroup.Dirs(sb.ID); len(dirs) > 0 {
 		t.Errorf("cgroups left: %v", dirs)
 	}
 }
 
 func freezerStates(id string) []string {
 	var states []string
-	for _, dir := range CgroupDirs(id) {
+	for _, dir := range cgroup.Dirs(id) {
 		if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
 			states = append(states, strings.TrimSpace(string(b)))
 		}

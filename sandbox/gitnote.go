@@ -7,6 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
+	"github.com/sbx-dev/sbx/sandbox/rootfs"
 )
 
 // hiddenRepoNote says, for the report, when the working directory lies in a git repository whose root
@@ -28,7 +30,7 @@ func hiddenRepoNote(fs policy.Filesystem, cwd, top string) string {
 	if unix.Lstat(cwd, &own) != nil {
 		return ""
 	}
-	for dir := filepath.Dir(cwd); dir != cwd && belowHidden(fs.Hidden, dir) && !shared(fs.Shares, dir) && (top == "" || within(dir, top)); cwd, dir = dir, filepath.Dir(dir) {
+	for dir := filepath.Dir(cwd); dir != cwd && rootfs.BelowHidden(fs.Hidden, dir) && !shared(fs.Shares, dir) && (top == "" || host.Within(dir, top)); cwd, dir = dir, filepath.Dir(dir) {
 		var st unix.Stat_t
 		if unix.Lstat(filepath.Join(dir, ".git"), &st) != nil || st.Uid != own.Uid {
 			continue

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // The mount probe decides whether the supervisor builds the sandbox itself (the direct start) by doing
@@ -216,7 +217,7 @@ func probeMountsFeature() (bool, string) {
 	if err != nil {
 		return false, fmt.Sprintf("cannot find the sbx binary: %v", err)
 	}
-	steps, err := MountProbe(initBinary(self), DefaultStateRootFor())
+	steps, err := MountProbe(initBinary(self), state.DefaultRootFor())
 	if err != nil {
 		return false, err.Error()
 	}

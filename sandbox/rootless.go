@@ -1,12 +1,9 @@
 package sandbox
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -19,6 +16,10 @@ import (
 	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
+	"github.com/sbx-dev/sbx/sandbox/rootfs"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // Without root, sbx builds the same sandbox from what the kernel gives an ordinary user: a user
@@ -35,91 +36,12 @@ import (
 // opaque directories in the uppers, written by sbx before the mounts, as with root.
 
 // Rootless says whether sbx runs without root, and builds sandboxes the rootless way.
-func Rootless() bool { return os.Geteuid() != 0 }
-
-// DefaultStateRootFor is where sbx keeps the state of its runs for the user it runs as: DefaultStateRoot
-// for root; else $XDG_RUNTIME_DIR/sbx (cleared at logout) when its file system keeps user.* xattrs, or
-// ~/.local/state/sbx. StateRootReason says why.
-func DefaultStateRootFor() string {
-	root, _ := stateRootFor()
-	return root
-}
-
-// StateRootReason says why DefaultStateRootFor chose the state root it did ("" for root's).
-func StateRootReason() string {
-	_, why := stateRootFor()
-	return why
-}
-
-// stateRootFor is the rootless state root and why it was chosen.
-//
-// A rootless sandbox's overlays keep their metadata in user.overlay.* xattrs (userxattr), so their
-// upper and work dirs must be on a file system that keeps user.* xattrs. $XDG_RUNTIME_DIR is a tmpfs,
-// and tmpfs keeps user.* xattrs only from Linux 6.6 on: on older kernels (Debian 12's 6.1) every
-// rootless run failed there ("operation not supported"). So the runtime dir is tried by setting such
-// an xattr on it, and ~/.local/state/sbx serves where it is refused.
-func stateRootFor() (string, string) {
-	if !Rootless() {
-		return DefaultStateRoot, ""
-	}
-	home := ""
-	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
-		home = filepath.Join(h, ".local", "state", "sbx")
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
-		err := userXattrs(d)
-		if err == nil || home == "" {
-			return filepath.Join(d, "sbx"), "$XDG_RUNTIME_DIR"
-		}
-		return home, fmt.Sprintf("$XDG_RUNTIME_DIR (%s) keeps no user.* xattrs (%v), which rootless overlays need", d, err)
-	}
-	if home != "" {
-		return home, "no $XDG_RUNTIME_DIR"
-	}
-	return filepath.Join(os.TempDir(), "sbx-"+strconv.Itoa(os.Geteuid())), "no $XDG_RUNTIME_DIR and no home directory"
-}
-
-// userXattrs says whether the file system of dir keeps user.* xattrs, by setting one on a file made for
-// the check (and removed): a file system without them answers EOPNOTSUPP. Other errors (a runtime dir
-// that is not the caller's) count as a refusal too.
-func userXattrs(dir string) error {
-	f, err := os.CreateTemp(dir, ".sbx-xattr-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	return unix.Fsetxattr(int(f.Fd()), "user.sbx.probe", []byte{1}, 0)
-}
+func Rootless() bool { return host.Rootless() }
 
 // rootlessIDMap maps the caller as the namespace's root, which is also the command's user.
 func rootlessIDMap() IDMap {
 	uid, gid := os.Geteuid(), os.Getegid()
 	return IDMap{RootUID: uid, RootGID: gid, HostUID: uid, HostGID: gid}
-}
-
-// topLayer is one top-level entry of the host's / in a rootless sandbox.
-type topLayer struct {
-	name    string // "usr"
-	overlay bool   // a writable overlay; else read-only: an overlay without upper, or a recursive bind
-	locked  bool   // mounts lie below it: a read-only recursive bind, not an overlay
-	hidden  bool   // of an empty directory instead (the root of an overlay cannot be opaque)
-	layered bool   // gets a writable layer (layeredTops)
-}
-
-// rootlessOverlayOpts are the options of a rootless sandbox's overlays besides their dirs: xattrs in
-// user.overlay.* (trusted.* is root's), and volatile: nothing on a layer is ever recovered, so the
-// overlay never syncs its upper (on the caller's disk, say ~/.local/state) and tearing the sandbox's
-// mount namespace down is about a millisecond faster (measured: kill 1.8 against 0.7 ms).
-const rootlessOverlayOpts = "userxattr,volatile"
-
-// overlayOpts are rootlessOverlayOpts, with index=on where the mount probe saw an overlay in a user
-// namespace keep its inodes index (rootlessIndex): the host's hard links then stay one file.
-func (r *rootfs) overlayOpts() string {
-	if r.index {
-		return rootlessOverlayOpts + ",index=on"
-	}
-	return rootlessOverlayOpts
 }
 
 // rootlessIndex is why a rootless sandbox's overlays keep no inodes index here ("" when they can): the
@@ -138,401 +60,11 @@ func rootlessIndex(cfg Config) string {
 	return probeSteps(cfg.StateRoot, bin).stepErr(supervisor.ProbeIndexStep)
 }
 
-// kernelDirs are mounted by the spec's own mounts (proc, sysfs or /sys, the /dev tmpfs).
-var kernelDirs = []string{"proc", "sys", "dev"}
-
-// buildRootless lays out the sandbox's / in the run dir: the host's top-level symlinks as they are (but
-// hidden ones), a mount point for every top-level directory, an upper and a work dir for those that get
-// a writable overlay, hidden paths written into the uppers.
-//
-// A top-level directory gets a writable overlay only when something in the sandbox may write below it
-// (layered): with Landlock enforced, the command can write nowhere else, and a read-only overlay (no
-// upper, no work dir) costs a fraction of a writable one's mount and removal.
-func (r *rootfs) buildRootless(hidden []string, cwd string, layered func(top string) bool) error {
-	for _, d := range []string{r.root.merged, r.root.Upper, r.root.work, r.empty()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	entries, err := os.ReadDir("/")
-	if err != nil {
-		return err
-	}
-	locked, err := mountsBelowTop()
-	if err != nil {
-		return err
-	}
-	r.top = []topLayer{}
-	for _, e := range entries {
-		err := r.topEntry(e, locked, layered("/"+e.Name()))
-		if errors.Is(err, os.ErrNotExist) {
-			continue // gone from the host's / since it was listed: the sandbox does not show it either
-		}
-		if err != nil {
-			return fmt.Errorf("preparing /%s: %w", e.Name(), err)
-		}
-	}
-	for _, h := range hidden {
-		if err := r.hideRootless(h, cwd); err != nil {
-			return fmt.Errorf("hiding %s: %w", h, err)
-		}
-	}
-	if err := r.stateRootShown(); err != nil {
-		return err
-	}
-	// Decoys go into the layer of a hidden top-level directory that has one (a writable one: /tmp);
-	// a read-only hidden one (/root) shows nothing the layer could hold.
-	var homes []string
-	for _, h := range r.decoyHomes {
-		name := strings.SplitN(strings.TrimPrefix(h, "/"), "/", 2)[0]
-		if slices.ContainsFunc(r.top, func(l topLayer) bool { return l.name == name && l.hidden && l.layered }) {
-			homes = append(homes, h)
-		}
-	}
-	if len(homes) > 0 {
-		d, err := plantDecoys(r.root.Upper, r.root.Upper, homes, append([]string{cwd}, r.decoyKeep...), os.Getuid(), os.Getgid())
-		if err != nil {
-			return err
-		}
-		r.decoys = d
-	}
-	return r.cwdRootless(cwd, hidden)
-}
-
-// ErrStateRootShown is matched by the error of a rootless run whose state root lies below a top-level
-// directory the sandbox shows as the host has it.
-var ErrStateRootShown = errors.New("the state root lies in a directory the sandbox shows through an overlay")
-
-// stateRootShown refuses a run dir below a top-level directory shown through an overlay of the host's
-// (not hidden, no mounts below): the run dir holds that overlay's own layers (its empty lower one, its
-// upper), and the kernel refuses an overlay whose layers lie inside one another (ELOOP, "too many
-// levels of symbolic links"). A hidden top-level directory is an overlay of an empty one, and one with
-// mounts below a bind: neither has the host's directory as a layer.
-func (r *rootfs) stateRootShown() error {
-	dir, err := filepath.EvalSymlinks(r.runDir)
-	if err != nil {
-		dir = r.runDir
-	}
-	for _, l := range r.top {
-		if !l.hidden && !l.locked && within(dir, "/"+l.name) {
-			return fmt.Errorf("%w: the run dir %s is below /%s, which the sandbox shows through an overlay of the host's /%s, and an overlay cannot hold its own layers", ErrStateRootShown, dir, l.name, l.name)
-		}
-	}
-	return nil
-}
-
-// cwdRootless gives the working directory an overlay of its own when its top-level directory has none
-// (a read-only bind, or hidden), or when it lies below a hidden directory (an opaque one in its layer):
-// the command works in it as in the caller's, its writes stay in the sandbox. Its mount point is made in
-// the layer above it with the host's modes, so that the way down looks as on the host; in a top-level
-// overlay, only the way down is made. A working directory that is a hidden directory itself stays
-// hidden, as with root.
-func (r *rootfs) cwdRootless(cwd string, hidden []string) error {
-	name := strings.SplitN(strings.TrimPrefix(cwd, "/"), "/", 2)[0]
-	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
-	if cwd == "/" || i < 0 || slices.ContainsFunc(hidden, func(h string) bool { return filepath.Clean(h) == cwd }) {
-		return nil
-	}
-	if r.top[i].overlay && !r.top[i].hidden && !belowHidden(hidden, cwd) {
-		// The first write in the working directory copies its ancestors up into the layer, which a
-		// user namespace refuses (EOVERFLOW) for an ancestor owned by an unmapped uid (root's
-		// /srv/projects above the caller's /srv/projects/app): make the way down in the layer first.
-		return copyParents(r.root.Upper, cwd)
-	}
-	if below, err := mountsBelow(cwd); err != nil || below {
-		return fmt.Errorf("%w: the working directory %s has mounts below it, which a user namespace locks (%v)", ErrRootless, cwd, err)
-	}
-	if r.top[i].layered && (r.top[i].overlay || r.top[i].hidden) {
-		if err := copyParents(r.root.Upper, cwd); err != nil {
-			return err
-		}
-		if err := mkdirLike(filepath.Join(r.root.Upper, cwd), cwd); err != nil {
-			return err
-		}
-	}
-	r.cwd = &overlay{At: cwd, Lower: cwd, Upper: filepath.Join(r.layer, "upper-cwd"), work: filepath.Join(r.layer, "work-cwd")}
-	for _, d := range []string{r.cwd.Upper, r.cwd.work} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	opts := overlayDirs(cwd, r.cwd.Upper, r.cwd.work) + "," + r.overlayOpts()
-	r.hideMounts = append(r.hideMounts, specs.Mount{Destination: cwd, Type: "overlay", Source: "overlay",
-		Options: []string{"nosuid", "nodev", opts}})
-	return sameMode(r.cwd.Upper, cwd)
-}
-
-// mountsBelow tells whether anything is mounted at or below dir.
-func mountsBelow(dir string) (bool, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] != "/" && within(f[4], dir) {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// hideRootless hides path: in its overlay's upper, or, below a read-only bind, under a mount.
-func (r *rootfs) hideRootless(path, cwd string) error {
-	path = filepath.Clean(path)
-	name := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
-	i := slices.IndexFunc(r.top, func(l topLayer) bool { return l.name == name })
-	if i >= 0 && path == "/"+name {
-		// The root of an overlay cannot be opaque: a hidden top-level directory is an overlay of an
-		// empty one (or, where nothing may write, a read-only bind of it).
-		r.top[i].hidden = true
-		if !r.top[i].layered {
-			return nil
-		}
-		return r.layerDirs(name)
-	}
-	if i < 0 && path == "/"+name {
-		// A top-level symlink or file, copied into the sandbox's / by topEntry (a link would lead to
-		// what it hides): not there at all, as with root.
-		if err := os.Remove(filepath.Join(r.root.merged, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
-			r.hidSeen = append(r.hidSeen, hostSeen{path: path})
-		}
-		return nil
-	}
-	if i >= 0 && r.top[i].overlay {
-		// An opaque directory in the top-level directory's layer, in O(1) however many entries it
-		// hides; a working directory below it gets an overlay of its own (cwdRootless).
-		return r.hide(path, cwd, nil, true)
-	}
-	st, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		// A warm pool's sandbox is stale once it appears (hiddenChanged).
-		r.hidSeen = append(r.hidSeen, hostSeen{path: path})
-		return nil
-	}
-	if i < 0 {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	m := specs.Mount{Destination: path, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "size=1m", "mode=0755"}}
-	if !st.IsDir() {
-		m = specs.Mount{Destination: path, Type: "bind", Source: os.DevNull, Options: []string{"bind", "ro"}}
-	}
-	r.hideMounts = append(r.hideMounts, m)
-	return nil
-}
-
-// layeredTops says which top-level directories of / get a writable layer (an overlay) in a rootless
-// sandbox: those that a write path, the working directory or a share lies in or below, that hold a
-// hidden path (which reads as absent through a whiteout in the layer), or a mount point sbx needs and
-// the host lacks (libcontainer would create it). Every one does when Landlock may be left out (writes
-// then go wherever the file modes let them). The others are read-only (readOnlyTop): with Landlock,
-// nothing could write there anyway.
-func layeredTops(plan *policy.Plan, writes []string, cwd string) func(top string) bool {
-	if plan.Filesystem.LandlockDegrade {
-		return func(string) bool { return true }
-	}
-	paths := append(slices.Clone(writes), cwd)
-	for _, h := range plan.Filesystem.Hidden {
-		if h = filepath.Clean(h); strings.Count(h, "/") > 1 {
-			paths = append(paths, h) // a hidden top-level directory itself is a bind of an empty one
-		}
-	}
-	for _, sh := range plan.Filesystem.Shares {
-		paths = append(paths, sh.Sandbox)
-	}
-	// A path that crosses a symlink lies where the link leads, too: the sandbox's Landlock rule and
-	// its writes land there.
-	for _, p := range slices.Clone(paths) {
-		if real := resolveExisting(p); real != p {
-			paths = append(paths, real)
-		}
-	}
-	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/passwd"} {
-		if _, err := os.Stat(f); err != nil {
-			paths = append(paths, f)
-			if target, err := os.Readlink(f); err == nil {
-				paths = append(paths, filepath.Join(filepath.Dir(f), target))
-			}
-		}
-	}
-	return func(top string) bool {
-		return slices.ContainsFunc(paths, func(p string) bool { return within(p, top) || within(top, p) })
-	}
-}
-
-// resolveExisting is path with the symlinks of its longest existing prefix resolved (on the host,
-// whose links the sandbox's read-only tree shows as they are); path itself when nothing resolves.
-func resolveExisting(path string) string {
-	for dir, rest := filepath.Clean(path), ""; dir != "/" && dir != "."; dir, rest = filepath.Dir(dir), filepath.Join(filepath.Base(dir), rest) {
-		if real, err := filepath.EvalSymlinks(dir); err == nil {
-			return filepath.Join(real, rest)
-		}
-	}
-	return path
-}
-
-// topEntry prepares one entry of the host's /.
-func (r *rootfs) topEntry(e os.DirEntry, locked map[string]bool, layered bool) error {
-	name := e.Name()
-	dst := filepath.Join(r.root.merged, name)
-	switch {
-	case e.Type()&os.ModeSymlink != 0:
-		target, err := os.Readlink("/" + name)
-		if err != nil {
-			return err
-		}
-		return os.Symlink(target, dst)
-	case !e.IsDir():
-		return nil // a file at the top level (rare): left out
-	case slices.Contains(kernelDirs, name):
-		return os.Mkdir(dst, 0o755)
-	}
-	if err := os.Mkdir(dst, 0o755); err != nil {
-		return err
-	}
-	layer := topLayer{name: name, overlay: !locked[name] && layered, locked: locked[name], layered: layered}
-	if layer.overlay {
-		if err := r.layerDirs(name); err != nil {
-			return err
-		}
-	}
-	r.top = append(r.top, layer)
-	return nil
-}
-
-// layerDirs makes the upper and work dirs of the top-level directory name, the upper with its mode.
-func (r *rootfs) layerDirs(name string) error {
-	for _, d := range []string{filepath.Join(r.root.Upper, name), filepath.Join(r.root.work, name)} {
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return err
-		}
-	}
-	return sameMode(filepath.Join(r.root.Upper, name), "/"+name)
-}
-
-// empty is the empty lower layer of hidden top-level directories.
-func (r *rootfs) empty() string { return filepath.Join(r.runDir, "empty") }
-
-// sameMode gives dir the mode of like (its owner stays: an ordinary user cannot give it away).
-func sameMode(dir, like string) error {
-	st, err := os.Stat(like)
-	if err != nil {
-		return err
-	}
-	return os.Chmod(dir, st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetgid))
-}
-
-// mountsBelowTop lists the top-level directories of / with a mount at or below them: their overlay
-// would be refused in a user namespace.
-func mountsBelowTop() (map[string]bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || fields[4] == "/" {
-			continue
-		}
-		top := strings.SplitN(strings.TrimPrefix(fields[4], "/"), "/", 2)
-		// A mount of the top-level directory itself has nothing below it unless another line says so.
-		if len(top) == 2 {
-			out[top[0]] = true
-		}
-	}
-	return out, sc.Err()
-}
-
-// rootlessMounts are the sandbox's top-level mounts, before the spec's own.
-func (r *rootfs) rootlessMounts() []specs.Mount {
-	var ms []specs.Mount
-	for _, l := range r.top {
-		dst, src := "/"+l.name, "/"+l.name
-		if l.hidden && !l.layered {
-			ms = append(ms, specs.Mount{Destination: dst, Type: "bind", Source: r.empty(),
-				Options: []string{"bind", "ro", "nosuid", "nodev"}})
-			continue
-		}
-		if l.hidden {
-			src = r.empty()
-		} else if !l.overlay {
-			ms = append(ms, readOnlyTop(dst, l.locked, r.empty()))
-			continue
-		}
-		opts := overlayDirs(src, filepath.Join(r.root.Upper, l.name), filepath.Join(r.root.work, l.name)) + "," + r.overlayOpts()
-		ms = append(ms, specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
-			Options: []string{"nosuid", "nodev", opts}})
-	}
-	return append(ms, r.hideMounts...)
-}
-
-// optionalTops marks the mounts of the host's top-level directories (the first mount at each) optional:
-// one removed from the host's / after buildRootless listed it is left out of the sandbox by the
-// supervisor, as it would have been had it gone before (topEntry), instead of failing the run (seen
-// with the tests' own top-level directories, made and removed while other runs start). Hidden ones are
-// of the run's empty directory, which stays.
-func (r *rootfs) optionalTops(ms []supervisor.Mount) {
-	tops := map[string]bool{}
-	for _, l := range r.top {
-		if !l.hidden {
-			tops["/"+l.name] = true
-		}
-	}
-	for i, m := range ms {
-		if dst := filepath.Clean(m.Destination); tops[dst] {
-			ms[i].Optional = true
-			delete(tops, dst)
-		}
-	}
-}
-
-// readOnlyTop is the mount of a top-level directory nothing may write below: an overlay without an
-// upper layer (the host's directory over an empty one), or a read-only recursive bind when mounts lie
-// below it (a user namespace locks them, and overlay refuses such a lower layer), read-only all the
-// way down (rro: ro alone would leave the mounts below writable, and Landlock does not stop chmod,
-// utimes or setxattr on the caller's files there). Not a bind where it
-// can be helped: a bind shows the host's own inodes, and through them the command could connect to
-// the host's unix sockets and open its FIFOs (neither is a write, so Landlock and a read-only mount let
-// both through); an overlay gives them inodes of its own, which lead to no host socket or pipe.
-func readOnlyTop(dst string, locked bool, empty string) specs.Mount {
-	if locked {
-		return specs.Mount{Destination: dst, Type: "bind", Source: dst, Options: []string{"rbind", "ro", "rro", "nosuid", "nodev", "rnosuid", "rnodev"}}
-	}
-	return specs.Mount{Destination: dst, Type: "overlay", Source: "overlay",
-		Options: []string{"ro", "nosuid", "nodev", fmt.Sprintf("lowerdir=%s:%s,userxattr", dst, empty)}}
-}
-
-// rootlessOverlays are the rootless sandbox's writable layers: the top-level overlays, and its / itself
-// (a directory of the run, where a command may create top-level entries).
-func (r *rootfs) rootlessOverlays() []*overlay {
-	out := []*overlay{{At: "/", Upper: r.root.merged}}
-	for _, l := range r.top {
-		switch {
-		case l.hidden && l.layered:
-			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: r.empty()})
-		case l.overlay:
-			out = append(out, &overlay{At: "/" + l.name, Upper: filepath.Join(r.root.Upper, l.name), Lower: "/" + l.name})
-		}
-	}
-	if r.cwd != nil {
-		out = append(out, r.cwd)
-	}
-	return out
-}
-
 // rootlessSpec turns a sandbox's spec into a rootless one: the top-level mounts first, and the cgroup
-// limits that the delegated cgroup d's controllers hold, in the run's cgroup below it (cgroupdeleg.go);
+// limits that the delegated cgroup d's controllers hold, in the run's cgroup below it (package cgroup);
 // none without delegation (limits.enforced says what holds instead). No device rules: see
 // delegatedManager.
-func rootlessSpec(s *specs.Spec, top []specs.Mount, d *delegation, id string) {
+func rootlessSpec(s *specs.Spec, top []specs.Mount, d *cgroup.Delegation, id string) {
 	s.Mounts = append(top, s.Mounts...)
 	r := s.Linux.Resources
 	s.Linux.Resources = nil
@@ -542,18 +74,18 @@ func rootlessSpec(s *specs.Spec, top []specs.Mount, d *delegation, id string) {
 	}
 	held := &specs.LinuxResources{}
 	if r != nil {
-		if d.has("memory") {
+		if d.Has("memory") {
 			held.Memory = r.Memory
 		}
-		if d.has("pids") {
+		if d.Has("pids") {
 			held.Pids = r.Pids
 		}
-		if d.has("cpu") {
+		if d.Has("cpu") {
 			held.CPU = r.CPU
 		}
 	}
 	s.Linux.Resources = held
-	s.Linux.CgroupsPath = strings.TrimPrefix(d.runDir(id), cgroupRoot)
+	s.Linux.CgroupsPath = strings.TrimPrefix(d.RunDir(id), cgroup.Root)
 }
 
 // Enforcement is one limit of the plan and what holds it in this sandbox.
@@ -566,8 +98,8 @@ func (s *Sandbox) Enforced() []Enforcement {
 	by := map[string]string{"memory": "cgroup", "pids": "cgroup", "cpu": "cgroup", "disk": "tmpfs size"}
 	if Rootless() {
 		by = map[string]string{"memory": "none", "pids": "RLIMIT_NPROC per uid", "cpu": "none", "disk": "RLIMIT_FSIZE per file"}
-		for _, c := range delegControllers {
-			if s.deleg.has(c) {
+		for _, c := range cgroup.LimitControllers {
+			if s.deleg.Has(c) {
 				by[c] = "cgroup"
 			}
 		}
@@ -667,33 +199,12 @@ func inPidNS(pid int, ns string) bool {
 	return err == nil && got == ns
 }
 
-// opaqueXattr marks an opaque directory in an upper layer: overlay mounted in a user namespace reads
-// user.overlay.* (its userxattr option), the host's overlay trusted.overlay.*.
-func opaqueXattr() string {
-	if Rootless() {
-		return "user.overlay.opaque"
-	}
-	return "trusted.overlay.opaque"
-}
-
-// ignoreUnprivileged drops what the kernel refuses an ordinary user (a chown to a host owner): the
-// sandbox's copy keeps the caller as its owner.
-func ignoreUnprivileged(err error) error {
-	if Rootless() && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL)) {
-		return nil
-	}
-	return err
-}
-
-// ErrRootless is matched by errors about what sbx cannot do without root.
-var ErrRootless = errors.New("not available without root")
-
 // ErrNoCgroup is matched by the refusal of a profile that requires cgroup limits where sbx has none.
 var ErrNoCgroup = errors.New("the profile requires cgroup limits (limits.require: cgroup), which this run without root cannot have")
 
 // checkRootless refuses what a rootless sandbox cannot give, before anything is built; d is the cgroup
 // systemd delegates (nil: none, for the reason noCgroup).
-func (cfg Config) checkRootless(d *delegation, noCgroup string) error {
+func (cfg Config) checkRootless(d *cgroup.Delegation, noCgroup string) error {
 	if l := cfg.Plan.Limits; l.RequireCgroup {
 		if d == nil {
 			return fmt.Errorf("%w: %w: no cgroup of its own (%s)", ErrSetup, ErrNoCgroup, noCgroup)
@@ -702,8 +213,8 @@ func (cfg Config) checkRootless(d *delegation, noCgroup string) error {
 			controller string
 			set        bool
 		}{{"memory", l.MemoryBytes > 0}, {"pids", l.Pids > 0}, {"cpu", l.CPUs > 0}} {
-			if x.set && !d.has(x.controller) {
-				return fmt.Errorf("%w: %w: the cgroup systemd delegates (%s) has no %s controller", ErrSetup, ErrNoCgroup, d.dir, x.controller)
+			if x.set && !d.Has(x.controller) {
+				return fmt.Errorf("%w: %w: the cgroup systemd delegates (%s) has no %s controller", ErrSetup, ErrNoCgroup, d.Dir(), x.controller)
 			}
 		}
 	}
@@ -716,26 +227,43 @@ func (cfg Config) checkRootless(d *delegation, noCgroup string) error {
 	return nil
 }
 
+// rootlessCgroupFor is the delegated cgroup a run of cfg without root uses, prepared, or nil with why
+// not. Only the direct start uses it (see startInit): where libcontainer's init would build the
+// sandbox, there is none, as before.
+func rootlessCgroupFor(cfg Config) (*cgroup.Delegation, string) {
+	d, why := cgroup.Detect()
+	if d == nil {
+		return nil, why
+	}
+	if err := directAvailable(cfg); err != nil {
+		return nil, fmt.Sprintf("the cgroup systemd delegates (%s) is used only when sbx's supervisor builds the sandbox, and here libcontainer's init does: %v", d.Dir(), err)
+	}
+	if err := cgroup.Prepare(d); err != nil {
+		return nil, fmt.Sprintf("the cgroup systemd delegates (%s) could not be used: %v", d.Dir(), err)
+	}
+	return d, ""
+}
+
 // rootlessNotes say how a rootless sandbox differs from root's, for the report.
 func (s *Sandbox) rootlessNotes() []string {
 	l := s.cfg.Plan.Limits
-	cgroup := "rootless: no cgroup here; the sandbox's processes are those of its pid namespace, stopped with SIGSTOP for the observation (no freezer: a left-running process shows state T)"
+	cgroupNote := "rootless: no cgroup here; the sandbox's processes are those of its pid namespace, stopped with SIGSTOP for the observation (no freezer: a left-running process shows state T)"
 	if s.deleg != nil {
-		cgroup = fmt.Sprintf("rootless: limits through the cgroup systemd delegates to the caller (%s)", s.deleg.dir)
+		cgroupNote = fmt.Sprintf("rootless: limits through the cgroup systemd delegates to the caller (%s)", s.deleg.Dir())
 	}
 	notes := []string{fmt.Sprintf("rootless: the command runs as root inside its user namespace, uid %d on the host, without capabilities", s.ids.HostUID),
-		cgroup,
+		cgroupNote,
 		// What root's sandbox gives and this one cannot (docs/limits.md, "Differences from running on
 		// the host"): said on every run, since the command's failure alone does not say it is sbx's.
 		"rootless: only the caller's id is mapped: chown to another owner fails with EINVAL, so tar x, cpio -i and cp -a of others' files fail (tar --no-same-owner, cpio --no-preserve-owner, cp -a --no-preserve=ownership)",
 		"rootless: what existed before the run is overlayfs's lower layer, which in a user namespace keeps no redirects: such a directory cannot be renamed (EXDEV: mv copies it, git mv and a bare rename(2) fail)"}
-	if why := s.rootfs.indexWhy; why != "" {
+	if why := s.rootfs.IndexWhy(); why != "" {
 		notes = append(notes, "rootless: hard links of files that existed before the run are split: overlayfs keeps no inodes index in a user namespace here ("+why+"), so each name is copied up on its own when the command writes to it or links it: a write through one name does not show through the others, and a new link shows another inode number than its source (git clone of a local repository fails, \"hardlink different from source\": git clone --no-hardlinks)")
 	}
 	held := []string{"disk as the size of each file (RLIMIT_FSIZE; df shows the host's filesystem)"}
 	var byCgroup, none []string
-	for _, c := range delegControllers {
-		if s.deleg.has(c) {
+	for _, c := range cgroup.LimitControllers {
+		if s.deleg.Has(c) {
 			byCgroup = append(byCgroup, c)
 		} else if c != "pids" {
 			none = append(none, c)
@@ -744,7 +272,7 @@ func (s *Sandbox) rootlessNotes() []string {
 	if len(byCgroup) > 0 {
 		held = append(held, strings.Join(byCgroup, ", ")+" by the cgroup")
 	}
-	if l.Pids > 0 && !s.deleg.has("pids") {
+	if l.Pids > 0 && !s.deleg.Has("pids") {
 		held = append(held, "pids by RLIMIT_NPROC of the caller's uid")
 	}
 	held = append(held, "timeout by sbx")
@@ -768,10 +296,10 @@ func (s *Sandbox) rootlessRlimits() []specs.POSIXRlimit {
 	l := s.cfg.Plan.Limits
 	disk := l.DiskBytes
 	if disk <= 0 {
-		disk = DefaultDiskBytes
+		disk = rootfs.DefaultDiskBytes
 	}
 	out := rlimitsWithoutCgroup(disk)
-	if l.Pids > 0 && !s.deleg.has("pids") {
+	if l.Pids > 0 && !s.deleg.Has("pids") {
 		n := uint64(l.Pids) + uint64(processesOf(os.Getuid()))
 		out = append(out, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
 	}
@@ -802,42 +330,6 @@ func processesOf(uid int) int {
 	return n
 }
 
-// overlayWorkDirs are the directories an overlay leaves with mode 0 in its work dir: its own work
-// dir, and with the volatile option (rootlessOverlayOpts) the marker dirs below it. Parents first.
-var overlayWorkDirs = []string{"work", "work/incompat", "work/incompat/volatile"}
-
-// openWorkDirs gives the caller back the dirs overlay leaves with mode 0 in a rootless run dir
-// (overlayWorkDirs), each reached below the run dir's handle without following a link, so that one
-// pass of os.RemoveAll removes the run dir. (Before the volatile markers were opened too, every
-// rootless run's first pass failed on them, and removeAll walked the run dir a second time to open
-// every directory; the removal itself, about 6 ms for a run dir on ext4, is the same either way.)
-func openWorkDirs(dir string) {
-	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	defer unix.Close(root)
-	var patterns []string
-	for _, w := range overlayWorkDirs {
-		patterns = append(patterns, "layer/work/*/"+w, "layer/work-cwd/"+w, "layer/work-cache-*/"+w)
-	}
-	for _, pattern := range patterns {
-		matches, _ := filepath.Glob(filepath.Join(dir, pattern))
-		for _, m := range matches {
-			if rel, err := filepath.Rel(dir, m); err == nil {
-				openUp(root, rel, 0o700)
-			}
-		}
-	}
-}
-
-// openForRemoval gives the caller back every directory below dir (u+rwx), so that an ordinary user can
-// remove the run dir whatever modes the command left on the directories it made. Like openUnreadable,
-// every directory is reached below dir's handle without following a link, and changed through its own.
-func openForRemoval(dir string) {
-	openBelow(dir, 0o700, true)
-}
-
 // NetDiag returns a sock_diag socket of the sandbox's network namespace, for an sbx that may not enter
 // it (without root): a copy of the one the supervisor made. The caller closes it.
 func (s *Sandbox) NetDiag() (int, error) {
@@ -857,83 +349,11 @@ func (s *Sandbox) NetDiag() (int, error) {
 	return fd, nil
 }
 
-// maxOpenDirs bounds how many directories openUnreadable looks at.
-const maxOpenDirs = 1 << 17
-
-// openUnreadable adds read and search permission for their owner (the caller, without root) to the
-// directories below upper that lack it, so that observation can walk what the command wrote. The
-// command may still run and swap names for links: every directory is opened below upper's handle
-// without following any link, and changed through its handle. Modes are not in the report.
-func openUnreadable(upper string) {
-	openBelow(upper, 0o500, false)
-}
-
-// openBelow walks the directories below top through a handle of it (openat2 RESOLVE_IN_ROOT, no link
-// followed, no other file system), adding perm for their owner: to every directory (always), or to
-// those it cannot open. It looks at maxOpenDirs directories at most.
-func openBelow(top string, perm uint32, always bool) {
-	root, err := unix.Open(top, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	defer unix.Close(root)
-	budget := maxOpenDirs
-	openDirsBelow(root, ".", &budget, perm, always)
-}
-
-func openDirsBelow(root int, rel string, budget *int, perm uint32, always bool) {
-	if *budget <= 0 {
-		return
-	}
-	*budget--
-	if always {
-		openUp(root, rel, perm)
-	}
-	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
-	fd, err := unix.Openat2(root, rel, how)
-	if errors.Is(err, unix.EACCES) && !always && openUp(root, rel, perm) {
-		fd, err = unix.Openat2(root, rel, how)
-	}
-	if err != nil {
-		return
-	}
-	dir := os.NewFile(uintptr(fd), rel)
-	entries, _ := dir.ReadDir(-1)
-	dir.Close()
-	for _, e := range entries {
-		if e.IsDir() {
-			openDirsBelow(root, filepath.Join(rel, e.Name()), budget, perm, always)
-		}
-	}
-}
-
-// openUp adds perm for its owner to the directory rel below root, reached without following links,
-// when it lacks any of it and belongs to the caller.
-func openUp(root int, rel string, perm uint32) bool {
-	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
-	fd, err := unix.Openat2(root, rel, how)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || int(st.Uid) != os.Geteuid() {
-		return false
-	}
-	if st.Mode&perm == perm {
-		return true
-	}
-	// An O_PATH handle cannot be fchmod'ed; its /proc/self/fd link names exactly that directory.
-	return unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), st.Mode&0o7777|perm) == nil
-}
-
 // startDirectRootless is startDirect without root: the supervisor starts in fresh namespaces as the
 // caller, root of its user namespace, where the caller's uid and gid (one id each, rootlessIDMap) are
 // mapped as 0. The kernel lets an ordinary user write such maps itself (the gid map once setgroups is
 // denied), so the runtime writes them between clone and exec, as for root, and no newuidmap is needed.
-// The sandbox's cgroup, where systemd delegates one (cgroupdeleg.go), gets its limits before the
+// The sandbox's cgroup, where systemd delegates one (package cgroup), gets its limits before the
 // supervisor starts, and the supervisor is moved into it in the background, as startDirect does as
 // root: the channel says when (nil: no cgroup, limits come as rlimits, in setup). The supervisor opens
 // the binds' sources (setup.OpenSources: sbx may not clone mounts); the network namespace is a new one,
@@ -968,7 +388,7 @@ func (s *Sandbox) startDirectRootless(bin string, setup *supervisor.Setup, confi
 		// Its maps refused: AppArmor's restriction of user namespaces, the usual cause (apparmor.go).
 		return nil, usernsRefusal(err)
 	}
-	if err := recordInit(s.run.dir, s.initPid); err != nil {
+	if err := state.RecordInit(s.run.Dir(), s.initPid); err != nil {
 		return nil, err
 	}
 	if m == nil {
@@ -996,15 +416,15 @@ func (s *Sandbox) delegatedManager(config *configs.Config) (cgroups.Manager, err
 	if s.cgroups == nil {
 		return nil, nil
 	}
-	s.cgroups.wait()
-	if s.cgroups.err != nil {
-		return nil, s.cgroups.err
+	made, err := s.cgroups.Manager()
+	if err != nil {
+		return nil, err
 	}
 	if config.Cgroups.Resources == nil {
 		config.Cgroups.Resources = &cgroups.Resources{}
 	}
 	config.Cgroups.Resources.SkipDevices = true
-	m, err := manager.NewWithPaths(config.Cgroups, s.cgroups.m.GetPaths())
+	m, err := manager.NewWithPaths(config.Cgroups, made.GetPaths())
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox's cgroup: %w", err)
 	}
@@ -1012,56 +432,4 @@ func (s *Sandbox) delegatedManager(config *configs.Config) (cgroups.Manager, err
 		return nil, fmt.Errorf("setting the sandbox's limits in %s: %w", m.Path(""), err)
 	}
 	return m, nil
-}
-
-// initFile names, in a rootless run's dir, its supervisor's host pid and pid namespace: without a
-// cgroup, nothing else tells gc which processes were the run's, should its supervisor outlive a dead
-// sbx (its parent-death signal kills it with sbx; this is the second line).
-const initFile = "init"
-
-// maxInitFile bounds what gc reads of initFile.
-const maxInitFile = 256
-
-// recordInit writes initFile for the supervisor pid, sbx's child, not reaped yet: the pid is its.
-func recordInit(runDir string, pid int) error {
-	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
-	if err != nil {
-		return fmt.Errorf("reading the supervisor's pid namespace: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(runDir, initFile), []byte(fmt.Sprintf("%d %s\n", pid, ns)), 0o600); err != nil {
-		return fmt.Errorf("recording the supervisor's pid: %w", err)
-	}
-	return nil
-}
-
-// killRecordedInit kills, for gc, the supervisor a dead run recorded in its dir (and with it its whole
-// pid namespace), if it is still there: the process with that pid whose pid namespace is the recorded
-// one, signalled through a pidfd opened before the check, so that a reused pid is never hit. It waits
-// up to a second for it to be gone.
-func killRecordedInit(runDir string) {
-	f, err := os.Open(filepath.Join(runDir, initFile))
-	if err != nil {
-		return
-	}
-	data := make([]byte, maxInitFile)
-	n, _ := f.Read(data)
-	f.Close()
-	var pid int
-	var ns string
-	if _, err := fmt.Sscanf(string(data[:n]), "%d %s", &pid, &ns); err != nil || pid <= 1 {
-		return
-	}
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return
-	}
-	defer unix.Close(fd)
-	if got, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil || got != ns {
-		return
-	}
-	if unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) != nil {
-		return
-	}
-	// The pidfd reads as readable once the process has exited.
-	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 1000)
 }

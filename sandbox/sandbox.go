@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/sbx-dev/sbx/internal/cgprime"
 	"io"
 	"os"
 	"os/user"
@@ -13,8 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/sbx-dev/sbx/internal/cgprime"
 
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -25,15 +25,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/idmapns"
-	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/internal/supervisor"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
+	"github.com/sbx-dev/sbx/sandbox/rootfs"
+	"github.com/sbx-dev/sbx/sandbox/seccomp"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
-// DefaultStateRoot is where sbx keeps the state of its runs. It lives on /run so that a reboot clears it.
-const DefaultStateRoot = "/run/sbx"
+// DefaultStateRoot is where sbx keeps the state of its runs as root (package state).
+const DefaultStateRoot = state.DefaultRoot
 
 // ErrSetup is matched by every error of sandbox creation: the sandbox could not be built.
 var ErrSetup = errors.New("sandbox setup failed")
@@ -82,13 +85,13 @@ type Sandbox struct {
 	ID     string
 	Notes  []string // what the sandbox could only partly do, for the report
 	cfg    Config
-	run    *runDir
-	rootfs *rootfs
+	run    *state.Run
+	rootfs *rootfs.FS
 	// shareLinks are the paths of shares that led through a link, moved to where it leads
 	// (resolveShares); hiding keeps the way down to them.
 	shareLinks []string
-	caches     []shownCache // the toolchain caches shown (caches.go)
-	passwd     string       // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
+	caches     []rootfs.Cache // the toolchain caches shown (caches.go)
+	passwd     string         // sbx's /etc/passwd for the sandbox (passwdFile), mounted there; "" for the host's
 	net        *netcontract.Net
 	container  runtimeContainer // libcontainer's, or a direct start's (direct.go)
 	prepared   chan error       // the supervisor's preparation was sent (nil) or could not be
@@ -98,12 +101,12 @@ type Sandbox struct {
 	console    *os.File
 	pidfd      int                 // the command's, once started; 0 = none
 	tasks      [2]string           // cgroup dir and file name of the task list, once found (freeze.go)
-	seccomp    *supervisor.Seccomp // the command's filter, compiled (seccompbpf.go); nil for none
-	notify     *notifyListener     // seccomp notifications (seccompnotify.go); nil when nothing is recorded
+	seccomp    *supervisor.Seccomp // the command's filter, compiled (package seccomp); nil for none
+	notify     *seccomp.Listener   // seccomp notifications (package seccomp); nil when nothing is recorded
 	notifyOff  string              // why the plan's recording could not be set up, for the report
 	ids        IDMap
-	cgroups    *cgroupPrep // the run's cgroups, made ahead; libcontainer's once it has the container
-	deleg      *delegation // without root: the cgroup systemd delegates, the parent of the run's; nil: none
+	cgroups    *cgroup.Prep       // the run's cgroups, made ahead; libcontainer's once it has the container
+	deleg      *cgroup.Delegation // without root: the cgroup systemd delegates, the parent of the run's; nil: none
 	relays     relays
 	diagFD     int  // the supervisor's sock_diag socket, in its process; -1 = none
 	netSent    bool // the supervisor got the network record's channel (mode none, a direct start)
@@ -114,7 +117,7 @@ type Sandbox struct {
 // command. On error, everything it built is gone again.
 func Create(cfg Config) (sb *Sandbox, err error) {
 	if cfg.StateRoot == "" {
-		cfg.StateRoot = DefaultStateRootFor()
+		cfg.StateRoot = state.DefaultRootFor()
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -122,21 +125,21 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 	cfg.deferStdio()
 	childrenNoFile()
 	// The disk layer's device is attached beside the steps up to the overlays, which mount it.
-	var prep *layerPrep
+	var prep *rootfs.LayerPrep
 	if !Rootless() {
-		prep = startLayer(layerSize(cfg.Plan.Limits.DiskBytes))
+		prep = rootfs.StartLayer(rootfs.LayerSize(cfg.Plan.Limits.DiskBytes))
 	}
 	defer func() {
 		if sb == nil {
-			prep.release()
-			prep.unclaim()
+			prep.Release()
+			prep.Unclaim()
 		}
 	}()
 	// Each run first removes what dead runs left behind; with no dead run this is a directory read.
 	tr := newTracer()
 	defer tr.done()
-	GC(cfg.StateRoot)
-	primer := startCgroupPrimer(cfg.StateRoot) // until the container runs (cgroupprime.go)
+	state.GC(cfg.StateRoot)
+	primer := cgroup.StartPrimer(cfg.StateRoot) // until the container runs (package cgroup)
 	defer primer.Stop()
 	tr.mark("gc")
 	id, err := newID()
@@ -144,7 +147,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return nil, err
 	}
 	ids := newIDMap(cfg.Plan.UID, cfg.Plan.GID)
-	var deleg *delegation
+	var deleg *cgroup.Delegation
 	if Rootless() {
 		d, noCgroup := rootlessCgroupFor(cfg)
 		if err := cfg.checkRootless(d, noCgroup); err != nil {
@@ -152,13 +155,13 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		}
 		ids, deleg = rootlessIDMap(), d
 	}
-	run, err := claimRunDir(cfg.StateRoot, id, ids)
+	run, err := state.Claim(cfg.StateRoot, id, ids.RootUID, ids.RootGID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: newRootfs(run.dir), ids: ids, diagFD: -1, deleg: deleg}
-	sb.rootfs.prep = prep
-	sb.cgroups = startCgroups(id, deleg, run.dir) // beside the overlays (cgroupprep.go)
+	sb = &Sandbox{ID: id, cfg: cfg, run: run, rootfs: rootfs.New(run.Dir()), ids: ids, diagFD: -1, deleg: deleg}
+	sb.rootfs.UseLayer(prep)
+	sb.cgroups = cgroup.Start(id, deleg, run.Dir()) // beside the overlays (package cgroup)
 	defer func() {
 		if err != nil {
 			sb.Destroy()
@@ -171,7 +174,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		return sb, err
 	}
 	if !Rootless() {
-		sb.rootfs.startDecoys() // beside the network and the container's start; waited for below
+		sb.rootfs.StartDecoys() // beside the network and the container's start; waited for below
 	}
 	tr.mark("files")
 	if cfg.Plan.Network.Mode == policy.NetContract {
@@ -181,11 +184,11 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 			// Without root the container makes the namespace; the contract attaches once it exists.
 			setup = netcontract.SetupRootless
 		}
-		sb.net, err = setup(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir})
+		sb.net, err = setup(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.Dir()})
 		if err != nil {
 			return sb, fmt.Errorf("setting up the network contract: %w", err)
 		}
-	} else if sb.net, err = netcontract.SetupNone(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.dir}); err != nil {
+	} else if sb.net, err = netcontract.SetupNone(netcontract.Config{ID: "sbx" + id, Net: cfg.Plan.Network, StateDir: run.Dir()}); err != nil {
 		// Mode none still records what the command tries: built once the init exists (AttachNone).
 		return sb, fmt.Errorf("setting up the network record: %w", err)
 	}
@@ -194,7 +197,7 @@ func Create(cfg Config) (sb *Sandbox, err error) {
 		sb.net.Attach(sb.initPid) // a rootless contract
 		sb.net.AttachNone(sb.initPid, sb.netSent)
 	}
-	if derr := sb.rootfs.awaitDecoys(); err == nil && derr != nil {
+	if derr := sb.rootfs.AwaitDecoys(); err == nil && derr != nil {
 		err = fmt.Errorf("planting decoys: %w", derr)
 	}
 	tr.mark("decoys")
@@ -211,7 +214,7 @@ func (cfg Config) check() error {
 			return fmt.Errorf("%w: %s: %w", ErrShare, sh.Host, err)
 		}
 	}
-	if err := checkStateShares(cfg.StateRoot, cfg.Plan.Filesystem.Shares); err != nil {
+	if err := state.CheckShares(cfg.StateRoot, cfg.Plan.Filesystem.Shares); err != nil {
 		return err
 	}
 	return checkNoFile(cfg.Plan.Limits.NoFile)
@@ -243,283 +246,6 @@ func checkNoFile(n uint64) error {
 	return nil
 }
 
-// shareTargets are where the shares are mounted in the sandbox.
-func shareTargets(shares []policy.Share) []string {
-	out := make([]string, len(shares))
-	for i, sh := range shares {
-		out[i] = sh.Sandbox
-	}
-	return out
-}
-
-// resolveShares gives every share a host path that leads through no link, before anything is built: the
-// path its links lead to when every link on the way is root's (a system's /home -> /var/home, say). A
-// link anyone else owns fails the share (ErrShareLink): a command in an earlier sandbox could have
-// planted it in a directory shared with it (--rw ~/proj, then ~/proj/data -> ~/.ssh), and it runs as no
-// host root (without root, as the caller: the caller's own links cannot be told from planted ones).
-// Each start path then opens the share's source without following any link (supervisor.Mount.NoLinks,
-// checkShares), so that a link planted after this check fails the run instead of being followed.
-//
-// As root, a share onto its own path is moved, on the host as in the sandbox: the sandbox shows the
-// host's links as they are, so the command reaches the share through them, as on the host (hiding keeps
-// the way down to the link too: shareLinks); sbx never makes a mount point through a link. A share onto
-// a path of its own (filesystem.share's path) keeps it. Without root every share keeps its sandbox
-// path: a link in a hidden directory (~ by default) is not in the sandbox, and the share's mount point is
-// made at the link's path itself, which the command uses as on the host; moving it would leave that path
-// empty. The plan is copied, not changed: a pool shares it.
-func (s *Sandbox) resolveShares() error {
-	shares := slices.Clone(s.cfg.Plan.Filesystem.Shares)
-	moved := false
-	for i, sh := range shares {
-		real, err := resolveRootLinks(sh.Host)
-		if err != nil {
-			return shareError(sh.Host, err)
-		}
-		if real == filepath.Clean(sh.Host) {
-			continue
-		}
-		moved = true
-		shares[i].Host = real
-		if Rootless() || sh.Sandbox != sh.Host {
-			continue
-		}
-		shares[i].Sandbox = real
-		s.shareLinks = append(s.shareLinks, filepath.Clean(sh.Host))
-		s.Notes = append(s.Notes, fmt.Sprintf("share %s: shared at %s, where its link leads", sh.Host, real))
-	}
-	if moved {
-		p := *s.cfg.Plan
-		p.Filesystem.Shares = shares
-		s.cfg.Plan = &p
-	}
-	return nil
-}
-
-// Shares are the sandbox's shares, with their host paths as resolved for the mounts (resolveShares).
-func (s *Sandbox) Shares() []policy.Share { return s.cfg.Plan.Filesystem.Shares }
-
-// shareError is the error about share host whose path could not be resolved or opened without a link:
-// ErrShareLink for a link sbx does not follow (or too many), ErrShare for the rest (a path gone).
-func shareError(host string, err error) error {
-	kind := ErrShare
-	if errors.Is(err, errNotRootLink) || errors.Is(err, unix.ELOOP) {
-		kind = ErrShareLink
-	}
-	return fmt.Errorf("%w: %s: %w", kind, host, err)
-}
-
-// maxLinks bounds the links resolveRootLinks follows, as the kernel's 40.
-const maxLinks = 40
-
-// errNotRootLink is resolveRootLinks's error for a link on the way that is not root's.
-var errNotRootLink = errors.New("a link on the way is not root's")
-
-// resolveRootLinks resolves the links of the absolute path, one component at a time, into a path with
-// no link on it; it fails (errNotRootLink) when a link on the way is not root's, when a component cannot
-// be read, or when there are too many links.
-func resolveRootLinks(path string) (string, error) {
-	rest := strings.Split(strings.TrimPrefix(filepath.Clean(path), "/"), "/")
-	done := "/"
-	for hops := 0; len(rest) > 0; {
-		name := rest[0]
-		rest = rest[1:]
-		if name == "" || name == "." {
-			continue
-		}
-		if name == ".." {
-			done = filepath.Dir(done)
-			continue
-		}
-		next := filepath.Join(done, name)
-		var st unix.Stat_t
-		if err := unix.Lstat(next, &st); err != nil {
-			return "", &os.PathError{Op: "lstat", Path: next, Err: err}
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-			done = next
-			continue
-		}
-		if st.Uid != 0 {
-			return "", fmt.Errorf("%w: %s (uid %d)", errNotRootLink, next, st.Uid)
-		}
-		if hops++; hops > maxLinks {
-			return "", &os.PathError{Op: "resolve", Path: path, Err: unix.ELOOP}
-		}
-		target, err := os.Readlink(next)
-		if err != nil {
-			return "", err
-		}
-		if filepath.IsAbs(target) {
-			done = "/"
-		}
-		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
-	}
-	return done, nil
-}
-
-// buildFiles resolves the working directory (once: every later step, the supervisor's included, uses
-// the result), mounts the overlays and lets the command's user write to the working directory.
-func (s *Sandbox) buildFiles() error {
-	if err := s.resolveShares(); err != nil {
-		return err
-	}
-	if !sharedElsewhere(s.cfg.Plan.Filesystem.Shares, s.cfg.Command.Cwd) {
-		real := resolveCwd(s.cfg.Command.Cwd)
-		if s.cfg.Command.CwdNoLinks && real != filepath.Clean(s.cfg.Command.Cwd) {
-			return fmt.Errorf("%w: %s is %s now", ErrCwdMoved, s.cfg.Command.Cwd, real)
-		}
-		s.cfg.Command.Cwd = real
-	}
-	s.pickCaches()
-	defer s.cacheEnv()
-	plan, cwd := s.cfg.Plan, s.cfg.Command.Cwd
-	if note := hiddenRepoNote(plan.Filesystem, cwd, s.cfg.Command.Top); note != "" {
-		s.Notes = append(s.Notes, note)
-	}
-	if Rootless() {
-		s.rootfs.indexWhy = rootlessIndex(s.cfg)
-		s.rootfs.index = s.rootfs.indexWhy == ""
-		s.Notes = append(s.Notes, s.rootlessNotes()...)
-		s.rootfs.decoyHomes, s.rootfs.decoyKeep = decoyHomes(plan), append(shareTargets(plan.Filesystem.Shares), s.cachePaths()...)
-		if err := s.rootfs.buildRootless(plan.Filesystem.Hidden, cwd, layeredTops(plan, s.writePaths(), cwd)); err != nil {
-			return err
-		}
-		return s.rootfs.cachesRootless(s.caches)
-	}
-	give := plan.Filesystem.WriteCwd && cwd != "/" && !shared(plan.Filesystem.Shares, cwd)
-	idmap := s.cwdIDMap(give)
-	// A working directory on another file system than / gets an overlay of its own, unless a share
-	// brings it in already; so does one the command sees through an idmapping, and one below a hidden
-	// directory, which then becomes an opaque empty directory in O(1) instead of a whiteout for every
-	// entry beside the way down (see hide).
-	ownFS := (!sameFS("/", cwd) || belowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
-	overlayCwd := ownFS || idmap != nil && !shared(plan.Filesystem.Shares, cwd)
-	shares := append(shareTargets(plan.Filesystem.Shares), s.shareLinks...)
-	s.rootfs.decoyHomes, s.rootfs.decoyUID, s.rootfs.decoyGID = decoyHomes(plan), s.ids.HostUID, s.ids.HostGID
-	s.rootfs.decoyKeep = s.cachePaths() // no decoy inside a toolchain cache shown
-	err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shares, idmap)
-	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
-		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
-		s.rootfs.unmount()
-		s.rootfs = newRootfs(s.run.dir)
-		s.rootfs.decoyHomes, s.rootfs.decoyUID, s.rootfs.decoyGID = decoyHomes(plan), s.ids.HostUID, s.ids.HostGID
-		s.rootfs.decoyKeep = s.cachePaths()
-		return s.giveCwd(plan, cwd, ownFS)
-	}
-	s.Notes = append(s.Notes, s.rootfs.notes...)
-	if err != nil {
-		return err
-	}
-	if err := s.openWays(plan, cwd); err != nil {
-		return err
-	}
-	if err := s.giveWayUp(plan, cwd, give); err != nil {
-		return err
-	}
-	return s.mountCaches()
-}
-
-// giveWayUp hands the working directory's ancestors that lie in a write path (/tmp/me above
-// /tmp/me/repo) and that the working directory's owner owns on the host to the command's user, in the
-// overlay: without root the command is the caller, who owns them, and creates a sibling of the working
-// directory there (git worktree add ../x, a build's ../out) in the sandbox's layer; as root it ran as
-// another user, and the kernel refused it with EACCES, which Landlock (the path is a write path) never
-// saw and the report did not show. The host's directories keep their owners; what the command makes
-// beside the working directory stays in the layer, as anything outside it does.
-func (s *Sandbox) giveWayUp(plan *policy.Plan, cwd string, give bool) error {
-	if !give {
-		return nil
-	}
-	var st unix.Stat_t
-	if err := unix.Lstat(cwd, &st); err != nil || int(st.Uid) == s.ids.HostUID {
-		return nil
-	}
-	for d := filepath.Dir(cwd); d != "/" && slices.ContainsFunc(plan.Filesystem.Write, func(w string) bool { return within(d, filepath.Clean(w)) }); d = filepath.Dir(d) {
-		var up unix.Stat_t
-		if err := unix.Lstat(d, &up); err != nil || up.Uid != st.Uid || up.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return nil
-		}
-		if up.Mode&0o002 != 0 {
-			continue // anyone may write there already (/tmp itself)
-		}
-		f, err := s.rootfs.openDir(d)
-		if err != nil {
-			return fmt.Errorf("handing %s to the command's user: %w", d, err)
-		}
-		err = unix.Fchown(int(f.Fd()), s.ids.HostUID, s.ids.HostGID)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("handing %s to the command's user: %w", d, err)
-		}
-	}
-	return nil
-}
-
-// openWays lets the sandbox's root (an unprivileged uid on the host, which libcontainer runs as inside)
-// and the command's user reach the working directory and mount the shares: the directories on the way
-// become searchable in the overlay, and the shares' mount points exist there already (libcontainer
-// could not create them in a directory it may not write, such as a hidden /root).
-func (s *Sandbox) openWays(plan *policy.Plan, cwd string) error {
-	for _, sh := range plan.Filesystem.Shares {
-		if s.rootfs.cwd == nil || !within(sh.Sandbox, s.rootfs.cwd.At) {
-			st, err := os.Stat(sh.Host)
-			if err != nil {
-				return fmt.Errorf("%w: %s: %w", ErrShareTarget, sh.Host, err)
-			}
-			if err := mountPointLike(s.rootfs.root.merged, sh.Sandbox, st.IsDir()); err != nil {
-				return fmt.Errorf("%w: preparing the mount point of %s: %w", ErrShareTarget, sh.Sandbox, err)
-			}
-		}
-		if err := s.rootfs.traversable(filepath.Dir(sh.Sandbox)); err != nil {
-			return err
-		}
-	}
-	return s.rootfs.traversable(filepath.Dir(cwd))
-}
-
-// cwdIDMap is the idmapping that shows the working directory as the command's own, nil when the
-// command's user owns it already or gets no write access to it.
-func (s *Sandbox) cwdIDMap(give bool) *idmapping {
-	if !give {
-		return nil
-	}
-	// The owner is read on a handle opened without following links, as the bind itself will be.
-	dir, err := safefs.OpenNoLinks(s.cfg.Command.Cwd)
-	if err != nil {
-		return nil
-	}
-	defer dir.Close()
-	var st unix.Stat_t
-	if unix.Fstat(int(dir.Fd()), &st) != nil {
-		return nil
-	}
-	if int(st.Uid) == s.ids.HostUID {
-		return nil
-	}
-	return &idmapping{FromUID: int(st.Uid), FromGID: int(st.Gid), ToUID: s.ids.HostUID, ToGID: s.ids.HostGID}
-}
-
-// giveCwd is the fallback without idmapped mounts: the working directory is handed to the command's user
-// by changing owners in the overlay, up to maxChown entries.
-func (s *Sandbox) giveCwd(plan *policy.Plan, cwd string, overlayCwd bool) error {
-	if err := s.rootfs.mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, append(shareTargets(plan.Filesystem.Shares), s.shareLinks...), nil); err != nil {
-		return err
-	}
-	s.Notes = append(s.Notes, s.rootfs.notes...)
-	whole, err := s.rootfs.giveTo(cwd, s.ids.HostUID, s.ids.HostGID)
-	if err != nil {
-		return err
-	}
-	s.Notes = append(s.Notes, "this kernel has no idmapped mounts: the working directory was handed to the command's user by changing owners in the overlay")
-	if err := s.mountCaches(); err != nil {
-		return err
-	}
-	if !whole {
-		s.Notes = append(s.Notes, fmt.Sprintf("the working directory has over %d entries: only the directory itself was made writable for uid %d", maxChown, plan.UID))
-	}
-	return nil
-}
-
 func (s *Sandbox) startContainer(tr *tracer) error {
 	if err := s.startNotify(); err != nil {
 		return err
@@ -529,9 +255,9 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		return err
 	}
 	if spec.Linux.Seccomp != nil {
-		// The supervisor loads the filter, compiled here once per profile (seccompbpf.go), not
+		// The supervisor loads the filter, compiled here once per profile (package seccomp), not
 		// libcontainer's init, which would compile it again on every run.
-		if s.seccomp, err = seccompProgram(s.cfg.StateRoot, spec.Linux.Seccomp); err != nil {
+		if s.seccomp, err = seccomp.Program(s.cfg.StateRoot, spec.Linux.Seccomp); err != nil {
 			return specError(err)
 		}
 		spec.Linux.Seccomp = nil
@@ -542,7 +268,7 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		return specError(err)
 	}
 	tr.mark("spec")
-	s.cgroups.wait()
+	s.cgroups.Wait()
 	ctl, ctlChild, err := utils.NewSockPair("ctl")
 	if err != nil {
 		return err
@@ -581,16 +307,16 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 		return nil, fmt.Errorf("finding the sbx binary: %w", err)
 	}
 	cmd := s.cfg.Command
-	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.root.merged, Init: s.cfg.InitBinary,
+	in := SpecInput{Plan: s.cfg.Plan, ID: s.ID, Rootfs: s.rootfs.RootDir(), Init: s.cfg.InitBinary,
 		Args: []string{initPath, roleSupervise}, Cwd: cmd.Cwd, IDs: s.ids}
 	if in.Init == "" {
 		in.Init = initBinary(self)
 	}
-	if s.rootfs.cwd != nil {
-		in.CwdOverlay = s.rootfs.cwd.merged
+	if o := s.rootfs.CwdOverlay(); o != nil {
+		in.CwdOverlay = o.Merged()
 	}
 	if !Rootless() {
-		in.Caches = s.rootfs.cacheMounts()
+		in.Caches = s.rootfs.CacheMounts()
 	}
 	if len(cmd.Args) > 0 && cmd.Args[0] == selfPath {
 		in.Binary = self // the command is sbx itself in another role (SelfCommand)
@@ -605,17 +331,17 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 		in.OwnSys = true
 	}
 	in.Notify = s.notify != nil
-	if in.Hosts, err = hostsFile(s.run.dir); err != nil {
+	if in.Hosts, err = hostsFile(s.run.Dir()); err != nil {
 		return nil, err
 	}
-	if in.Passwd, err = passwdFile(s.run.dir, s.ids.UID, envValue(s.cfg.Plan.Env, "HOME")); err != nil {
+	if in.Passwd, err = passwdFile(s.run.Dir(), s.ids.UID, envValue(s.cfg.Plan.Env, "HOME")); err != nil {
 		return nil, err
 	}
 	s.passwd = in.Passwd
 	if !Rootless() {
 		for _, f := range in.ownFiles() {
 			if f.src != "" && !shareCovers(s.cfg.Plan.Filesystem.Shares, f.dst) {
-				if err := plainFile(s.rootfs.root.merged, f.dst); err != nil {
+				if err := plainFile(s.rootfs.RootDir(), f.dst); err != nil {
 					return nil, err
 				}
 			}
@@ -626,7 +352,7 @@ func (s *Sandbox) spec() (*specs.Spec, error) {
 	// caller's 077 keeps what lands in a --rw share private.
 	spec.Process.User.Umask = callerUmask()
 	if Rootless() {
-		rootlessSpec(spec, s.rootfs.rootlessMounts(), s.deleg, s.ID)
+		rootlessSpec(spec, s.rootfs.RootlessMounts(), s.deleg, s.ID)
 		spec.Process.Rlimits = append(spec.Process.Rlimits, s.rootlessRlimits()...)
 	}
 	return spec, nil
@@ -799,7 +525,7 @@ func processRlimits(rs []specs.POSIXRlimit) []configs.Rlimit {
 // size limit, unlike an environment variable or an argument).
 func (s *Sandbox) supervisorConfig() supervisor.Config {
 	env := sessionEnv(s.cfg.Plan.Env, s.cfg.Command.Cwd, s.ids.UID)
-	if s.rootfs != nil && s.rootfs.cwd != nil {
+	if s.rootfs != nil && s.rootfs.CwdOverlay() != nil {
 		env = crossMountEnv(env)
 	}
 	return supervisor.Config{Terminal: s.cfg.Command.Terminal, StdioFDs: !s.cfg.Command.Terminal,
@@ -900,6 +626,11 @@ func (s *Sandbox) Network() *netcontract.Net { return s.net }
 // Console is the master side of the command's terminal, nil unless Command.Terminal was set.
 func (s *Sandbox) Console() *os.File { return s.console }
 
+// ApplyJournal returns the journal function of this run's apply, its working directory being cwd.
+func (s *Sandbox) ApplyJournal(cwd string) func(rel string) error {
+	return state.ApplyJournal(s.run.Dir(), cwd)
+}
+
 // Layer is one overlay of the sandbox, for observing what the command wrote: files written below At in
 // the sandbox are in Upper; Lower is what was there before (the host's file system without the mounts on
 // it).
@@ -915,21 +646,21 @@ func (s *Sandbox) DiskBytes() int64 {
 	if b := s.cfg.Plan.Limits.DiskBytes; b > 0 {
 		return b
 	}
-	return DefaultDiskBytes
+	return rootfs.DefaultDiskBytes
 }
 
 // Layers lists the sandbox's overlays: the root, and the working directory's when it lies on another
 // file system than the root.
 func (s *Sandbox) Layers() []Layer {
 	var ls []Layer
-	for _, o := range s.rootfs.overlays() {
+	for _, o := range s.rootfs.Overlays() {
 		if Rootless() {
 			// Without root, sbx reads only what its uid may: open what the command closed to its owner.
-			openUnreadable(o.Upper)
+			state.OpenUnreadable(o.Upper)
 		}
 		l := Layer{At: o.At, Upper: o.Upper, Lower: o.Lower}
 		if !Rootless() {
-			l.Merged = o.merged
+			l.Merged = o.Merged()
 		}
 		ls = append(ls, l)
 	}
@@ -956,179 +687,6 @@ func (s *Sandbox) Pids() ([]int, error) {
 	return s.container.Processes()
 }
 
-// Running is the sandbox's command, started.
-type Running struct {
-	Pid     int // host pid; 0 when the command could not be started, or exited before it was looked up
-	sb      *Sandbox
-	started bool
-	code    int // status when the command could not be started
-	pidfd   int // the command's pidfd, for signals that cannot hit a reused pid; -1 when none
-}
-
-// Start lets the supervisor run the command. A command that cannot be started (not found, not
-// executable, Landlock refused) is not an error: its Wait returns 127, 126 or 125.
-func (s *Sandbox) Start() (*Running, error) {
-	tr := newTracer()
-	defer tr.done()
-	// The supervisor's word first: one that could not build the sandbox sent no network record either.
-	if err := s.awaitReady(); err != nil {
-		return nil, err
-	}
-	tr.mark("ready")
-	if s.net != nil {
-		// Fail closed: nothing untrusted runs before the network contract (or record) is in force.
-		if err := s.net.Ready(); err != nil {
-			return nil, fmt.Errorf("%w: loading the network contract: %w", ErrSetup, err)
-		}
-	}
-	tr.mark("network")
-	if err := s.ctl.SendGo(s.supervisorConfig()); err != nil {
-		return nil, fmt.Errorf("starting the command: %w", s.initGone(err))
-	}
-	tr.mark("go")
-	st, err := s.ctl.ReadStarted()
-	tr.mark("started")
-	if errors.Is(err, supervisor.ErrProtocol) {
-		return nil, fmt.Errorf("starting the command: %w", err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("starting the command: %w (%w)", s.initGone(err), ErrGoneAfterGo)
-	}
-	s.diagFD, s.answered = st.DiagFD, true
-	if st.Pid == 0 && st.Code == ExitSetup {
-		// The supervisor could not prepare the command (Landlock, the filter): sbx's own failure, not
-		// the command's status.
-		return nil, &SupervisorError{Reason: st.Reason, Hint: st.Hint}
-	}
-	if st.Pid == 0 {
-		return &Running{sb: s, code: st.Code, pidfd: -1}, nil
-	}
-	r := &Running{sb: s, started: true, pidfd: -1}
-	if fd, pid := s.commandPidfd(st.PidFD); fd >= 0 {
-		r.Pid, r.pidfd, s.pidfd = pid, fd, fd // closed by Destroy, not Wait: Signal may race with Wait
-		return r, nil
-	}
-	if r.Pid = s.hostPid(st.Pid); r.Pid > 0 {
-		if fd, err := unix.PidfdOpen(r.Pid, 0); err == nil {
-			r.pidfd, s.pidfd = fd, fd
-		}
-	}
-	return r, nil
-}
-
-// awaitReady waits for the supervisor's preparation and hands the seccomp filter's notification fd,
-// when there is one, to the listener. A filter that notifies with nobody to answer would leave the
-// command waiting: then the run fails.
-func (s *Sandbox) awaitReady() error {
-	// The supervisor's own word first: one that could not build the sandbox says why and exits, and
-	// the preparation sent meanwhile then fails on a closed socket.
-	prepErr := <-s.prepared
-	fd, err := s.ctl.ReadReady()
-	// A sandbox the supervisor could not build is a setup failure (125), as libcontainer's init failing
-	// to build it is (a mount point it may not make, a mount the kernel refuses), with the build's own
-	// hint, not the one about mismatched builds of sbx and sbx-init.
-	var be *supervisor.BuildError
-	if errors.As(err, &be) {
-		// Without root, AppArmor's restriction of user namespaces refuses the supervisor its first
-		// mount or capability: that is said, not the build's guess (apparmor.go).
-		return usernsRefusal(&SupervisorError{Reason: be.Reason, Hint: be.Hint})
-	}
-	if prepErr != nil {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, prepErr)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: preparing the supervisor: %w", ErrSetup, err)
-	}
-	switch {
-	case s.notify != nil && fd >= 0:
-		s.notify.attach(fd)
-	case fd >= 0:
-		unix.Close(fd)
-	case s.notify != nil && s.seccomp != nil && s.seccomp.Flags&unix.SECCOMP_FILTER_FLAG_NEW_LISTENER != 0:
-		// Landlock or the filter failed: the command will not start (go reports why).
-		s.notify.fail("the supervisor could not load the seccomp filter")
-	}
-	return nil
-}
-
-// commandPidfd copies the command's pidfd from the supervisor (its fd there is n) and reads the
-// command's host pid from the copy; -1 when there is none, or the command is gone already (reaped: its
-// pid may be reused, so the copy is of no use).
-func (s *Sandbox) commandPidfd(n int) (fd, pid int) {
-	if n < 0 {
-		return -1, 0
-	}
-	init, err := unix.PidfdOpen(s.initPid, 0)
-	if err != nil {
-		return -1, 0
-	}
-	defer unix.Close(init)
-	fd, err = unix.PidfdGetfd(init, n, 0)
-	if err != nil {
-		return -1, 0
-	}
-	unix.CloseOnExec(fd)
-	if pid = pidfdPid(fd); pid <= 0 {
-		unix.Close(fd)
-		return -1, 0
-	}
-	return fd, pid
-}
-
-// pidfdPid is the pid, in sbx's pid namespace, of the process a pidfd refers to (the "Pid:" line of its
-// fdinfo); -1 once that process was reaped, 0 when unknown.
-func pidfdPid(fd int) int {
-	v, _ := procField("/proc/self/fdinfo/"+strconv.Itoa(fd), "Pid")
-	pid, _ := strconv.Atoi(v)
-	return pid
-}
-
-// hostPid maps a pid of the sandbox's pid namespace to the host's.
-func (s *Sandbox) hostPid(nsPid int) int {
-	pids, _ := s.Pids()
-	for _, pid := range pids {
-		v, _ := procField("/proc/"+strconv.Itoa(pid)+"/status", "NSpid")
-		if fields := strings.Fields(v); len(fields) > 0 && fields[len(fields)-1] == strconv.Itoa(nsPid) {
-			return pid
-		}
-	}
-	return 0
-}
-
-// Wait waits for the command and returns its status as a shell shows it: the exit code, or 128+N when
-// a signal N killed it.
-func (r *Running) Wait() (int, error) {
-	if !r.started {
-		return r.code, nil
-	}
-	ws, err := r.sb.ctl.ReadExit()
-	if errors.Is(err, supervisor.ErrProtocol) {
-		return -1, fmt.Errorf("waiting for the command: %w", err)
-	}
-	if err != nil {
-		return -1, fmt.Errorf("waiting for the command: %w", r.sb.initGone(err))
-	}
-	if ws.Signaled() {
-		return 128 + int(ws.Signal()), nil
-	}
-	return ws.ExitStatus(), nil
-}
-
-// Signal sends sig to the command through its pidfd; a command that has exited is not an error.
-func (r *Running) Signal(sig syscall.Signal) error {
-	if r.pidfd < 0 {
-		return nil
-	}
-	err := unix.PidfdSendSignal(r.pidfd, sig, nil, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
-	}
-	return err
-}
-
 // Destroy kills everything in the sandbox and removes the container, its cgroups, the overlay and the
 // run's state. It is safe on a partly built sandbox and reports every step that failed.
 func (s *Sandbox) Destroy() error {
@@ -1145,8 +703,8 @@ func (s *Sandbox) Destroy() error {
 	// copies until its last process is gone.
 	unmounted := make(chan error, 1)
 	go func() {
-		s.rootfs.awaitDecoys() // nothing writes through the overlay once it is unmounted
-		unmounted <- s.rootfs.unmount()
+		s.rootfs.AwaitDecoys() // nothing writes through the overlay once it is unmounted
+		unmounted <- s.rootfs.Unmount()
 	}()
 	if s.container != nil {
 		if s.init != nil && s.initPid > 0 {
@@ -1166,10 +724,10 @@ func (s *Sandbox) Destroy() error {
 		}
 		tr.mark("lc.destroy")
 	} else {
-		s.cgroups.remove() // made ahead for a container that never was
+		s.cgroups.Remove() // made ahead for a container that never was
 	}
 	if s.notify != nil {
-		s.notify.stop() // every process of the sandbox is dead: none waits for an answer
+		s.notify.Stop() // every process of the sandbox is dead: none waits for an answer
 	}
 	// Every writer inside is dead: the relays pass on what is left and end, before the report is shown.
 	s.relays.close()
@@ -1196,8 +754,8 @@ func (s *Sandbox) Destroy() error {
 	tr.mark("unmount")
 	if keepRun {
 		// Left for gc (the next run's, or sbx gc), which removes a dead run's cgroups by its dir.
-		s.run.abandon()
-	} else if err := s.run.release(); err != nil {
+		s.run.Abandon()
+	} else if err := s.run.Release(); err != nil {
 		errs = append(errs, err)
 	}
 	tr.mark("release")
@@ -1286,40 +844,4 @@ func recvFile(sock *os.File) (*os.File, error) {
 		return nil, fmt.Errorf("expected one file descriptor, got %d (%v)", len(fds), err)
 	}
 	return os.NewFile(uintptr(fds[0]), string(name[:n])), nil
-}
-
-// sameFS says whether b lies on the same file system as a.
-func sameFS(a, b string) bool {
-	var sa, sb unix.Stat_t
-	if unix.Stat(a, &sa) != nil || unix.Stat(b, &sb) != nil {
-		return true // nothing useful to say
-	}
-	return sa.Dev == sb.Dev
-}
-
-// sharedElsewhere says whether path lies in a share mounted at another path than its host path: the
-// host's / then says nothing of what the sandbox sees there.
-func sharedElsewhere(shares []policy.Share, path string) bool {
-	for _, sh := range shares {
-		if sh.Sandbox != sh.Host && within(path, sh.Sandbox) {
-			return true
-		}
-	}
-	return false
-}
-
-// shared says whether path is inside one of the host paths shared into the sandbox.
-func shared(shares []policy.Share, path string) bool {
-	for _, sh := range shares {
-		if within(path, sh.Sandbox) {
-			return true
-		}
-	}
-	return false
-}
-
-// isShare says whether the bind of src at dst is one of shares (resolveShares made their host paths
-// free of links).
-func isShare(shares []policy.Share, src, dst string) bool {
-	return slices.ContainsFunc(shares, func(sh policy.Share) bool { return sh.Host == src && sh.Sandbox == dst })
 }

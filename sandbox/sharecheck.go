@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/supervisor"
+	"github.com/sbx-dev/sbx/sandbox/internal/host"
 )
 
 // libcontainer's init, the fallback start, binds each share by its host path, as mount(2) follows it:
@@ -77,7 +78,7 @@ func (s *Sandbox) checkShares(pid int, want []supervisor.FileID) error {
 // coveredLater says whether path is at or below one of later, mounted after it.
 func coveredLater(later []string, path string) bool {
 	for _, l := range later {
-		if within(path, l) {
+		if host.Within(path, l) {
 			return true
 		}
 	}

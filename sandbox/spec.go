@@ -20,7 +20,9 @@ import (
 	"github.com/sbx-dev/sbx/internal/cgprime"
 	"github.com/sbx-dev/sbx/internal/safefs"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
 	"github.com/sbx-dev/sbx/sandbox/netcontract"
+	"github.com/sbx-dev/sbx/sandbox/seccomp"
 )
 
 // Where sbx's binaries are bind-mounted inside the sandbox: the supervisor (pid 1), and, for commands
@@ -46,7 +48,7 @@ type SpecInput struct {
 	Cwd        string
 	CwdOverlay string        // host path of the working directory's own overlay, mounted at Cwd; "" = none
 	Caches     []specs.Mount // binds of the toolchain caches' overlays (caches.go), after CwdOverlay's
-	Notify     bool          // the syscalls the plan records notify sbx's listener (seccompnotify.go)
+	Notify     bool          // the syscalls the plan records notify sbx's listener (package seccomp)
 	// OwnSys: the sandbox's /sys is mounted in Rootfs already (a sysfs of NetNS's own, sysfs.go); the
 	// spec mounts none there. Without it, a joined NetNS (the host user namespace's) gets the spec's
 	// sysfs, which the sandbox's root may not mount there: the build fails rather than bind the host's
@@ -134,19 +136,9 @@ func Spec(in SpecInput) *specs.Spec {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		s.Linux.UIDMappings, s.Linux.GIDMappings = in.IDs.mappings()
 	}
-	s.Linux.CgroupsPath = "/" + CgroupName(in.ID)
+	s.Linux.CgroupsPath = "/" + cgroup.Name(in.ID)
 	s.Linux.Resources = resources(in.Plan.Limits, in.Init != "")
-	s.Linux.Seccomp = in.Plan.Seccomp
-	if sc := in.Plan.Seccomp; sc != nil && !slices.Contains(sc.Flags, specs.LinuxSeccompFlagLog) {
-		// The filter asks the kernel to log what it refuses (to audit, when audit is on) for the report's
-		// denials; without audit this costs nothing.
-		logged := *sc
-		logged.Flags = append(slices.Clone(sc.Flags), specs.LinuxSeccompFlagLog)
-		s.Linux.Seccomp = &logged
-	}
-	if in.Notify && s.Linux.Seccomp != nil {
-		s.Linux.Seccomp = notifySeccomp(s.Linux.Seccomp, in.Plan.Record)
-	}
+	s.Linux.Seccomp = seccomp.Filter(in.Plan.Seccomp, in.Plan.Record, in.Notify)
 	return s
 }
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/report/ocsf"
-	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // writeOutput writes a document to where a flag says: "-" is sbx's stdout, any other value a file,
@@ -198,7 +198,7 @@ func (t *reportTarget) writeOrDisplace(stdout io.Writer, stateRoot, what string,
 // without following a link) named for the time and name, and writes data to it (mode 0600).
 func writeDisplaced(stateRoot, name string, data []byte) (string, error) {
 	if stateRoot == "" {
-		stateRoot = sandbox.DefaultStateRootFor()
+		stateRoot = state.DefaultRootFor()
 	}
 	dir := filepath.Join(stateRoot, "reports")
 	if err := os.MkdirAll(stateRoot, 0o711); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // stateRootEnv overrides where sbx keeps the state of its runs (tests give each script its own).
@@ -143,7 +144,7 @@ Example:
   sudo sbx gc`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			res, err := sandbox.GC(stateRoot())
+			res, err := state.GC(stateRoot())
 			for _, id := range res.Runs {
 				fmt.Fprintf(io.out, "removed run %s\n", id)
 			}

@@ -27,7 +27,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/sbx-dev/sbx/internal/testutil"
-	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/cgroup"
 )
 
 // hostproc NAME: start a host process (sleep 600) owned by the test and set $NAME to its pid. It is
@@ -363,7 +363,7 @@ func runIDs(root string) []string {
 }
 
 // runCgroupDirs lists the run's cgroup directories in every mounted hierarchy.
-func runCgroupDirs(id string) []string { return sandbox.CgroupDirs(id) }
+func runCgroupDirs(id string) []string { return cgroup.Dirs(id) }
 
 // runPids are the host pids in the run's cgroups.
 func runPids(id string) []int {
@@ -424,7 +424,7 @@ func runLeftovers(root, id string, pids []int) error {
 	var errs []error
 	for _, pid := range pids {
 		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if err == nil && processAlive(pid) && strings.Contains(string(cg), "/"+sandbox.CgroupName(id)) {
+		if err == nil && processAlive(pid) && strings.Contains(string(cg), "/"+cgroup.Name(id)) {
 			errs = append(errs, fmt.Errorf("sandboxed process %d is alive", pid))
 		}
 	}

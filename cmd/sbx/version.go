@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/state"
 )
 
 // libcontainerModule is the module whose version `sbx version` reports as libcontainer's.
@@ -70,7 +71,7 @@ func currentVersion() versionInfo {
 		v.Mode = fmt.Sprintf("without root (uid %d)", os.Geteuid())
 	}
 	if v.StateRoot == "" {
-		v.StateRoot, v.StateWhy = sandbox.DefaultStateRootFor(), sandbox.StateRootReason()
+		v.StateRoot, v.StateWhy = state.DefaultRootFor(), state.RootReason()
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {

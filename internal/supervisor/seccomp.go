@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Seccomp is the command's seccomp filter, compiled by sbx on the host (sandbox/seccompbpf.go) and
+// Seccomp is the command's seccomp filter, compiled by sbx on the host (sandbox/seccomp/bpf.go) and
 // loaded by the supervisor on the thread it starts the command from, after Landlock.
 type Seccomp struct {
 	Filter []byte `json:"filter"` // struct sock_filter[] in the host's byte order, 8 bytes each

@@ -1,0 +1,46 @@
+package sandbox
+
+import (
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+
+	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/sandbox/rootfs"
+)
+
+// DecoyAccesses lists the decoys the command touched, with what it did. Call it before anything reads
+// the writable layer (the file changes' content comparison would read a decoy, and so set its access
+// time).
+func (s *Sandbox) DecoyAccesses() (touched []rootfs.Decoy, how []string) {
+	for _, d := range s.rootfs.Decoys() {
+		if a := d.Access(); a != "" {
+			touched, how = append(touched, d), append(how, a)
+		}
+	}
+	return touched, how
+}
+
+// Decoys lists the sandbox's decoys.
+func (s *Sandbox) Decoys() []rootfs.Decoy { return s.rootfs.Decoys() }
+
+// decoyHomes are the home directories where decoys go: the sandbox's HOME, root's and the caller's
+// (the sudo user's under sudo), each only when the profile hides it.
+func decoyHomes(plan *policy.Plan) []string {
+	homes := []string{envValue(plan.Env, "HOME"), "/root"}
+	if name := os.Getenv("SUDO_USER"); name != "" && os.Geteuid() == 0 {
+		if u, err := user.Lookup(name); err == nil {
+			homes = append(homes, u.HomeDir)
+		}
+	} else if h, err := os.UserHomeDir(); err == nil {
+		homes = append(homes, h)
+	}
+	var out []string
+	for _, h := range homes {
+		if h = filepath.Clean(h); filepath.IsAbs(h) && h != "/" && rootfs.BelowHidden(plan.Filesystem.Hidden, h) && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
