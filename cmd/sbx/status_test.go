@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"regexp"
 	"slices"
@@ -38,5 +39,46 @@ func TestExitStatusDocs(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(documented, want) {
 		t.Errorf("docs/cli.md documents exit statuses %v, sbx exec gives %v", documented, want)
+	}
+}
+
+// TestVersionDocs: the `sbx version` shown in docs/cli.md has the rows this sbx prints, in its order,
+// and the libcontainer it is built with (the rows' values for this host are examples).
+func TestVersionDocs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(b), "```\n$ sbx version\n")
+	if !ok {
+		t.Fatal("docs/cli.md shows no `$ sbx version`")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	var out, errb bytes.Buffer
+	if code := run([]string{"version"}, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("sbx version: %d %s", code, errb.String())
+	}
+	rows := func(s string) (names []string, values map[string]string) {
+		values = map[string]string{}
+		for line := range strings.Lines(s) {
+			name, value, _ := strings.Cut(strings.TrimSpace(line), "  ")
+			if name == "" {
+				continue
+			}
+			if n, v, ok := strings.Cut(name, " "); ok && len(names) == 0 {
+				name, value = n, v // the first row: "sbx VERSION"
+			}
+			names = append(names, name)
+			values[name] = strings.TrimSpace(value)
+		}
+		return names, values
+	}
+	docNames, docValues := rows(block)
+	names, values := rows(out.String())
+	if !slices.Equal(docNames, names) {
+		t.Errorf("docs/cli.md's sbx version shows the rows %q, sbx prints %q", docNames, names)
+	}
+	if docValues["libcontainer"] != values["libcontainer"] {
+		t.Errorf("docs/cli.md's sbx version shows libcontainer %s, this sbx is built with %s", docValues["libcontainer"], values["libcontainer"])
 	}
 }
