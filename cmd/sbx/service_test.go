@@ -540,3 +540,47 @@ func TestServiceRootless(t *testing.T) {
 		t.Errorf("%d run dirs left in the user's state root", len(left))
 	}
 }
+
+// TestServiceKilled: a service killed (SIGKILL) during a run: its sbx exec exits 125 saying so, and
+// `sbx gc` removes what the service left, its run and its warm sandboxes.
+func TestServiceKilled(t *testing.T) {
+	s := startService(t, "", nil, "--warm", "1")
+	env := []string{serviceEnv + "=" + s.sock, stateRootEnv + "=" + s.stateRoot}
+	work := t.TempDir()
+	// A first run makes the pool warm for the second's key.
+	if _, errs, code := sbxRun(t, work, env, "exec", "-q", "--", "true"); code != 0 {
+		t.Fatalf("first run: %d %s", code, errs)
+	}
+	path, _ := exec.LookPath("sbx")
+	cmd := exec.Command(path, "exec", "-q", "--", "sh", "-c", "echo started; exec sleep 60")
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "started\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the command did not start: %q", line)
+	}
+	time.Sleep(testutil.Scaled(300 * time.Millisecond)) // the pool refills beside the run
+	s.cmd.Process.Kill()
+	<-s.done
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitSetup || !strings.Contains(errb.String(), errServiceLost.Error()) {
+		t.Errorf("sbx exec whose service was killed: %v, stderr %s; want status %d and %q", err, errb.String(), exitSetup, errServiceLost)
+	}
+	out, errs, code := sbxRun(t, work, env, "gc")
+	if code != 0 {
+		t.Fatalf("sbx gc: %d %s %s", code, out, errs)
+	}
+	if err := checkClean(s.stateRoot); err != nil {
+		t.Errorf("after sbx gc: %v (gc said %s)", err, out)
+	}
+}
