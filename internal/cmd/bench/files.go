@@ -28,7 +28,7 @@ print("%.2f %.2f %.2f" % (t1 - t0, t2 - t1, t3 - t2))
 
 // benchFiles times the create/delete/create cycle of n files on the host (in a directory of dir's file
 // system) and in `sbx exec` (on the sandbox's writable layer), once each, and prints both and their ratio
-// (issue 38's target: the sandbox within 1.5x the host).
+// (the target: the sandbox within 1.5x the host).
 func benchFiles(sbx, dir string, n int) error {
 	fmt.Printf("create %d files, delete them, create them again (s: create, delete, create again; total)\n", n)
 	var totals []float64

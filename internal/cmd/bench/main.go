@@ -219,7 +219,8 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool, files int) err
 	return reportRSS(sbx, dir)
 }
 
-// benchQuick times only what issue 15's targets compare: a cold sbx exec, runc, bwrap and a warm sbx_run.
+// benchQuick times only what the performance targets compare: a cold sbx exec, runc, bwrap, a warm
+// sbx_run and sbx exec through sbx serve.
 func benchQuick(sbx, dir string, runc func(int) []string, n int) error {
 	srv, warm, err := warmContender(sbx, dir)
 	if err != nil {
@@ -366,7 +367,7 @@ func report(cs []*contender, n int) {
 	}
 }
 
-// targets prints the ratios issue 15 sets: warm ≤ 1.0× bwrap, cold ≤ 1.0× runc.
+// targets prints the ratios docs/performance.md sets targets for, each with its target.
 func targets(cs []*contender) {
 	byName := map[string][]float64{}
 	for _, c := range cs {
