@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,8 +65,10 @@ type cgroupFS struct {
 	// transient unit files (/run/user/UID/systemd/transient).
 	getxattr  func(path, name string) (string, error)
 	transient string
-	write     func(path string, data []byte) error // a write to an existing cgroup file
-	mkdir     func(path string) error
+	// unitDirs are the user manager's unit directories, highest priority first (userUnitDirs).
+	unitDirs []string
+	write    func(path string, data []byte) error // a write to an existing cgroup file
+	mkdir    func(path string) error
 }
 
 // hostCgroupFS is the host's.
@@ -88,6 +92,7 @@ func hostCgroupFS() cgroupFS {
 			return string(buf[:n]), nil
 		},
 		transient: fmt.Sprintf("/run/user/%d/systemd/transient", os.Geteuid()),
+		unitDirs:  userUnitDirs(),
 		write:     writeCgroupFile,
 		mkdir:     func(path string) error { return os.Mkdir(path, 0o755) },
 	}
@@ -223,7 +228,8 @@ func (fs cgroupFS) ownedDir(dir string) string {
 //
 // Delegation shows in the unit's cgroup as the xattr user.delegate=1 (set by the system manager, and
 // by user managers of later systemd releases); systemd 252's user manager sets none, but writes every
-// scope it starts to its transient unit dir, Delegate= included. A cgroup below no unit (the root of a
+// scope it starts to its transient unit dir, Delegate= included, and reads a service from its unit
+// file and drop-ins (sbx serve's user unit is Delegate=yes). A cgroup below no unit (the root of a
 // container's cgroup namespace) is nobody else's.
 func (fs cgroupFS) unitDelegated(dir string) string {
 	rel := strings.TrimPrefix(dir, fs.root)
@@ -242,8 +248,14 @@ func (fs cgroupFS) unitDelegated(dir string) string {
 	}
 	fix := "run sbx in a unit with Delegate=yes (systemd-run --user --scope -p Delegate=yes ...)"
 	why := fmt.Sprintf("%s is in the systemd unit %s, which is not Delegate=yes: an OOM kill in a run would stop the unit (OOMPolicy=stop), the caller with it; %s", dir, unit, fix)
-	if !strings.HasSuffix(unit, ".scope") || !strings.Contains(rel, fmt.Sprintf("/user@%d.service/", fs.uid)) {
+	if !strings.Contains(rel, fmt.Sprintf("/user@%d.service/", fs.uid)) {
 		return why
+	}
+	if strings.HasSuffix(unit, ".service") {
+		if !transientDelegates(fs.unitFile(unit)) {
+			return why
+		}
+		return ""
 	}
 	data, err := os.ReadFile(filepath.Join(fs.transient, unit))
 	if err != nil {
@@ -253,6 +265,88 @@ func (fs cgroupFS) unitDelegated(dir string) string {
 		return why
 	}
 	return ""
+}
+
+// unitFile is what the user manager reads for the service unit: its unit file (the first of
+// fs.unitDirs that holds it, or of a template's, name@.service) and then its drop-ins (NAME.d/*.conf
+// of every unit directory, in the order of their file names; of two of one name, the higher
+// directory's), as one text; a unit with no file reads as empty.
+func (fs cgroupFS) unitFile(name string) []byte {
+	names := []string{name}
+	if at := strings.Index(name, "@"); at > 0 {
+		names = append(names, name[:at+1]+".service") // sbx@x.service is read from sbx@.service
+	}
+	var out []byte
+	found := false
+	for _, n := range names {
+		for _, d := range fs.unitDirs {
+			if data, err := readUnitFile(filepath.Join(d, n)); err == nil {
+				out, found = append(out, data...), true
+				break
+			}
+		}
+		if found {
+			break
+		}
+	}
+	dropins := map[string]string{} // file name -> path, the highest directory's
+	for _, n := range names {
+		for _, d := range fs.unitDirs {
+			files, _ := filepath.Glob(filepath.Join(d, n+".d", "*.conf"))
+			for _, f := range files {
+				if _, ok := dropins[filepath.Base(f)]; !ok {
+					dropins[filepath.Base(f)] = f
+				}
+			}
+		}
+	}
+	for _, base := range slices.Sorted(maps.Keys(dropins)) {
+		if data, err := readUnitFile(dropins[base]); err == nil {
+			out = append(append(out, '\n'), data...)
+		}
+	}
+	return out
+}
+
+// readUnitFile reads a unit file, a regular file (links followed: systemd links units into place) of at
+// most 1 MiB, without blocking.
+func readUnitFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return io.ReadAll(io.LimitReader(f, 1<<20))
+}
+
+// userUnitDirs are the directories a user's systemd manager reads units from, highest priority first
+// (systemd.unit(5), "User Unit Search Path"), for this process's user.
+func userUnitDirs() []string {
+	home, _ := os.UserHomeDir()
+	config := os.Getenv("XDG_CONFIG_HOME")
+	if !filepath.IsAbs(config) && home != "" {
+		config = filepath.Join(home, ".config")
+	}
+	run := fmt.Sprintf("/run/user/%d", os.Geteuid())
+	var dirs []string
+	if config != "" {
+		dirs = append(dirs, filepath.Join(config, "systemd", "user.control"))
+	}
+	dirs = append(dirs, filepath.Join(run, "systemd", "user.control"), filepath.Join(run, "systemd", "transient"),
+		filepath.Join(run, "systemd", "generator.early"))
+	if config != "" {
+		dirs = append(dirs, filepath.Join(config, "systemd", "user"))
+	}
+	dirs = append(dirs, "/etc/xdg/systemd/user", "/etc/systemd/user", filepath.Join(run, "systemd", "user"), "/run/systemd/user",
+		filepath.Join(run, "systemd", "generator"))
+	if home != "" {
+		dirs = append(dirs, filepath.Join(home, ".local", "share", "systemd", "user"))
+	}
+	return append(dirs, "/usr/local/share/systemd/user", "/usr/share/systemd/user", "/usr/local/lib/systemd/user",
+		"/usr/lib/systemd/user", filepath.Join(run, "systemd", "generator.late"))
 }
 
 // transientDelegates says whether a transient unit file of systemd's sets Delegate= to yes or to a list

@@ -14,13 +14,15 @@ import (
 // delegation's preparation makes: a pid written to a cgroup.procs leaves the cgroup it was in, and
 // controllers are refused to a cgroup that holds a process (EBUSY).
 type fakeCgroups struct {
-	t      *testing.T
-	root   string
-	units  string            // the user manager's transient unit files
-	xattrs map[string]string // "PATH NAME" (PATH below root) -> value
-	owners map[string]uint32 // path (below root) -> owner; others are the caller's
-	gone   map[string]bool   // pids that exited: moving them is ESRCH
-	writes []string          // "PATH DATA", PATH below root
+	t     *testing.T
+	root  string
+	units string // the user manager's transient unit files
+	// unitDirs are the user manager's unit directories, highest first: /etc/systemd/user-like ones.
+	unitDirs []string
+	xattrs   map[string]string // "PATH NAME" (PATH below root) -> value
+	owners   map[string]uint32 // path (below root) -> owner; others are the caller's
+	gone     map[string]bool   // pids that exited: moving them is ESRCH
+	writes   []string          // "PATH DATA", PATH below root
 	// onEnable runs before a write to a cgroup.subtree_control is answered; an error it returns is the
 	// write's (a process that appeared meanwhile).
 	onEnable func(f *fakeCgroups, dir string) error
@@ -29,7 +31,8 @@ type fakeCgroups struct {
 const fakeUID = 1000
 
 func newFakeCgroups(t *testing.T) *fakeCgroups {
-	f := &fakeCgroups{t: t, root: t.TempDir(), units: t.TempDir(), xattrs: map[string]string{}, owners: map[string]uint32{}, gone: map[string]bool{}}
+	f := &fakeCgroups{t: t, root: t.TempDir(), units: t.TempDir(), unitDirs: []string{t.TempDir(), t.TempDir()},
+		xattrs: map[string]string{}, owners: map[string]uint32{}, gone: map[string]bool{}}
 	f.unit(filepath.Base(scope), "[Scope]\nDelegate=yes\n")
 	return f
 }
@@ -38,6 +41,18 @@ func newFakeCgroups(t *testing.T) *fakeCgroups {
 func (f *fakeCgroups) unit(name, content string) {
 	data := "# This is a transient unit file, created programmatically via the systemd API. Do not edit.\n[Unit]\nDescription=/bin/sh -c 'Delegate=yes'\n\n" + content
 	if err := os.WriteFile(filepath.Join(f.units, name), []byte(data), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// userUnit writes rel (a unit file or NAME.d/X.conf) with content into the user manager's unit
+// directory dir (an index of unitDirs).
+func (f *fakeCgroups) userUnit(dir int, rel, content string) {
+	path := filepath.Join(f.unitDirs[dir], rel)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -97,6 +112,7 @@ func (f *fakeCgroups) fs(magic int64, self string) cgroupFS {
 			return "", unix.ENODATA
 		},
 		transient: f.units,
+		unitDirs:  f.unitDirs,
 		mkdir: func(path string) error {
 			if err := os.Mkdir(path, 0o755); err != nil {
 				return err
@@ -247,6 +263,33 @@ func TestDelegationDetect(t *testing.T) {
 				f.cgroup("user.slice/user-1000.slice/user@1000.service/app.slice/agent.service", "memory pids", "", "4242")
 			},
 			wantWhy: "agent.service, which is not Delegate=yes"},
+		{name: "a user service whose unit file is Delegate=yes (sbx serve's)", magic: unix.CGROUP2_SUPER_MAGIC, self: "/user.slice/user-1000.slice/user@1000.service/app.slice/sbx.service",
+			setup: func(f *fakeCgroups) {
+				f.cgroup("user.slice/user-1000.slice/user@1000.service/app.slice/sbx.service", "memory pids", "", "4242")
+				f.userUnit(1, "sbx.service", "[Service]\nExecStart=/usr/local/bin/sbx serve\nDelegate=yes\n")
+			},
+			want: "user.slice/user-1000.slice/user@1000.service/app.slice/sbx.service", wantControllers: "memory pids"},
+		{name: "a user service whose higher unit file is not", magic: unix.CGROUP2_SUPER_MAGIC, self: "/user.slice/user-1000.slice/user@1000.service/app.slice/sbx.service",
+			setup: func(f *fakeCgroups) {
+				f.cgroup("user.slice/user-1000.slice/user@1000.service/app.slice/sbx.service", "memory pids", "", "4242")
+				f.userUnit(0, "sbx.service", "[Service]\nExecStart=/usr/local/bin/sbx serve\n")
+				f.userUnit(1, "sbx.service", "[Service]\nDelegate=yes\n")
+			},
+			wantWhy: "sbx.service, which is not Delegate=yes"},
+		{name: "a user service made Delegate=no by a drop-in", magic: unix.CGROUP2_SUPER_MAGIC, self: "/user.slice/user-1000.slice/user@1000.service/app.slice/sbx.service",
+			setup: func(f *fakeCgroups) {
+				f.cgroup("user.slice/user-1000.slice/user@1000.service/app.slice/sbx.service", "memory pids", "", "4242")
+				f.userUnit(1, "sbx.service", "[Service]\nDelegate=yes\n")
+				f.userUnit(1, "sbx.service.d/10-off.conf", "[Service]\nDelegate=no\n")
+			},
+			wantWhy: "not Delegate=yes"},
+		{name: "a templated user service delegated by a drop-in", magic: unix.CGROUP2_SUPER_MAGIC, self: "/user.slice/user-1000.slice/user@1000.service/app.slice/agent@x.service",
+			setup: func(f *fakeCgroups) {
+				f.cgroup("user.slice/user-1000.slice/user@1000.service/app.slice/agent@x.service", "memory pids", "", "4242")
+				f.userUnit(1, "agent@.service", "[Service]\nExecStart=/bin/agent %i\n")
+				f.userUnit(0, "agent@.service.d/delegate.conf", "[Service]\nDelegate=yes\n")
+			},
+			want: "user.slice/user-1000.slice/user@1000.service/app.slice/agent@x.service", wantControllers: "memory pids"},
 		{name: "below no unit (a container's cgroup namespace)", magic: unix.CGROUP2_SUPER_MAGIC, self: "/ci-job",
 			setup: func(f *fakeCgroups) { f.cgroup("ci-job", "cpu memory pids", "", "4242") },
 			want:  "ci-job", wantControllers: "memory pids cpu"},
