@@ -229,8 +229,14 @@ serve_user() {
 		cat $W/userve$i.out
 		sleep 1
 	done
+	# its runs' limits held by a cgroup below the service's (Delegate=yes), as a cold run's in a scope
+	as_user "$SBX" exec -v -q --json - --memory 64M -- true >$W/userve-mem.json 2>$W/userve-mem.err </dev/null
+	cat $W/userve-mem.err
+	jq -c .limits $W/userve-mem.json
 	as_user systemctl --user stop sbx.service sbx.socket
 	want "grep -q 'went through the sbx service at /run/user/1000/sbx.sock' $W/userve1.out" "through sbxuser's service" &&
+		want "grep -q 'went through the sbx service' $W/userve-mem.err" "the run with --memory through it too" &&
+		want "jq -e '.limits.enforced[] | select(.limit == \"memory\" and .by == \"cgroup\")' $W/userve-mem.json >/dev/null" "memory held by the cgroup" &&
 		want "grep -q '(a warm sandbox)' $W/userve2.out" "the second run warm" &&
 		want "grep -q '^status 3$' $W/userve2.out" "the command's status"
 }
