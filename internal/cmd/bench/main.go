@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -442,9 +443,14 @@ type user struct {
 	work, state    string
 }
 
+// users counts the users newUser made: the floods make one while the whole runs' is still there.
+var users atomic.Int32
+
 // newUser adds a user with a group of its own, a working directory and a state root below dir.
 func newUser(dir string) (*user, error) {
-	u := &user{name: fmt.Sprintf("sbxbench%d", os.Getpid()%100000), work: filepath.Join(dir, "user"), state: filepath.Join(dir, "user-state")}
+	n := users.Add(1)
+	u := &user{name: fmt.Sprintf("sbxbench%d-%d", os.Getpid()%100000, n), work: filepath.Join(dir, fmt.Sprintf("user-%d", n)),
+		state: filepath.Join(dir, fmt.Sprintf("user-state-%d", n))}
 	if out, err := exec.Command("useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", u.name).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("useradd: %v: %s", err, out)
 	}
