@@ -32,7 +32,9 @@ func StateRoot(t testing.TB) string {
 // root, a leaked run's mounts may be below it, and what a run left behind stays for the next look.
 func RemoveStateRoot(root string) {
 	os.RemoveAll(filepath.Join(root, "cache"))
+	os.RemoveAll(filepath.Join(root, "reports")) // displaced --json reports
 	os.Remove(filepath.Join(root, "primed"))
+	os.Remove(filepath.Join(root, "mount-probe.json")) // the direct start's probe of mounts, cached per state root
 	for _, d := range []string{"runs", "lc", ""} {
 		os.Remove(filepath.Join(root, d))
 	}
