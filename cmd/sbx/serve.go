@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -235,11 +234,7 @@ func (s *server) handle(c *net.UnixConn) {
 	}
 	reply := serviceReply{Done: true, Warm: warm}
 	if rep != nil {
-		reply.Report, err = json.Marshal(rep)
-		if err != nil {
-			reply.Report = nil
-			runErr = errors.Join(runErr, fmt.Errorf("encoding the report: %w", err))
-		}
+		reply.Status = &runStatus{ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Verdict: rep.Verdict}
 		f := execFlags{quiet: req.Quiet, format: reportFormat(req.Format)}
 		if req.JSON {
 			f.jsonOut = "-"

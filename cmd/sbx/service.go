@@ -10,7 +10,7 @@ package main
 //	service → CLI  verdict on taking it: ready, or why not (the CLI then runs cold)
 //	CLI → service  go: only then does the service start anything
 //	CLI → service  signals the CLI received, any number, until it has the result
-//	service → CLI  the result: the report (sbx.report/v1 JSON) or sbx's error and its hint
+//	service → CLI  the result: the report rendered as the CLI asked, its status, or sbx's error and hint
 //
 // The CLI compiles the plan and writes the report itself, so that everything it reads (the profile
 // file, relative paths, its environment) and prints is as in a cold run; the service only carries
@@ -78,14 +78,22 @@ type serviceRequest struct {
 
 // serviceReply is what the service sends: first Ready or Fallback, at the end Done.
 type serviceReply struct {
-	Ready    bool            `json:"ready,omitempty"`
-	Fallback string          `json:"fallback,omitempty"` // why the service does not take the run
-	Done     bool            `json:"done,omitempty"`
-	Report   json.RawMessage `json:"report,omitempty"` // also with Err when the command ran
-	Rendered rendered        `json:"rendered"`         // Report as the CLI writes it
-	Err      string          `json:"error,omitempty"`
-	Hint     string          `json:"hint,omitempty"`
-	Warm     bool            `json:"warm,omitempty"` // the run had a sandbox from the pool
+	Ready    bool       `json:"ready,omitempty"`
+	Fallback string     `json:"fallback,omitempty"` // why the service does not take the run
+	Done     bool       `json:"done,omitempty"`
+	Status   *runStatus `json:"status,omitempty"` // the command ran (also with Err)
+	Rendered rendered   `json:"rendered"`         // its report as the CLI writes it
+	Err      string     `json:"error,omitempty"`
+	Hint     string     `json:"hint,omitempty"`
+	Warm     bool       `json:"warm,omitempty"` // the run had a sandbox from the pool
+}
+
+// runStatus is what the CLI's exit status is made of (execStatus): the report's fields, the rest of
+// the report being what the service rendered.
+type runStatus struct {
+	ExitCode int    `json:"exit_code"`
+	TimedOut bool   `json:"timed_out"`
+	Verdict  string `json:"verdict"`
 }
 
 // serviceMsg is what the CLI sends after its request: Go once, then Signal for each signal.

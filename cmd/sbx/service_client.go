@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	goio "io"
@@ -25,8 +24,9 @@ const serviceWait = 5 * time.Second
 // errServiceLost: the service ended while it carried out the run (it crashed or was stopped).
 var errServiceLost = errors.New("the sbx service ended during the run")
 
-// serviceRun is a run's result as the service gave it: the report (nil when the command did not run)
-// rendered as the CLI asked, and sbx's own error, as runner.Run gives them.
+// serviceRun is a run's result as the service gave it: the report rendered as the CLI asked (rep holds
+// only what the exit status is made of; nil when the command did not run), and sbx's own error, as
+// runner.Run gives them.
 type serviceRun struct {
 	rep  *report.Report
 	rend rendered
@@ -120,11 +120,9 @@ func viaService(o runner.Options, req serviceRequest, beforeGo func()) (run serv
 		return serviceRun{err: err}, "", true
 	}
 	run = serviceRun{rend: res.Rendered, warm: res.Warm}
-	if len(res.Report) > 0 {
-		run.rep = new(report.Report)
-		if err := json.Unmarshal(res.Report, run.rep); err != nil {
-			return serviceRun{err: fmt.Errorf("reading the service's report: %w", err)}, "", true
-		}
+	if st := res.Status; st != nil {
+		// What the CLI reads of the report (execStatus); what it writes of it the service rendered.
+		run.rep = &report.Report{ExitCode: st.ExitCode, TimedOut: st.TimedOut, Verdict: st.Verdict}
 	}
 	if res.Err != "" {
 		run.err = &serviceError{msg: res.Err, hint: res.Hint}
