@@ -165,8 +165,8 @@ func endRun(sigs chan os.Signal) {
 
 // handle carries out the run of one connection, from an sbx exec of the service's own uid.
 func (s *server) handle(c *net.UnixConn) {
-	if uid, err := peerUID(c); err != nil || uid != os.Geteuid() {
-		return // another user's: not served, not answered
+	if uid, err := peerUID(c); err != nil || uid != os.Geteuid() || peerNamespaces(c) != "" {
+		return // another user's, or a sandbox's: not served, not answered
 	}
 	_ = c.SetDeadline(time.Now().Add(serveRequestWait))
 	var req serviceRequest

@@ -316,6 +316,53 @@ func peerUID(c *net.UnixConn) (int, error) {
 	return int(cred.Uid), nil
 }
 
+// soPeerPidfd is SO_PEERPIDFD (Linux 6.5): a pidfd of the process at the other end, as it connected.
+const soPeerPidfd = 77
+
+// peerNamespaces says why the process at the other end of c does not share this process's user and
+// pid namespaces ("" when it does). A process in a sandbox has a user namespace of its own but may have
+// the caller's uid on the host (without root), and may reach the socket through a share, or a profile
+// that does not hide it: it must neither hand the service a run (whose plan it writes: a share of the
+// whole home) nor pose as the service (and forge a verdict). The peer is named by a pidfd where the
+// kernel gives one, checked alive once its namespaces were read, so that its pid was not reused
+// meanwhile; else by the pid SO_PEERCRED gives (0 for a peer in a pid namespace this one cannot see).
+func peerNamespaces(c *net.UnixConn) string {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err.Error()
+	}
+	var cred *unix.Ucred
+	var cerr error
+	pidfd := -1
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, soPeerPidfd); err == nil {
+			pidfd = v
+		}
+	}); err != nil {
+		return err.Error()
+	}
+	if pidfd >= 0 {
+		defer unix.Close(pidfd)
+	}
+	if cerr != nil || cred.Pid <= 0 {
+		return "its process is not one this sbx can see"
+	}
+	for _, ns := range []string{"user", "pid"} {
+		own, err := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil {
+			return err.Error()
+		}
+		if its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", cred.Pid, ns)); err != nil || its != own {
+			return "it runs in another " + ns + " namespace (a sandbox's?)"
+		}
+	}
+	if pidfd >= 0 && unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil {
+		return "its process ended"
+	}
+	return ""
+}
+
 // writeFrame sends v as one frame, with fds (if any) as SCM_RIGHTS on its first byte.
 func writeFrame(c *net.UnixConn, v any, fds ...int) error {
 	b, err := json.Marshal(v)

@@ -64,6 +64,9 @@ func viaService(o runner.Options, req serviceRequest, beforeGo func()) (run serv
 	if uid, err := peerUID(c); err != nil || uid != os.Geteuid() {
 		return serviceRun{}, fmt.Sprintf("the service at %s is not the caller's (uid %d)", path, uid), false
 	}
+	if why := peerNamespaces(c); why != "" {
+		return serviceRun{}, fmt.Sprintf("the service at %s is not the caller's: %s", path, why), false
+	}
 	req.Proto, req.Build, req.Env, req.Limits = serviceProto, buildID(), serviceEnvValues(), ownCallerLimits()
 	req.Plan, req.Args = o.Plan, o.Args
 	req.Cwd, req.Closed, req.StateRoot, req.Changes = o.Cwd, o.Closed, o.StateRoot, o.Changes

@@ -584,3 +584,49 @@ func TestServiceKilled(t *testing.T) {
 		t.Errorf("after sbx gc: %v (gc said %s)", err, out)
 	}
 }
+
+// TestServiceOtherNamespaces: a process of the caller's uid in a user namespace of its own (a
+// sandbox's, without root) can neither hand the service a run nor pose as the service: the service
+// answers it nothing, and sbx exec runs cold rather than hand its run to a socket such a process
+// listens on.
+func TestServiceOtherNamespaces(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare is missing")
+	}
+	s := startService(t, "", nil, "--warm", "0")
+	// root mapped to root in a user namespace of its own: the same uid on the host, another namespace
+	client := `import socket,sys,json,struct
+s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+b=json.dumps({"proto":1}).encode()
+try:
+    s.sendall(struct.pack(">I",len(b))+b); print(len(s.recv(100)))
+except (ConnectionResetError, BrokenPipeError): print(0)`
+	out, err := exec.Command("unshare", "--user", "--map-root-user", "/usr/bin/python3", "-c", client, s.sock).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Errorf("a client in another user namespace: %v, %s; want the connection closed unanswered", err, out)
+	}
+	if runs, _ := served(t, s.stop(t)); runs != 0 {
+		t.Errorf("served %d runs", runs)
+	}
+	// A listener in another user namespace that answers "ready" to anyone.
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "sbx.sock")
+	server := `import socket,sys,json,struct
+l=socket.socket(socket.AF_UNIX); l.bind(sys.argv[1]); l.listen(1); print("up", flush=True)
+c,_=l.accept(); b=json.dumps({"ready":True}).encode(); c.sendall(struct.pack(">I",len(b))+b); c.recv(1<<20)`
+	fake := exec.Command("unshare", "--user", "--map-root-user", "/usr/bin/python3", "-c", server, sock)
+	up, _ := fake.StdoutPipe()
+	if err := fake.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fake.Process.Kill(); fake.Wait() })
+	if line, _ := bufio.NewReader(up).ReadString('\n'); line != "up\n" {
+		t.Fatalf("the fake service did not start: %q", line)
+	}
+	state := filepath.Join(testStateParent(), "svcns-"+filepath.Base(dir))
+	t.Cleanup(func() { testutil.RemoveStateRoot(state) })
+	out2, errs, code := sbxRun(t, dir, []string{serviceEnv + "=" + sock, stateRootEnv + "=" + state}, "exec", "-v", "-q", "--", "echo", "hi")
+	if code != 0 || out2 != "hi\n" || !strings.Contains(errs, "runs in another user namespace") {
+		t.Errorf("sbx exec at a listener in another user namespace: status %d, stdout %q, stderr %s; want a cold run saying so", code, out2, errs)
+	}
+}
