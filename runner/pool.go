@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -46,6 +47,7 @@ type Pool struct {
 	plan     *policy.Plan
 	cwd      string
 	top      string // Options.Top of the runs it keeps sandboxes for
+	home     string // Options.CallerHome of those runs
 	idle     []ready
 	dead     []*sandbox.Sandbox // served their run, waiting for a background teardown
 	tearing  int                // background teardowns in progress (at most maxTeardowns)
@@ -140,11 +142,11 @@ func NewPool(size int, stateRoot string, onError func(error)) *Pool {
 // Warm makes the pool keep sandboxes for plan and cwd, dropping those it keeps for anything else; top
 // is Options.Top of the runs they serve.
 func (p *Pool) Warm(plan *policy.Plan, cwd, top string) {
-	key := poolKey(plan, cwd)
+	key := poolKey(plan, cwd, "")
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if key != "" && !p.closed {
-		p.retarget(key, plan, cwd, top)
+		p.retarget(key, plan, cwd, top, "")
 	}
 }
 
@@ -191,13 +193,13 @@ func (p *Pool) claim(o Options) (ready, bool) {
 	if p.size == 0 || o.Terminal || o.OnConsole != nil || (len(o.Args) > 0 && o.Args[0] == sandbox.SelfCommand("")[0]) {
 		return ready{}, false
 	}
-	key := poolKey(o.Plan, o.Cwd)
+	key := poolKey(o.Plan, o.Cwd, o.CallerHome)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || key == "" {
 		return ready{}, false
 	}
-	p.retarget(key, o.Plan, o.Cwd, o.Top)
+	p.retarget(key, o.Plan, o.Cwd, o.Top, o.CallerHome)
 	p.failed = false
 	if len(p.idle) == 0 {
 		p.fill()
@@ -220,14 +222,14 @@ func (p *Pool) claim(o Options) (ready, bool) {
 }
 
 // retarget switches the pool to key, destroying what it keeps for another. Called with mu held.
-func (p *Pool) retarget(key string, plan *policy.Plan, cwd, top string) {
+func (p *Pool) retarget(key string, plan *policy.Plan, cwd, top, home string) {
 	if key == p.key {
 		return
 	}
 	for _, r := range p.idle {
 		p.drop(r)
 	}
-	p.key, p.plan, p.cwd, p.top, p.idle, p.failed = key, plan, cwd, top, nil, false
+	p.key, p.plan, p.cwd, p.top, p.home, p.idle, p.failed = key, plan, cwd, top, home, nil, false
 	p.fill()
 }
 
@@ -241,15 +243,15 @@ func (p *Pool) fill() {
 	for !p.closed && !p.failed && p.plan != nil && len(p.idle)+p.building < p.size && p.building < maxBuilds {
 		p.building++
 		p.wg.Add(1)
-		go p.build(p.key, p.plan, p.cwd, p.top)
+		go p.build(p.key, p.plan, p.cwd, p.top, p.home)
 	}
 }
 
 // build builds one sandbox for key and adds it to the pool, unless the pool has moved on meanwhile.
-func (p *Pool) build(key string, plan *policy.Plan, cwd, top string) {
+func (p *Pool) build(key string, plan *policy.Plan, cwd, top, home string) {
 	defer p.wg.Done()
 	seen := hostIDs(plan, cwd) // before the build: a path replaced during it is seen as replaced
-	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true,
+	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true, CallerHome: home,
 		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true, Top: top}}) // a cwd a link leads to fails here; its run starts cold
 	var before []*observe.FileChanges
 	var events *observe.Events
@@ -360,14 +362,21 @@ func (p *Pool) Idle() int {
 }
 
 // poolKey identifies what a sandbox is built from: the plan but for the command's environment and
-// timeout, which take effect at Start, and the working directory.
-func poolKey(plan *policy.Plan, cwd string) string {
+// timeout, which take effect at Start (but for its HOME, where decoys go), the working directory, and
+// the caller's home (decoys too).
+func poolKey(plan *policy.Plan, cwd, home string) string {
 	c := *plan
 	c.Env, c.Timeout = nil, 0
+	sandboxHome := ""
+	for _, kv := range plan.Env {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+			sandboxHome = v
+		}
+	}
 	b, err := json.Marshal(struct {
-		Plan policy.Plan
-		Cwd  string
-	}{c, cwd})
+		Plan                   policy.Plan
+		Cwd, Home, SandboxHome string
+	}{c, cwd, home, sandboxHome})
 	if err != nil {
 		return "" // not pooled: the run starts cold
 	}

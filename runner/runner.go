@@ -67,6 +67,9 @@ type Options struct {
 	// Changes, when set, is a directory that the files the command created or modified are copied into
 	// before teardown (deletions are listed in its DELETED.txt).
 	Changes string
+	// CallerHome is the home of the caller the run is for (sandbox.Config.CallerHome; "" = this
+	// process's caller's).
+	CallerHome string
 }
 
 // Run carries out one run. The error is non-nil only when sbx itself failed (it then matches
@@ -77,7 +80,7 @@ type Options struct {
 // failed, Run returns the report together with the error.
 func Run(ctx context.Context, o Options) (*report.Report, error) {
 	create := func() (*sandbox.Sandbox, error) {
-		return sandbox.Create(sandbox.Config{Plan: o.Plan, StateRoot: o.StateRoot, Command: sandbox.Command{
+		return sandbox.Create(sandbox.Config{Plan: o.Plan, StateRoot: o.StateRoot, CallerHome: o.CallerHome, Command: sandbox.Command{
 			Args: o.Args, Cwd: o.Cwd, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Terminal: o.Terminal,
 			CwdNoLinks: o.CwdNoLinks, Top: o.Top, Closed: o.Closed,
 		}})

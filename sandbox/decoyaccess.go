@@ -25,17 +25,26 @@ func (s *Sandbox) DecoyAccesses() (touched []rootfs.Decoy, how []string) {
 // Decoys lists the sandbox's decoys.
 func (s *Sandbox) Decoys() []rootfs.Decoy { return s.rootfs.Decoys() }
 
-// decoyHomes are the home directories where decoys go: the sandbox's HOME, root's and the caller's
-// (the sudo user's under sudo), each only when the profile hides it.
-func decoyHomes(plan *policy.Plan) []string {
-	homes := []string{envValue(plan.Env, "HOME"), "/root"}
+// CallerHome is the home directory of the caller of this process: the sudo user's under sudo, else
+// $HOME; "" when there is none.
+func CallerHome() string {
 	if name := os.Getenv("SUDO_USER"); name != "" && os.Geteuid() == 0 {
 		if u, err := user.Lookup(name); err == nil {
-			homes = append(homes, u.HomeDir)
+			return u.HomeDir
 		}
-	} else if h, err := os.UserHomeDir(); err == nil {
-		homes = append(homes, h)
+		return ""
 	}
+	h, _ := os.UserHomeDir()
+	return h
+}
+
+// decoyHomes are the home directories where decoys go: the sandbox's HOME, root's and the caller's
+// (callerHome; "" = this process's caller's, CallerHome), each only when the profile hides it.
+func decoyHomes(plan *policy.Plan, callerHome string) []string {
+	if callerHome == "" {
+		callerHome = CallerHome()
+	}
+	homes := []string{envValue(plan.Env, "HOME"), "/root", callerHome}
 	var out []string
 	for _, h := range homes {
 		if h = filepath.Clean(h); filepath.IsAbs(h) && h != "/" && rootfs.BelowHidden(plan.Filesystem.Hidden, h) && !slices.Contains(out, h) {

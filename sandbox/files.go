@@ -41,7 +41,7 @@ func (s *Sandbox) buildFiles() error {
 	if Rootless() {
 		s.rootfs.SetIndexWhy(rootlessIndex(s.cfg))
 		s.Notes = append(s.Notes, s.rootlessNotes()...)
-		s.rootfs.SetDecoys(decoyHomes(plan), append(shareTargets(plan.Filesystem.Shares), s.cachePaths()...), 0, 0)
+		s.rootfs.SetDecoys(decoyHomes(plan, s.cfg.CallerHome), append(shareTargets(plan.Filesystem.Shares), s.cachePaths()...), 0, 0)
 		if err := s.rootfs.BuildRootless(plan.Filesystem.Hidden, cwd, rootfs.LayeredTops(plan, s.writePaths(), cwd)); err != nil {
 			return err
 		}
@@ -56,13 +56,13 @@ func (s *Sandbox) buildFiles() error {
 	ownFS := (!sameFS("/", cwd) || rootfs.BelowHidden(plan.Filesystem.Hidden, cwd)) && !shared(plan.Filesystem.Shares, cwd)
 	overlayCwd := ownFS || idmap != nil && !shared(plan.Filesystem.Shares, cwd)
 	shares := append(shareTargets(plan.Filesystem.Shares), s.shareLinks...)
-	s.rootfs.SetDecoys(decoyHomes(plan), s.cachePaths(), s.ids.HostUID, s.ids.HostGID) // no decoy inside a toolchain cache shown
+	s.rootfs.SetDecoys(decoyHomes(plan, s.cfg.CallerHome), s.cachePaths(), s.ids.HostUID, s.ids.HostGID) // no decoy inside a toolchain cache shown
 	err := s.rootfs.Mount(plan.Limits.DiskBytes, plan.Filesystem.Hidden, cwd, overlayCwd, shares, idmap)
 	if errors.Is(err, ErrNoIDMap) && os.Geteuid() == 0 {
 		// No idmapped mounts here: as root, hand the tree over by changing owners in the overlay.
 		s.rootfs.Unmount()
 		s.rootfs = rootfs.New(s.run.Dir())
-		s.rootfs.SetDecoys(decoyHomes(plan), s.cachePaths(), s.ids.HostUID, s.ids.HostGID)
+		s.rootfs.SetDecoys(decoyHomes(plan, s.cfg.CallerHome), s.cachePaths(), s.ids.HostUID, s.ids.HostGID)
 		return s.giveCwd(plan, cwd, ownFS)
 	}
 	s.Notes = append(s.Notes, s.rootfs.Notes()...)

@@ -51,7 +51,10 @@ type Config struct {
 	// Deferred builds the sandbox ahead of its command (a warm pool): Command holds only the working
 	// directory, and Use gives the rest before Start (deferred.go).
 	Deferred bool
-	late     *lateStdio
+	// CallerHome is the home of the caller the run is for, where decoys go beside the sandbox's HOME
+	// and root's ("" = this process's caller's, CallerHome): a service's run is its client's.
+	CallerHome string
+	late       *lateStdio
 }
 
 // Command is the process the sandbox runs.

@@ -23,6 +23,7 @@ import (
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/report/text"
 	"github.com/sbx-dev/sbx/runner"
+	"github.com/sbx-dev/sbx/sandbox"
 )
 
 type execFlags struct {
@@ -132,7 +133,7 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	defer out.close()
 	opts := runner.Options{
 		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: commandStdout(io, f.jsonOut), Stderr: io.err, Signals: sigs,
-		Closed: closedStdio(f.jsonOut), StateRoot: stateRoot(), Changes: f.changes,
+		Closed: closedStdio(f.jsonOut), StateRoot: stateRoot(), Changes: f.changes, CallerHome: sandbox.CallerHome(),
 	}
 	rep, rend, err := runCommand(ctx, io, f, opts)
 	if err != nil {

@@ -211,7 +211,7 @@ func (s *server) handle(c *net.UnixConn) {
 	go forwardSignals(c, sigs)
 	o := runner.Options{
 		Plan: req.Plan, Args: req.Args, Cwd: req.Cwd, Stdin: files[0], Stdout: files[1], Stderr: files[2],
-		Closed: req.Closed, StateRoot: req.StateRoot, Changes: req.Changes, Signals: sigs,
+		Closed: req.Closed, StateRoot: req.StateRoot, Changes: req.Changes, Signals: sigs, CallerHome: req.CallerHome,
 	}
 	var rep *report.Report
 	var warm bool
@@ -260,6 +260,8 @@ func (s *server) refuse(req *serviceRequest) string {
 	case req.Plan == nil || len(req.Args) == 0 || !filepath.IsAbs(req.Cwd) ||
 		(req.StateRoot != "" && !filepath.IsAbs(req.StateRoot)) || (req.Changes != "" && !filepath.IsAbs(req.Changes)):
 		return "the request is incomplete"
+	case !filepath.IsAbs(req.CallerHome):
+		return "this sbx's caller has no home directory (HOME), where decoys go"
 	}
 	if req.Limits != s.limits {
 		return fmt.Sprintf("the service's limits differ from this sbx's (open files, locked memory, timer slack: %+v, not %+v)", s.limits, req.Limits)

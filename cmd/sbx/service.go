@@ -53,7 +53,8 @@ const maxServiceFrame = 16 << 20
 // serviceEnvKeys are the variables that change how sbx builds or runs a sandbox, read from sbx's own
 // environment: a service whose values differ from the CLI's would build another sandbox than a cold
 // run, so the CLI runs cold then.
-var serviceEnvKeys = []string{"SBX_LIBCONTAINER", "SBX_TRACE", "HOME", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "SUDO_USER"}
+// (The caller's home, which sbx reads from HOME and SUDO_USER for its decoys, is the request's own.)
+var serviceEnvKeys = []string{"SBX_LIBCONTAINER", "SBX_TRACE", "XDG_RUNTIME_DIR", "XDG_STATE_HOME"}
 
 // serviceRequest is the run the CLI hands over: runner.Options but for its stdio (passed as
 // descriptors) and signals (frames of their own).
@@ -69,6 +70,9 @@ type serviceRequest struct {
 	Closed    [3]bool           `json:"closed"`
 	StateRoot string            `json:"state_root"`
 	Changes   string            `json:"changes"`
+	// CallerHome is the CLI's caller's home (sandbox.CallerHome: the sudo user's, or $HOME), where
+	// decoys go.
+	CallerHome string `json:"caller_home"`
 	// How the report is rendered: as the CLI's flags and stderr say (renderReport).
 	Quiet  bool   `json:"quiet"`
 	Color  bool   `json:"color"`

@@ -69,7 +69,7 @@ func viaService(o runner.Options, req serviceRequest, beforeGo func()) (run serv
 	}
 	req.Proto, req.Build, req.Env, req.Limits = serviceProto, buildID(), serviceEnvValues(), ownCallerLimits()
 	req.Plan, req.Args = o.Plan, o.Args
-	req.Cwd, req.Closed, req.StateRoot, req.Changes = o.Cwd, o.Closed, o.StateRoot, o.Changes
+	req.Cwd, req.Closed, req.StateRoot, req.Changes, req.CallerHome = o.Cwd, o.Closed, o.StateRoot, o.Changes, o.CallerHome
 	req.View = ownView(viewPaths(o.Plan, o.Cwd))
 	if req.Changes != "" {
 		if req.Changes, err = filepath.Abs(req.Changes); err != nil {

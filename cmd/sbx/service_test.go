@@ -113,7 +113,7 @@ func served(t *testing.T, log string) (runs, warm int) {
 // the scripts that kill sbx itself to test a crash are skipped ([service]: the service then tears the
 // run down, TestServiceCLIKilled).
 func TestScriptsService(t *testing.T) {
-	s := startService(t, "", []string{"HOME=/no-home"}, "--warm", "0") // the scripts' HOME (testscript's)
+	s := startService(t, "", nil, "--warm", "0") // its HOME is not the scripts' (testscript's /no-home): the caller's home is the request's
 	p := scriptParams("testdata/script", "svc-")
 	setup, cond := p.Setup, p.Condition
 	p.Setup = func(env *testscript.Env) error {

@@ -205,17 +205,21 @@ serve_root() {
 	systemctl start sbx.socket
 	# The caller's environment as a login's: HOME, umask (the service's are the unit's)
 	for i in 1 2; do
-		(umask 022 && HOME=/root "$SBX" exec -v -q -- sh -c 'exit 3') >$W/serve$i.out 2>&1 </dev/null
+		(umask 022 && "$SBX" exec -v -q -- sh -c 'exit 3') >$W/serve$i.out 2>&1 </dev/null
 		echo "status $?" >>$W/serve$i.out
 		cat $W/serve$i.out
 		sleep 1
 	done
+	# as sudo runs it: the sudo user's home travels with the run (its decoys), the service takes it
+	(umask 022 && SUDO_USER=sbxuser "$SBX" exec -v -q -- true) >$W/serve-sudo.out 2>&1 </dev/null
+	cat $W/serve-sudo.out
 	systemctl stop sbx.service sbx.socket
 	journalctl -u sbx.service --no-pager -n 5 -o cat
 	want "grep -q 'went through the sbx service at /run/sbx.sock' $W/serve1.out" "through root's service" &&
 		want "grep -q '(a warm sandbox)' $W/serve2.out" "the second run warm" &&
 		want "grep -q '^status 3$' $W/serve2.out" "the command's status" &&
-		want "journalctl -u sbx.service --no-pager -o cat | grep -q 'served 2 runs, 1 of them in a warm sandbox'" "the service says what it served" &&
+		want "grep -q 'went through the sbx service' $W/serve-sudo.out" "a run under sudo through it too" &&
+		want "journalctl -u sbx.service --no-pager -o cat | grep -q 'served 3 runs'" "the service says what it served" &&
 		want "[ -z \"$(ls /run/sbx/runs 2>/dev/null)\" ]" "no run left"
 }
 check "sbx serve: root's, socket-activated" serve_root
