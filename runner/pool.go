@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sbx-dev/sbx/internal/netnsdir"
 	"github.com/sbx-dev/sbx/observe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
@@ -65,27 +67,43 @@ type ready struct {
 	// events is the run's exec stream, started once the sandbox is built when the kernel filters it
 	// (see preStartEvents); nil: the run starts it.
 	events *observe.Events
-	// seen are the files of the host the sandbox shows at fixed places (the working directory, the
-	// shares), as they were when it was built: one replaced since (a tree removed and cloned again)
-	// would still show the old one, so the sandbox gives way to a cold run.
-	seen []fileID
+	// seen are the identities of the host's files the sandbox shows at fixed places (HostPaths) as
+	// they were when it was built: one replaced since (a tree removed and cloned again) would still
+	// show the old one, so the sandbox gives way to a cold run.
+	seen []FileID
 }
 
-// fileID is a file's identity: a path replaced by another file gets another.
-type fileID struct{ dev, ino uint64 }
+// FileID is a file's identity: a path replaced by another file gets another.
+type FileID struct{ Dev, Ino uint64 }
 
-// hostIDs are the identities of the host paths a sandbox for plan and cwd shows bound at its build
-// (see ready.seen); a path that cannot be read counts as the zero identity.
-func hostIDs(plan *policy.Plan, cwd string) []fileID {
-	paths := []string{cwd}
+// HostPaths are the host paths a sandbox for plan in cwd shows at fixed places, bound when it is
+// built: the root, the working directory, the shares, the toolchain caches and the uplink network
+// namespace. One replaced on the host since (another file at the path) would still show the old file.
+func HostPaths(plan *policy.Plan, cwd string) []string {
+	paths := []string{"/", cwd}
 	for _, s := range plan.Filesystem.Shares {
 		paths = append(paths, s.Host)
 	}
-	ids := make([]fileID, len(paths))
+	for _, c := range plan.Filesystem.Caches {
+		paths = append(paths, c.Host)
+	}
+	if ns := plan.Network.UplinkNetNS; ns != "" {
+		if !strings.Contains(ns, "/") {
+			ns = filepath.Join(netnsdir.Dir, ns)
+		}
+		paths = append(paths, ns)
+	}
+	return paths
+}
+
+// Identities are the identities of the files at paths, following links; a path that cannot be read
+// counts as the zero identity.
+func Identities(paths []string) []FileID {
+	ids := make([]FileID, len(paths))
 	for i, p := range paths {
 		var st unix.Stat_t
 		if unix.Stat(p, &st) == nil {
-			ids[i] = fileID{st.Dev, st.Ino}
+			ids[i] = FileID{st.Dev, st.Ino}
 		}
 	}
 	return ids
@@ -207,7 +225,7 @@ func (p *Pool) claim(o Options) (ready, bool) {
 	}
 	r := p.idle[0]
 	p.idle = p.idle[1:]
-	if !slices.Equal(r.seen, hostIDs(o.Plan, o.Cwd)) {
+	if !slices.Equal(r.seen, Identities(HostPaths(o.Plan, o.Cwd))) {
 		// What it shows was replaced on the host: the others were built before it, so they go too.
 		p.drop(r)
 		for _, r := range p.idle {
@@ -250,7 +268,7 @@ func (p *Pool) fill() {
 // build builds one sandbox for key and adds it to the pool, unless the pool has moved on meanwhile.
 func (p *Pool) build(key string, plan *policy.Plan, cwd, top, home string) {
 	defer p.wg.Done()
-	seen := hostIDs(plan, cwd) // before the build: a path replaced during it is seen as replaced
+	seen := Identities(HostPaths(plan, cwd)) // before the build: a path replaced during it is seen as replaced
 	sb, err := sandbox.Create(sandbox.Config{Plan: plan, StateRoot: p.stateRoot, Deferred: true, CallerHome: home,
 		Command: sandbox.Command{Cwd: cwd, CwdNoLinks: true, Top: top}}) // a cwd a link leads to fails here; its run starts cold
 	var before []*observe.FileChanges

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sbx-dev/sbx/internal/cgprime"
+	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/report/text"
@@ -165,7 +166,11 @@ func runCommand(ctx context.Context, io stdio, f execFlags, opts runner.Options)
 		run, w, ok := viaService(opts, req, func() { warnCallerFDs(io.err, opts.Args) })
 		if ok {
 			if f.verbose {
-				fmt.Fprintf(io.err, "sbx: the run went through the sbx service at %s%s\n", serviceSocket(), map[bool]string{true: " (a warm sandbox)"}[run.warm])
+				warm := ""
+				if run.warm {
+					warm = " (a warm sandbox)"
+				}
+				fmt.Fprintf(io.err, "sbx: the run went through the sbx service at %s%s\n", serviceSocket(), warm)
 			}
 			return run.rep, run.rend, run.err
 		}
@@ -201,7 +206,7 @@ func coldAgain(why string) {
 	if !cgprime.ServiceSeen() {
 		return
 	}
-	self, err := os.Executable()
+	self, err := selfexe.Path()
 	if err != nil {
 		return
 	}

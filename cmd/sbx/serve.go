@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -165,7 +164,7 @@ func endRun(sigs chan os.Signal) {
 
 // handle carries out the run of one connection, from an sbx exec of the service's own uid.
 func (s *server) handle(c *net.UnixConn) {
-	if uid, err := peerUID(c); err != nil || uid != os.Geteuid() || peerNamespaces(c) != "" {
+	if ownPeer(c) != "" {
 		return // another user's, or a sandbox's: not served, not answered
 	}
 	_ = c.SetDeadline(time.Now().Add(serveRequestWait))
@@ -266,14 +265,7 @@ func (s *server) refuse(req *serviceRequest) string {
 	if req.Limits != s.limits {
 		return fmt.Sprintf("the service's limits differ from this sbx's (open files, locked memory, timer slack: %+v, not %+v)", s.limits, req.Limits)
 	}
-	paths := make([]string, len(req.View.Files))
-	for i, f := range req.View.Files {
-		paths[i] = f.Path
-	}
-	if !slices.Equal(paths, viewPaths(req.Plan, req.Cwd)) {
-		return "the request is incomplete"
-	}
-	if why := req.View.differs(ownView(paths)); why != "" {
+	if why := req.View.differs(ownView(runner.HostPaths(req.Plan, req.Cwd))); why != "" {
 		return why
 	}
 	for _, k := range serviceEnvKeys {

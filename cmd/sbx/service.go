@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -34,9 +35,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/internal/cgprime"
-	"github.com/sbx-dev/sbx/internal/netnsdir"
 	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/policy"
+	"github.com/sbx-dev/sbx/runner"
 )
 
 // serviceProto is the protocol's version; a service of another one is not used.
@@ -171,59 +172,27 @@ func ownCallerLimits() callerLimits {
 // callerView is what the CLI sees of the host that the run is built from, beside the plan: its umask
 // (the command inherits sbx's), the namespaces it runs in (a cold run's uplink is sbx's own network
 // namespace: a CLI in a namespace of its own, `ip netns exec NAME sbx exec`, must not get the
-// service's), and the files the sandbox shows at fixed places (root, working directory, shares,
-// caches, the uplink namespace), by identity: a service in a mount namespace of its own does not see
-// a mount made on a host whose root is not shared after it started. The service serves only a CLI
-// whose view is its own.
+// service's), and the files the sandbox shows at fixed places (runner.HostPaths), by identity: a
+// service in a mount namespace of its own does not see a mount made on a host whose root is not
+// shared after it started. The service serves only a CLI whose view is its own.
 type callerView struct {
 	Umask int               `json:"umask"`
 	NS    map[string]string `json:"ns"`
-	Files []seenFile        `json:"files"`
-}
-
-// seenFile is a path and the identity of the file it names (zero: none there).
-type seenFile struct {
-	Path     string `json:"path"`
-	Dev, Ino uint64
+	Paths []string          `json:"paths"`
+	IDs   []runner.FileID   `json:"ids"` // of Paths
 }
 
 // viewNamespaces are the namespaces a run inherits from its sbx or builds on.
 var viewNamespaces = []string{"net", "pid", "user", "ipc", "uts", "cgroup", "time"}
 
-// ownView is callerView for a run of plan in cwd, as this process sees it; paths are what the request
-// names (the service looks at the CLI's list).
+// ownView is callerView as this process sees it, of the files at paths (the service looks at the
+// CLI's list, once it has checked it is the run's).
 func ownView(paths []string) callerView {
-	v := callerView{Umask: umask(), NS: make(map[string]string, len(viewNamespaces))}
+	v := callerView{Umask: umask(), NS: make(map[string]string, len(viewNamespaces)), Paths: paths, IDs: runner.Identities(paths)}
 	for _, ns := range viewNamespaces {
 		v.NS[ns], _ = os.Readlink("/proc/self/ns/" + ns)
 	}
-	for _, p := range paths {
-		f := seenFile{Path: p}
-		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil {
-			f.Dev, f.Ino = st.Dev, st.Ino
-		}
-		v.Files = append(v.Files, f)
-	}
 	return v
-}
-
-// viewPaths are the host paths a sandbox for plan in cwd shows at fixed places.
-func viewPaths(plan *policy.Plan, cwd string) []string {
-	paths := []string{"/", cwd}
-	for _, s := range plan.Filesystem.Shares {
-		paths = append(paths, s.Host)
-	}
-	for _, c := range plan.Filesystem.Caches {
-		paths = append(paths, c.Host)
-	}
-	if ns := plan.Network.UplinkNetNS; ns != "" {
-		if !strings.Contains(ns, "/") {
-			ns = filepath.Join(netnsdir.Dir, ns)
-		}
-		paths = append(paths, ns)
-	}
-	return paths
 }
 
 // differs says how view w (the service's) differs from v (the CLI's), "" when it does not.
@@ -236,12 +205,12 @@ func (v callerView) differs(w callerView) string {
 			return fmt.Sprintf("this sbx runs in another %s namespace than the service", ns)
 		}
 	}
-	if len(v.Files) != len(w.Files) {
+	if !slices.Equal(v.Paths, w.Paths) || len(v.IDs) != len(v.Paths) {
 		return "the request is incomplete"
 	}
-	for i := range v.Files {
-		if v.Files[i] != w.Files[i] {
-			return fmt.Sprintf("the service sees another %s than this sbx (a mount made since it started?): restart it", v.Files[i].Path)
+	for i := range v.IDs {
+		if v.IDs[i] != w.IDs[i] {
+			return fmt.Sprintf("the service sees another %s than this sbx (a mount made since it started?): restart it", v.Paths[i])
 		}
 	}
 	return ""
@@ -303,34 +272,17 @@ func serviceEnvValues() map[string]string {
 	return m
 }
 
-// peerUID is the uid of the process at the other end of c (SO_PEERCRED).
-func peerUID(c *net.UnixConn) (int, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return -1, err
-	}
-	if cerr != nil {
-		return -1, cerr
-	}
-	return int(cred.Uid), nil
-}
-
 // soPeerPidfd is SO_PEERPIDFD (Linux 6.5): a pidfd of the process at the other end, as it connected.
 const soPeerPidfd = 77
 
-// peerNamespaces says why the process at the other end of c does not share this process's user and
-// pid namespaces ("" when it does). A process in a sandbox has a user namespace of its own but may have
+// ownPeer says why the process at the other end of c is not of this process's uid, in its user and
+// pid namespaces ("" when it is). A process in a sandbox has a user namespace of its own but may have
 // the caller's uid on the host (without root), and may reach the socket through a share, or a profile
 // that does not hide it: it must neither hand the service a run (whose plan it writes: a share of the
 // whole home) nor pose as the service (and forge a verdict). The peer is named by a pidfd where the
 // kernel gives one, checked alive once its namespaces were read, so that its pid was not reused
 // meanwhile; else by the pid SO_PEERCRED gives (0 for a peer in a pid namespace this one cannot see).
-func peerNamespaces(c *net.UnixConn) string {
+func ownPeer(c *net.UnixConn) string {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return err.Error()
@@ -349,7 +301,13 @@ func peerNamespaces(c *net.UnixConn) string {
 	if pidfd >= 0 {
 		defer unix.Close(pidfd)
 	}
-	if cerr != nil || cred.Pid <= 0 {
+	if cerr != nil {
+		return cerr.Error()
+	}
+	if int(cred.Uid) != os.Geteuid() {
+		return fmt.Sprintf("it is uid %d's", cred.Uid)
+	}
+	if cred.Pid <= 0 {
 		return "its process is not one this sbx can see"
 	}
 	for _, ns := range []string{"user", "pid"} {

@@ -61,16 +61,13 @@ func viaService(o runner.Options, req serviceRequest, beforeGo func()) (run serv
 	}
 	c := conn.(*net.UnixConn)
 	defer c.Close()
-	if uid, err := peerUID(c); err != nil || uid != os.Geteuid() {
-		return serviceRun{}, fmt.Sprintf("the service at %s is not the caller's (uid %d)", path, uid), false
-	}
-	if why := peerNamespaces(c); why != "" {
+	if why := ownPeer(c); why != "" {
 		return serviceRun{}, fmt.Sprintf("the service at %s is not the caller's: %s", path, why), false
 	}
 	req.Proto, req.Build, req.Env, req.Limits = serviceProto, buildID(), serviceEnvValues(), ownCallerLimits()
 	req.Plan, req.Args = o.Plan, o.Args
 	req.Cwd, req.Closed, req.StateRoot, req.Changes, req.CallerHome = o.Cwd, o.Closed, o.StateRoot, o.Changes, o.CallerHome
-	req.View = ownView(viewPaths(o.Plan, o.Cwd))
+	req.View = ownView(runner.HostPaths(o.Plan, o.Cwd))
 	if req.Changes != "" {
 		if req.Changes, err = filepath.Abs(req.Changes); err != nil {
 			return serviceRun{}, "--changes: " + err.Error(), false
