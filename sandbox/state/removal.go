@@ -16,9 +16,8 @@ var overlayWorkDirs = []string{"work", "work/incompat", "work/incompat/volatile"
 
 // openWorkDirs gives the caller back the dirs overlay leaves with mode 0 in a rootless run dir
 // (overlayWorkDirs), each reached below the run dir's handle without following a link, so that one
-// pass of os.RemoveAll removes the run dir. (Before the volatile markers were opened too, every
-// rootless run's first pass failed on them, and removeAll walked the run dir a second time to open
-// every directory; the removal itself, about 6 ms for a run dir on ext4, is the same either way.)
+// pass of os.RemoveAll removes the run dir (a marker left unopened fails that pass, and removeAll
+// then walks the run dir a second time to open every directory).
 func openWorkDirs(dir string) {
 	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
