@@ -174,14 +174,15 @@ func TestSeccompCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := seccompKey(sc)
+	main, _ := splitQuiet(sc)
+	key := seccompKey(main)
 	file := filepath.Join(root, "cache", "seccomp-"+key+".bpf")
 	got := readSeccompFile(file, key)
 	if got == nil || !bytes.Equal(got.Filter, want.Filter) || got.Flags != want.Flags {
 		t.Fatalf("read back %+v", got)
 	}
 	// Another listener path is the same filter.
-	other := *sc
+	other := *main
 	other.ListenerPath = "/elsewhere"
 	if seccompKey(&other) != key {
 		t.Fatal("the listener path changed the key")
@@ -195,7 +196,7 @@ func TestSeccompCache(t *testing.T) {
 			os.WriteFile(file, b, 0o600)
 		},
 		"another key's file": func() {
-			osc := *sc
+			osc := *main
 			errno := uint(unix.EXDEV) // another default errno: another program
 			osc.DefaultErrnoRet = &errno
 			k2 := seccompKey(&osc)
@@ -320,5 +321,47 @@ func TestSeccompConfigBytes(t *testing.T) {
 	c.ListenerPath, c.ListenerMetadata = "/x", "y"
 	if string(seccompConfigBytes(c)) != string(seccompConfigBytes(base())) {
 		t.Error("the listener's path changed the encoding")
+	}
+}
+
+// TestSplitQuiet: the default profile's copy_file_range and clone3 answers move to the quiet filter
+// (no flags, everything else allowed), and the main filter allows those two; a profile that lists
+// copy_file_range in its deny list keeps it a refusal.
+func TestSplitQuiet(t *testing.T) {
+	plan := builtinPlan(t, "default")
+	sc := Filter(plan.Seccomp, plan.Record, true)
+	main, quiet := splitQuiet(sc)
+	if quiet == nil || quiet.DefaultAction != specs.ActAllow || len(quiet.Flags) != 0 {
+		t.Fatalf("quiet filter %+v", quiet)
+	}
+	got := map[string]uint{}
+	for _, r := range quiet.Syscalls {
+		got[r.Names[0]] = *r.ErrnoRet
+	}
+	if got["copy_file_range"] != uint(unix.EXDEV) || got["clone3"] != uint(unix.ENOSYS) || len(got) != 2 {
+		t.Fatalf("quiet answers %v", got)
+	}
+	for _, r := range main.Syscalls {
+		for _, n := range r.Names {
+			if (n == "copy_file_range" || n == "clone3") && r.Action != specs.ActAllow {
+				t.Fatalf("the main filter answers %s with %s", n, r.Action)
+			}
+		}
+	}
+	p, err := Program(t.TempDir(), sc)
+	if err != nil || len(p.Quiet) == 0 || p.Flags&unix.SECCOMP_FILTER_FLAG_LOG == 0 {
+		t.Fatalf("program %+v, %v", p, err)
+	}
+	prof, err := policy.Parse("deny.yaml", []byte("version: 1\nextends: default\nsyscalls:\n  deny: [copy_file_range]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dplan, err := policy.Compile(prof, policy.CompileContext{Cwd: "/work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, quiet = splitQuiet(Filter(dplan.Seccomp, dplan.Record, true))
+	if quiet == nil || len(quiet.Syscalls) != 1 || quiet.Syscalls[0].Names[0] != "clone3" {
+		t.Fatalf("with copy_file_range denied, the quiet filter is %+v", quiet)
 	}
 }
