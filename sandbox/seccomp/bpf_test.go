@@ -352,16 +352,23 @@ func TestSplitQuiet(t *testing.T) {
 	if err != nil || len(p.Quiet) == 0 || p.Flags&unix.SECCOMP_FILTER_FLAG_LOG == 0 {
 		t.Fatalf("program %+v, %v", p, err)
 	}
-	prof, err := policy.Parse("deny.yaml", []byte("version: 1\nextends: default\nsyscalls:\n  deny: [copy_file_range]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dplan, err := policy.Compile(prof, policy.CompileContext{Cwd: "/work"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dplan := profilePlan(t, "version: 1\nextends: default\nsyscalls:\n  deny: [copy_file_range]\n")
 	_, quiet = splitQuiet(Filter(dplan.Seccomp, dplan.Record, true))
 	if quiet == nil || len(quiet.Syscalls) != 1 || quiet.Syscalls[0].Names[0] != "clone3" {
 		t.Fatalf("with copy_file_range denied, the quiet filter is %+v", quiet)
 	}
+}
+
+// profilePlan is the plan of a profile's YAML, compiled for a working directory of /work.
+func profilePlan(t *testing.T, yaml string) *policy.Plan {
+	t.Helper()
+	prof, err := policy.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := policy.Compile(prof, policy.CompileContext{Cwd: "/work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }

@@ -193,7 +193,8 @@ type Listener struct {
 	errnos map[int32]int32 // deny-list syscall number → errno to answer
 	names  map[int32]string
 	writes map[int32]writeSyscall
-	wpaths []string // Landlock write paths, as seen inside the sandbox
+	wpaths []string    // Landlock write paths, as seen inside the sandbox
+	root   *rootHandle // the sandbox's root, for walks that meet no link (served by one goroutine)
 	wake   [2]int
 	done   chan struct{} // closed when serve ends; nil until attach
 
@@ -235,7 +236,7 @@ type notifyKey struct {
 func NewListener(sc *specs.LinuxSeccomp, rec policy.Record, writePaths []string, sandboxCPU func(pid int) (time.Duration, bool)) (*Listener, error) {
 	l := &Listener{fd: -1, errnos: map[int32]int32{}, sandboxCPU: sandboxCPU,
 		names: map[int32]string{}, writes: map[int32]writeSyscall{},
-		seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}}
+		seccomp: map[notifyKey]int{}, written: map[notifyKey]int{}, root: &rootHandle{fixed: chrootRefused(sc)}}
 	for _, r := range sc.Syscalls {
 		for _, n := range r.Names {
 			if r.Action == specs.ActErrno && len(r.Args) == 0 && slices.Contains(rec.Syscalls, n) && r.ErrnoRet != nil ||
@@ -565,7 +566,7 @@ func (l *Listener) judgeCall(req *seccompNotif, ws writeSyscall, b *budget) (str
 	// to; the others act on the last name itself.
 	follow := (hasFlags || name == "creat" || name == "openat2" || name == "truncate") &&
 		f&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL && f&unix.O_NOFOLLOW == 0
-	task := notifTask{tid: int(req.Pid), tgid: int(req.Pid)} // its ids in the sandbox: when a walk needs them
+	task := notifTask{tid: int(req.Pid), tgid: int(req.Pid), root: l.root} // its ids in the sandbox: when a walk needs them
 	paths := ws.paths
 	if name == "renameat2" && req.Args[4]&unix.RENAME_EXCHANGE != 0 {
 		// An exchange writes both names: the source gets the target's file.
@@ -757,6 +758,7 @@ func (l *Listener) Stop() {
 		_, _ = unix.Write(l.wake[1], []byte{0})
 		<-l.done
 	}
+	l.root.close() // after serve: nothing uses it any more
 	l.mu.Lock()
 	if l.fd >= 0 {
 		unix.Close(l.fd)

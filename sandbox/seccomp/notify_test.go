@@ -199,10 +199,15 @@ func resolveHere(t *testing.T, p string, follow bool) resolution {
 	fdcwd := int64(unix.AT_FDCWD)
 	req.Args[0] = uint64(fdcwd)
 	req.Args[1] = uint64(uintptr(unsafe.Pointer(&b[0])))
-	r := taskOf(os.Getpid()).resolveArg(req, req.Args[1], 0, false, follow, newBudget())
+	task := taskOf(os.Getpid())
+	task.root = hereRoot
+	r := task.resolveArg(req, req.Args[1], 0, false, follow, newBudget())
 	runtime.KeepAlive(b)
 	return r
 }
+
+// hereRoot is the root handle resolveHere's walks use (nil: each opens the task's root).
+var hereRoot *rootHandle
 
 // TestResolveInSandbox resolves write paths as the kernel would, here in this process's own view: links
 // (absolute, relative, chained), a ".." after a link (physical, not lexical), /proc/self/fd/N and cwd,
@@ -223,12 +228,43 @@ func TestResolveInSandbox(t *testing.T) {
 	}
 	defer f.Close()
 	fdPath := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	t.Chdir(d)
+	gone := filepath.Join(d, "gone")
+	for _, root := range []*rootHandle{nil, {fixed: true}} {
+		hereRoot = root
+		resolveCases(t, d, fdPath, f)
+		// A file made in a removed cwd fails (ENOENT): judged where it is spelled, as before.
+		if err := os.Mkdir(gone, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Chdir(gone)
+		os.Remove(gone)
+		if got := resolveHere(t, "new", true); got.outcome == unresolved || got.outcome == noWrite || got.path != gone+"/new" && got.path != gone+" (deleted)/new" {
+			t.Errorf("root %v: a file in a removed cwd: %+v", root != nil, got)
+		}
+		t.Chdir(d)
+		root.close()
+	}
+	hereRoot = nil
+}
+
+// resolveCases are TestResolveInSandbox's paths, resolved from the cwd d.
+func resolveCases(t *testing.T, d, fdPath string, f *os.File) {
+	t.Helper()
 	for _, tc := range []struct {
 		p      string
 		follow bool
 		want   string
 		out    outcome
 	}{
+		{"real/new", true, d + "/real/new", landed},
+		{"real/sub/./new/", true, d + "/real/sub/new", landed},
+		{"abs/x", true, "/etc/x", landed},
+		{"deep/../x", true, d + "/real/x", landed},
+		{"flink", false, d + "/flink", landed},
+		{"flink", true, d + "/real/file", landed},
+		{"real/file/x", true, d + "/real/file/x", spelled},
+		{"/etc/cron.d/new", true, "/etc/cron.d/new", landed},
 		{d + "/abs/x", true, "/etc/x", landed},
 		{d + "/chain/x", true, d + "/real/x", landed},
 		{d + "/deep/../x", true, d + "/real/x", landed}, // lexically d/x
@@ -243,8 +279,11 @@ func TestResolveInSandbox(t *testing.T) {
 		{strings.Repeat("a/", 2100), true, "", noWrite}, // PATH_MAX: ENAMETOOLONG
 	} {
 		got := resolveHere(t, tc.p, tc.follow)
-		if got.outcome != tc.out || tc.out != unresolved && got.path != tc.want {
-			t.Errorf("%.80s (follow %v): %+v, want %q, outcome %d", tc.p, tc.follow, got, tc.want, tc.out)
+		// The one-call resolution judges a new file as spelled (it cannot tell it from a missing
+		// directory, judged the same way).
+		same := got.outcome == tc.out || tc.out == landed && got.outcome == spelled
+		if !same || tc.out != unresolved && got.path != tc.want {
+			t.Errorf("root %v: %.80s (follow %v): %+v, want %q, outcome %d", hereRoot != nil, tc.p, tc.follow, got, tc.want, tc.out)
 		}
 	}
 }
@@ -429,5 +468,21 @@ func TestNameWritersCovered(t *testing.T) {
 		if slices.Contains(actions[n], specs.ActAllow) || write || notified && !slices.Contains(plan.Record.Syscalls, n) {
 			t.Errorf("%s writes files the recorder cannot see: rules %v, want it refused", n, actions[n])
 		}
+	}
+}
+
+// TestChrootRefused: the listener keeps one handle on the sandbox's root only while the filter refuses
+// chroot; a profile that allows it (a task could then have another root) gets a walk from each task's.
+func TestChrootRefused(t *testing.T) {
+	plan := builtinPlan(t, "default")
+	if !chrootRefused(Filter(plan.Seccomp, plan.Record, true)) {
+		t.Fatal("the default profile's filter lets chroot through")
+	}
+	aplan := profilePlan(t, "version: 1\nextends: default\nsyscalls:\n  allow: [chroot]\n")
+	if chrootRefused(Filter(aplan.Seccomp, aplan.Record, true)) {
+		t.Fatal("a profile that allows chroot keeps one root handle")
+	}
+	if chrootRefused(&specs.LinuxSeccomp{DefaultAction: specs.ActAllow}) {
+		t.Fatal("a filter that allows by default keeps one root handle")
 	}
 }
