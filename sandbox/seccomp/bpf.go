@@ -75,7 +75,7 @@ func Program(stateRoot string, sc *specs.LinuxSeccomp) (*supervisor.Seccomp, err
 		return p, err
 	}
 	q, err := program(stateRoot, quiet)
-	if err != nil || q == nil {
+	if err != nil {
 		return nil, fmt.Errorf("the quiet filter: %w", err)
 	}
 	return &supervisor.Seccomp{Filter: p.Filter, Flags: p.Flags, Quiet: q.Filter}, nil

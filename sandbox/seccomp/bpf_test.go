@@ -98,6 +98,12 @@ func builtinPlan(t *testing.T, name string) *policy.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return planOf(t, p)
+}
+
+// planOf is profile p's plan, compiled for a working directory of /work.
+func planOf(t *testing.T, p *policy.Profile) *policy.Plan {
+	t.Helper()
 	plan, err := policy.Compile(p, policy.CompileContext{Cwd: "/work"})
 	if err != nil {
 		t.Fatal(err)
@@ -366,9 +372,5 @@ func profilePlan(t *testing.T, yaml string) *policy.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := policy.Compile(prof, policy.CompileContext{Cwd: "/work"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return plan
+	return planOf(t, prof)
 }

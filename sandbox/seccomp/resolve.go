@@ -77,36 +77,36 @@ type notifTask struct {
 // task of the sandbox has that root while the filter refuses chroot (pivot_root, mount and setns are
 // refused too, by Landlock and the deny list). nil or not fixed: each walk opens its task's root.
 type rootHandle struct {
-	fixed  bool
-	fd     int // 0 until opened; -1 when that failed
-	name   string
-	closed bool
+	fixed bool // the handle may be used (opened, or not yet); false once opening failed or it closed
+	fd    int  // 0 until opened
+	name  string
 }
 
 // get returns the handle and its name, opening it from task tid's root at first.
 func (h *rootHandle) get(tid int) (int, string, bool) {
-	if h == nil || !h.fixed || h.closed {
+	if h == nil || !h.fixed {
 		return -1, "", false
 	}
 	if h.fd == 0 {
 		fd, name, err := openDirLink("/proc/" + strconv.Itoa(tid) + "/root")
 		if err != nil {
-			h.fd = -1
+			h.fixed = false // each walk opens its task's root, as without a handle
 			return -1, "", false
 		}
 		h.fd, h.name = fd, name
 	}
-	return h.fd, h.name, h.fd > 0
+	return h.fd, h.name, true
 }
 
 // close closes the handle: the sandbox's file systems are unmounted once nothing holds them.
 func (h *rootHandle) close() {
-	if h != nil && h.fd > 0 {
+	if h == nil {
+		return
+	}
+	if h.fd > 0 {
 		unix.Close(h.fd)
 	}
-	if h != nil {
-		h.closed = true
-	}
+	h.fixed, h.fd = false, 0
 }
 
 // chrootRefused says whether filter sc refuses chroot whatever its arguments (no rule and no default
@@ -204,7 +204,7 @@ func (t notifTask) resolvePath(req *seccompNotif, p string, dirArg int, inRoot, 
 	if dirArg >= 0 && int32(req.Args[dirArg]) != unix.AT_FDCWD {
 		startLink = proc + "/fd/" + strconv.Itoa(int(int32(req.Args[dirArg])))
 	}
-	if r, ok := t.quickResolve(proc, startLink, p, inRoot, follow); ok {
+	if r, ok := t.quickResolve(proc, startLink, startLink == proc+"/cwd", p, inRoot, follow); ok {
 		return r
 	}
 	w := &walker{task: t, b: b, follow: follow}
@@ -250,14 +250,14 @@ func (t notifTask) resolvePath(req *seccompNotif, p string, dirArg int, inRoot, 
 // as spelled, as the walk judges it (both are judged by where they are spelled). Anything else (a
 // link, "..", RESOLVE_IN_ROOT, a cwd whose name is not a path below the root, an error of another
 // kind) is left to the walk: ok false.
-func (t notifTask) quickResolve(proc, startLink, p string, inRoot, follow bool) (resolution, bool) {
+func (t notifTask) quickResolve(proc, startLink string, fromCwd bool, p string, inRoot, follow bool) (resolution, bool) {
 	if inRoot || hasComponent(p, "..", "self", "thread-self") {
 		return resolution{}, false // the walk rewrites /proc/self and /proc/thread-self, also as the last
 	}
 	abs := path.IsAbs(p)
 	var dfd int
 	var name, rel string
-	if rfd, rname, ok := t.root.get(t.tid); ok && (abs || strings.HasSuffix(startLink, "/cwd")) {
+	if rfd, rname, ok := t.root.get(t.tid); ok && (abs || fromCwd) {
 		dfd, name, rel = rfd, rname, strings.TrimLeft(p, "/")
 		if !abs {
 			// The cwd by its name: the kernel's path of it in the task's root (" (deleted)" once it is
