@@ -29,8 +29,12 @@ func IsBuiltinName(nameOrPath string) bool {
 
 // Load reads the built-in profile or file nameOrPath, resolves its extends chain and validates the
 // result. The returned profile has Extends "" and every inherited field merged in.
-func Load(nameOrPath string) (*Profile, error) {
-	p, err := read(nameOrPath)
+func Load(nameOrPath string) (*Profile, error) { return LoadIn("", nameOrPath) }
+
+// LoadIn is Load with a relative path taken in the directory base ("": the current one); errors and
+// the profile's name give the path as it was given.
+func LoadIn(base, nameOrPath string) (*Profile, error) {
+	p, err := read(base, nameOrPath)
 	if err != nil {
 		return nil, err
 	}
@@ -45,8 +49,8 @@ func Load(nameOrPath string) (*Profile, error) {
 }
 
 // read loads one profile without following extends and checks what it can check alone.
-func read(nameOrPath string) (*Profile, error) {
-	file, data, err := readSource(nameOrPath)
+func read(base, nameOrPath string) (*Profile, error) {
+	file, data, err := readSource(base, nameOrPath)
 	if err != nil {
 		return nil, err
 	}
@@ -57,10 +61,11 @@ func read(nameOrPath string) (*Profile, error) {
 	if err := p.validate(true); err != nil {
 		return nil, err
 	}
+	p.base = base
 	return p, nil
 }
 
-func readSource(nameOrPath string) (file string, data []byte, err error) {
+func readSource(base, nameOrPath string) (file string, data []byte, err error) {
 	if IsBuiltinName(nameOrPath) {
 		file = "builtin:" + nameOrPath
 		data, err = fs.ReadFile(profiles.FS(), nameOrPath+".yaml")
@@ -75,7 +80,7 @@ func readSource(nameOrPath string) (file string, data []byte, err error) {
 	}
 	// Without blocking: a FIFO or a terminal in place of a profile (a file in a directory a command
 	// could write) would hold sbx in open(2) for good, deaf to SIGTERM. Only a regular file is read.
-	f, err := os.OpenFile(nameOrPath, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(inBase(base, nameOrPath), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nameOrPath, nil, &Error{File: nameOrPath, Msg: "no such file", Hint: "check the path; built-in profiles are named without .yaml (sbx profile list)", Err: ErrNotFound}
 	}
@@ -105,7 +110,7 @@ func unwrapPathError(err error) string {
 // extends by name; a file extends a name or a path relative to its own directory. Cycles are *Errors
 // matching ErrCycle that spell out the chain. Resolve does not Validate the merged result.
 func Resolve(p *Profile) (*Profile, error) {
-	return resolve(p, []string{identity(p.file)}, []string{displayName(p.file)})
+	return resolve(p, []string{identity(p.base, p.file)}, []string{displayName(p.file)})
 }
 
 func resolve(p *Profile, ids, names []string) (*Profile, error) {
@@ -116,7 +121,7 @@ func resolve(p *Profile, ids, names []string) (*Profile, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, name := identity(sourceName(ref)), displayName(sourceName(ref))
+	id, name := identity(p.base, sourceName(ref)), displayName(sourceName(ref))
 	if i := slices.Index(ids, id); i >= 0 {
 		chain := strings.Join(append(slices.Clone(names[i:]), name), " → ")
 		return nil, errAt(p.at("extends"), ErrCycle, "remove one extends from the chain", "extends cycle: %s", chain)
@@ -124,7 +129,7 @@ func resolve(p *Profile, ids, names []string) (*Profile, error) {
 	if len(ids) >= maxExtendsDepth {
 		return nil, errAt(p.at("extends"), ErrInvalid, "flatten the profiles", "extends chain is deeper than %d", maxExtendsDepth)
 	}
-	parent, err := read(ref)
+	parent, err := read(p.base, ref)
 	if err != nil {
 		var pe *Error
 		if errors.As(err, &pe) && pe.File == "" || errors.Is(err, ErrNotFound) {
@@ -168,18 +173,26 @@ func sourceName(ref string) string {
 // profile of the runs that load it next.
 func (p *Profile) Files() []string {
 	out := slices.Clone(p.sources)
-	if f := identity(p.file); f != "" && !strings.HasPrefix(f, "builtin:") && !slices.Contains(out, f) {
+	if f := identity(p.base, p.file); f != "" && !strings.HasPrefix(f, "builtin:") && !slices.Contains(out, f) {
 		out = append(out, f)
 	}
 	return out
 }
 
-// identity makes two spellings of the same file compare equal.
-func identity(file string) string {
+// inBase is path taken in the directory base ("": as it is).
+func inBase(base, path string) string {
+	if base == "" || filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(base, path)
+}
+
+// identity makes two spellings of the same file compare equal; a relative one is taken in base.
+func identity(base, file string) string {
 	if strings.HasPrefix(file, "builtin:") || file == "" {
 		return file
 	}
-	if abs, err := filepath.Abs(file); err == nil {
+	if abs, err := filepath.Abs(inBase(base, file)); err == nil {
 		return abs
 	}
 	return filepath.Clean(file)
@@ -214,7 +227,7 @@ func merge(parent, child *Profile) *Profile {
 	out.Syscalls.Deny, out.Syscalls.Allow = nilIfEmpty(out.Syscalls.Deny), nilIfEmpty(out.Syscalls.Allow)
 	out.Filesystem.Share = nilIfEmpty(out.Filesystem.Share)
 	out.Name, out.Description, out.Extends = child.Name, child.Description, ""
-	out.file = child.file
+	out.file, out.base = child.file, child.base
 	out.sources = parent.Files()
 	out.pos = map[string]Pos{}
 	for _, m := range []map[string]Pos{parent.pos, child.pos} {

@@ -199,3 +199,37 @@ func TestLoadNotRegular(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadIn: a relative profile file and the relative file it extends are taken in the directory
+// given, not the process's; the profile's name and its errors give the path as it was given.
+func TestLoadIn(t *testing.T) {
+	base := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(base, "p"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(base, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("p/parent.yaml", "version: 1\nextends: strict\nlimits:\n  pids: 77\n")
+	write("p/child.yaml", "version: 1\nextends: parent.yaml\n")
+	p, err := LoadIn(base, "p/child.yaml")
+	if err != nil {
+		t.Fatalf("LoadIn: %v", err)
+	}
+	if p.Limits.Pids == nil || *p.Limits.Pids != 77 || p.File() != "p/child.yaml" {
+		t.Errorf("pids %v, file %q: want 77 from the parent, p/child.yaml", p.Limits.Pids, p.File())
+	}
+	want := []string{filepath.Join(base, "p/parent.yaml"), filepath.Join(base, "p/child.yaml")}
+	if got := p.Files(); !slices.Equal(got, want) {
+		t.Errorf("Files() = %q, want %q", got, want)
+	}
+	// The process's directory is not where the file is looked for.
+	if _, err := Load("p/child.yaml"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Load in the process's directory: %v, want not found", err)
+	}
+	if _, err := LoadIn(base, "p/none.yaml"); err == nil || !strings.Contains(err.Error(), "p/none.yaml") {
+		t.Errorf("a missing file: %v, want an error naming p/none.yaml", err)
+	}
+}

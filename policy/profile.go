@@ -17,6 +17,7 @@ type Profile struct {
 	User        *UserConfig      `yaml:"user,omitempty" doc:"user the command runs as inside the sandbox"`
 
 	file string // where the profile came from, for errors
+	base string // the directory a relative file (and its extends) is taken in: "" the current one
 	// sources are the files read to make a resolved profile: its own and those it extends, built-ins
 	// left out (see Files).
 	sources []string
