@@ -27,15 +27,17 @@ func (s *Sandbox) Decoys() []rootfs.Decoy { return s.rootfs.Decoys() }
 
 // CallerHome is the home directory of the caller of this process: the sudo user's under sudo, else
 // $HOME; "" when there is none.
-func CallerHome() string {
-	if name := os.Getenv("SUDO_USER"); name != "" && os.Geteuid() == 0 {
+func CallerHome() string { return CallerHomeFrom(os.Getenv) }
+
+// CallerHomeFrom is CallerHome of a process whose environment getenv reads.
+func CallerHomeFrom(getenv func(string) string) string {
+	if name := getenv("SUDO_USER"); name != "" && os.Geteuid() == 0 {
 		if u, err := user.Lookup(name); err == nil {
 			return u.HomeDir
 		}
 		return ""
 	}
-	h, _ := os.UserHomeDir()
-	return h
+	return getenv("HOME")
 }
 
 // decoyHomes are the home directories where decoys go: the sandbox's HOME, root's and the caller's

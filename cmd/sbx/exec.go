@@ -39,6 +39,7 @@ type execFlags struct {
 	probe         bool
 	verbose       bool
 	coldWhy       string // the run is cold, for this reason (coldStart)
+	stateRoot     string // $SBX_STATE_ROOT of sbx's caller
 	overrides     policy.Overrides
 }
 
@@ -97,16 +98,29 @@ Examples:
 }
 
 func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
-	f.coldWhy = coldStart()
+	// In the service, for a fast client (serve_raw.go), the caller's environment and working directory
+	// are cl's, not the process's.
+	cl := callerOf(ctx)
+	env, getenv, base := os.Environ(), os.Getenv, ""
+	if cl != nil {
+		if err := cl.check(f); err != nil {
+			return err
+		}
+		env, getenv, base = cl.env, cl.getenv, cl.cwd
+		f.changes = cl.abs(f.changes)
+	} else {
+		f.coldWhy = coldStart()
+	}
 	if f.probe && f.coldWhy == "" {
 		coldAgain("--probe runs cold")
 		f.coldWhy = "--probe runs cold"
 	}
-	cwd, err := workdir(f.workdir)
+	f.stateRoot = getenv(stateRootEnv)
+	cwd, err := workdir(base, f.workdir)
 	if err != nil {
 		return setupError(err, "give an existing directory; the sandbox sees the host's files through its overlay")
 	}
-	plan, err := compilePlan(f.profile, cwd, os.Environ(), f.overrides)
+	plan, err := compilePlan(base, f.profile, cwd, env, f.overrides)
 	if err != nil {
 		return setupError(err, "")
 	}
@@ -122,19 +136,33 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	// period; a second one tears down at once (runner.Options.Signals). ctx's cancellation by a signal
 	// does not end the run (WithoutCancel); one that came before the run started stops sbx here.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
-	defer signal.Stop(sigs)
+	if cl != nil {
+		sigs = make(chan os.Signal, 4)
+		cl.sigs = sigs // the client's, once it said go
+	} else {
+		signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+		defer signal.Stop(sigs)
+	}
 	if err := interrupted(ctx, "the command was not run"); err != nil {
 		return err
 	}
-	out, err := openReportTarget(f.jsonOut)
+	out, err := openReportTarget(base, f.jsonOut)
 	if err != nil {
 		return setupError(err, "give --json a file (not a link to one) in an existing directory, or - for stdout")
 	}
 	defer out.close()
+	if cl != nil && out.dir == nil && f.jsonOut != "" && f.jsonOut != "-" {
+		return cl.back("--json names a stream (a pipe, a device), which the CLI opens itself")
+	}
 	opts := runner.Options{
 		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: commandStdout(io, f.jsonOut), Stderr: io.err, Signals: sigs,
-		Closed: closedStdio(f.jsonOut), StateRoot: stateRoot(), Changes: f.changes, CallerHome: sandbox.CallerHome(),
+		Closed: closedStdio(f.jsonOut), StateRoot: f.stateRoot, Changes: f.changes, CallerHome: sandbox.CallerHomeFrom(getenv),
+	}
+	if cl != nil {
+		opts.Closed = cl.closed
+		if f.jsonOut == "-" {
+			opts.Closed[1] = opts.Closed[2]
+		}
 	}
 	rep, rend, err := runCommand(ctx, io, f, opts)
 	if err != nil {
@@ -161,16 +189,22 @@ func runCommand(ctx context.Context, io stdio, f execFlags, opts runner.Options)
 	if why == "" && stdioTerminal(opts) {
 		why = "the command gets a terminal"
 	}
+	if cl := callerOf(ctx); cl != nil {
+		if why != "" {
+			return nil, rendered{}, cl.back(why)
+		}
+		rep, rend, err := cl.run(f, opts)
+		if f.verbose && cl.started {
+			fmt.Fprintf(io.err, "sbx: the run went through the sbx service at %s%s\n", cl.socket, warmNote(cl.warm))
+		}
+		return rep, rend, err
+	}
 	if why == "" {
 		req := serviceRequest{Quiet: f.quiet, Color: reportColor(io.err), JSON: f.jsonOut != "", Format: string(f.format)}
 		run, w, ok := viaService(opts, req, func() { warnCallerFDs(io.err, opts.Args) })
 		if ok {
 			if f.verbose {
-				warm := ""
-				if run.warm {
-					warm = " (a warm sandbox)"
-				}
-				fmt.Fprintf(io.err, "sbx: the run went through the sbx service at %s%s\n", serviceSocket(), warm)
+				fmt.Fprintf(io.err, "sbx: the run went through the sbx service at %s%s\n", serviceSocket(), warmNote(run.warm))
 			}
 			return run.rep, run.rend, run.err
 		}
@@ -281,17 +315,22 @@ func closedStdio(jsonOut string) [3]bool {
 	return c
 }
 
-func workdir(dir string) (string, error) {
-	if dir == "" {
+// workdir is the command's working directory: dir (default: the current one), made absolute in base
+// (default: the current directory).
+func workdir(base, dir string) (string, error) {
+	if base == "" && !filepath.IsAbs(dir) {
 		cwd, err := os.Getwd()
 		if err != nil {
 			return "", fmt.Errorf("reading the working directory: %w", err)
 		}
-		return cwd, nil
+		base = cwd
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
+	if dir == "" {
+		return base, nil
+	}
+	abs := filepath.Clean(dir)
+	if !filepath.IsAbs(dir) {
+		abs = filepath.Join(base, dir)
 	}
 	// The sandbox sees the host's files through its overlay: a directory missing here is missing there.
 	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
@@ -300,10 +339,10 @@ func workdir(dir string) (string, error) {
 	return abs, nil
 }
 
-// compilePlan loads a profile, applies the flags and compiles it. callerEnv is what the profile's
-// env.pass and -e NAME may take values from.
-func compilePlan(profile, cwd string, callerEnv []string, ov policy.Overrides) (*policy.Plan, error) {
-	p, err := policy.Load(profile)
+// compilePlan loads a profile (a relative file taken in base, "": the current directory), applies the
+// flags and compiles it. callerEnv is what the profile's env.pass and -e NAME may take values from.
+func compilePlan(base, profile, cwd string, callerEnv []string, ov policy.Overrides) (*policy.Plan, error) {
+	p, err := policy.LoadIn(base, profile)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +397,7 @@ func emitReport(io stdio, f execFlags, out *reportTarget, r rendered) (displaced
 	if r.JSONErr != "" {
 		return false, errors.New(r.JSONErr)
 	}
-	to, why, err := out.writeOrDisplace(io.out, stateRoot(), r.What, r.JSON)
+	to, why, err := out.writeOrDisplace(io.out, f.stateRoot, r.What, r.JSON)
 	if err != nil {
 		return false, err
 	}

@@ -82,7 +82,7 @@ func runExportKube(io stdio, f exportKubeFlags) error {
 	}
 	// No caller environment: only the profile's fixed env.set values are written into the manifests.
 	cwd, _ := os.Getwd()
-	plan, err := compilePlan(f.profile, cwd, nil, policy.Overrides{Allow: f.allow})
+	plan, err := compilePlan("", f.profile, cwd, nil, policy.Overrides{Allow: f.allow})
 	if err != nil {
 		return setupError(err, "")
 	}

@@ -52,7 +52,7 @@ func serveMCP(ctx context.Context, io stdio, f mcpFlags) error {
 	cwd := ""
 	if f.workdir != "" || len(f.workspaces) == 0 {
 		var err error
-		if cwd, err = workdir(f.workdir); err != nil {
+		if cwd, err = workdir("", f.workdir); err != nil {
 			return setupError(err, "")
 		}
 	}

@@ -27,7 +27,7 @@ import (
 // schema; exec --json through reportTarget, taken before its command runs). what names the document in
 // the error.
 func writeOutput(stdout io.Writer, path, what string, data []byte) error {
-	t, err := openReportTarget(path)
+	t, err := openReportTarget("", path)
 	if err != nil {
 		return err
 	}
@@ -103,12 +103,16 @@ type reportTarget struct {
 
 // openReportTarget takes the place of the file a flag names (exec --json FILE, -o FILE); for "" and "-"
 // there is nothing to take.
-func openReportTarget(path string) (*reportTarget, error) {
+// A relative path is taken in base ("": the current directory).
+func openReportTarget(base, path string) (*reportTarget, error) {
 	t := &reportTarget{path: path}
 	if path == "" || path == "-" {
 		return t, nil
 	}
 	abs, err := filepath.Abs(path)
+	if base != "" && !filepath.IsAbs(path) {
+		abs, err = filepath.Join(base, path), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -105,7 +105,7 @@ func runProbe(ctx context.Context, f probeFlags) (*probeReport, error) {
 			return nil, err
 		}
 	}
-	plan, err := compilePlan(f.profile, cwd, os.Environ(), f.overrides)
+	plan, err := compilePlan("", f.profile, cwd, os.Environ(), f.overrides)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,11 @@ type stdio struct {
 
 // run executes sbx with args and returns the exit status.
 func run(args []string, in io.Reader, out, errw io.Writer) int {
+	return runContext(context.Background(), args, in, out, errw)
+}
+
+// runContext is run with ctx as the commands' context (a fast client's caller, serve_raw.go).
+func runContext(ctx context.Context, args []string, in io.Reader, out, errw io.Writer) int {
 	// libcontainer logs warnings through logrus onto stderr (an OOM count it cannot read once a start
 	// failed without root, ...), where they would come before sbx's one-line error; what matters reaches
 	// sbx as that error. Its errors still show.
@@ -44,9 +49,12 @@ func run(args []string, in io.Reader, out, errw io.Writer) int {
 	root.SetArgs(args)
 	// Commands that build sandboxes make the context one that SIGINT and SIGTERM cancel
 	// (cancelOnSignal); the others keep the default: a signal ends sbx.
-	err := root.ExecuteContext(context.Background())
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
+	}
+	if errors.Is(err, errHandBack) {
+		return exitSetup // not printed: the CLI goes on with the run
 	}
 	var ee *exitError
 	switch {

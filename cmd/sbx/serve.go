@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -70,6 +72,7 @@ type server struct {
 	pool      *runner.Pool
 	stateRoot string
 	build     string
+	rawBuild  string // build as the fast client names it (serve_raw.go)
 	env       map[string]string
 	limits    callerLimits
 	slots     chan struct{} // one per run in progress
@@ -77,6 +80,7 @@ type server struct {
 
 	served, warm atomic.Int64 // runs carried out, and of those in a sandbox of the pool
 	handedBack   atomic.Int64 // requests answered with a reason to run cold
+	fast         atomic.Int64 // runs carried out for a fast client (serve_raw.go)
 
 	mu      sync.Mutex
 	closing bool
@@ -104,7 +108,7 @@ func serve(ctx context.Context, io stdio, f serveFlags) error {
 	}
 	warn := func(err error) { fmt.Fprintf(io.err, "sbx: warning: %v\n", err) }
 	s := &server{
-		pool: runner.NewPool(f.warm, stateRoot(), warn), stateRoot: stateRoot(), build: buildID(), env: serviceEnvValues(), limits: ownCallerLimits(),
+		pool: runner.NewPool(f.warm, stateRoot(), warn), stateRoot: stateRoot(), build: buildID(), rawBuild: rawBuild(), env: serviceEnvValues(), limits: ownCallerLimits(),
 		slots: make(chan struct{}, f.runs), warn: warn, runs: map[chan os.Signal]struct{}{},
 	}
 	fmt.Fprintf(io.err, "sbx: serving sbx exec on %s (uid %d, %d warm)\n", ln.Addr(), os.Geteuid(), f.warm)
@@ -137,8 +141,8 @@ func serve(ctx context.Context, io stdio, f serveFlags) error {
 	if err := s.pool.Close(); err != nil {
 		warn(err)
 	}
-	fmt.Fprintf(io.err, "sbx: served %d runs, %d of them in a warm sandbox; %d handed back to run cold\n",
-		s.served.Load(), s.warm.Load(), s.handedBack.Load())
+	fmt.Fprintf(io.err, "sbx: served %d runs, %d of them in a warm sandbox, %d for a fast client; %d handed back to run cold\n",
+		s.served.Load(), s.warm.Load(), s.fast.Load(), s.handedBack.Load())
 	return nil
 }
 
@@ -168,8 +172,7 @@ func (s *server) handle(c *net.UnixConn) {
 		return // another user's, or a sandbox's: not served, not answered
 	}
 	_ = c.SetDeadline(time.Now().Add(serveRequestWait))
-	var req serviceRequest
-	files, err := readFrame(c, &req, 3)
+	body, files, err := readFrameBody(c, 3, maxServiceFrame)
 	if err != nil {
 		return
 	}
@@ -178,6 +181,14 @@ func (s *server) handle(c *net.UnixConn) {
 			f.Close()
 		}
 	}()
+	if strings.HasPrefix(string(body), rawMagic+"\x00") {
+		s.handleRaw(c, body, files)
+		return
+	}
+	var req serviceRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return
+	}
 	handBack := func(why string) {
 		s.handedBack.Add(1)
 		_ = writeFrame(c, serviceReply{Fallback: why})
@@ -212,25 +223,13 @@ func (s *server) handle(c *net.UnixConn) {
 		Plan: req.Plan, Args: req.Args, Cwd: req.Cwd, Stdin: files[0], Stdout: files[1], Stderr: files[2],
 		Closed: req.Closed, StateRoot: req.StateRoot, Changes: req.Changes, Signals: sigs, CallerHome: req.CallerHome,
 	}
-	var rep *report.Report
-	var warm bool
-	var runErr error
-	if req.StateRoot == s.stateRoot {
-		rep, warm, runErr = s.pool.RunWarm(context.Background(), o)
-	} else {
-		// Another state root (a test's own): its runs are cold, so that the pool's sandboxes stay in one.
-		rep, runErr = runner.Run(context.Background(), o)
-	}
+	rep, warm, runErr := s.carryOut(o)
 	// Its stdio closed here before the reply: the CLI's caller sees the end of the command's output
 	// no later than with a cold run.
 	for _, f := range files {
 		f.Close()
 	}
 	files = nil
-	s.served.Add(1)
-	if warm {
-		s.warm.Add(1)
-	}
 	reply := serviceReply{Done: true, Warm: warm}
 	if rep != nil {
 		reply.Status = &runStatus{ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Verdict: rep.Verdict}
@@ -247,6 +246,21 @@ func (s *server) handle(c *net.UnixConn) {
 	if err := writeFrame(c, reply); err != nil {
 		s.warn(fmt.Errorf("a run's result did not reach its sbx exec: %w", err))
 	}
+}
+
+// carryOut runs o, in a sandbox of the pool when it holds one.
+func (s *server) carryOut(o runner.Options) (rep *report.Report, warm bool, err error) {
+	if o.StateRoot == s.stateRoot {
+		rep, warm, err = s.pool.RunWarm(context.Background(), o)
+	} else {
+		// Another state root (a test's own): its runs are cold, so that the pool's sandboxes stay in one.
+		rep, err = runner.Run(context.Background(), o)
+	}
+	s.served.Add(1)
+	if warm {
+		s.warm.Add(1)
+	}
+	return rep, warm, err
 }
 
 // refuse says why the service does not carry out req ("" when it does): the CLI then runs cold.

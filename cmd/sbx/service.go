@@ -359,14 +359,29 @@ var errFrameFDs = errors.New("unexpected descriptors in a frame")
 // readFrame reads one frame into v. With nfds > 0 it expects exactly that many descriptors on the
 // frame and returns them (close-on-exec); any received otherwise are closed and the frame refused.
 func readFrame(c *net.UnixConn, v any, nfds int) ([]*os.File, error) {
+	body, files, err := readFrameBody(c, nfds, maxServiceFrame)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, err
+	}
+	return files, nil
+}
+
+// readFrameBody reads one frame of at most max bytes, with nfds descriptors as readFrame.
+func readFrameBody(c *net.UnixConn, nfds, max int) ([]byte, []*os.File, error) {
 	var hdr [4]byte
 	oob := make([]byte, unix.CmsgSpace(4*(nfds+1)))
 	n, oobn, flags, _, err := c.ReadMsgUnix(hdr[:], oob)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if n == 0 {
-		return nil, goio.EOF
+		return nil, nil, goio.EOF
 	}
 	fds, ferr := parseRights(oob[:oobn])
 	files := make([]*os.File, 0, len(fds))
@@ -381,29 +396,25 @@ func readFrame(c *net.UnixConn, v any, nfds int) ([]*os.File, error) {
 	}
 	if ferr != nil || flags&unix.MSG_CTRUNC != 0 || len(files) != nfds {
 		closeAll()
-		return nil, errFrameFDs
+		return nil, nil, errFrameFDs
 	}
 	if n < len(hdr) {
 		if _, err := goio.ReadFull(c, hdr[n:]); err != nil {
 			closeAll()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	size := binary.BigEndian.Uint32(hdr[:])
-	if size > maxServiceFrame {
+	if size > uint32(max) {
 		closeAll()
-		return nil, fmt.Errorf("a frame of %d bytes exceeds the bound of %d", size, maxServiceFrame)
+		return nil, nil, fmt.Errorf("a frame of %d bytes exceeds the bound of %d", size, max)
 	}
 	body := make([]byte, size)
 	if _, err := goio.ReadFull(c, body); err != nil {
 		closeAll()
-		return nil, err
+		return nil, nil, err
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		closeAll()
-		return nil, err
-	}
-	return files, nil
+	return body, files, nil
 }
 
 // parseRights returns the descriptors of the SCM_RIGHTS messages in oob.

@@ -98,13 +98,20 @@ func (s *testService) stop(t *testing.T) string {
 
 // served is how many runs the stopped service says it carried out, and how many of them warm.
 func served(t *testing.T, log string) (runs, warm int) {
-	m := regexp.MustCompile(`served (\d+) runs, (\d+) of them in a warm sandbox; \d+ handed back`).FindStringSubmatch(log)
+	runs, warm, _ = servedFast(t, log)
+	return runs, warm
+}
+
+// servedFast is served with the runs of those that were for a fast client (the C one, serve_raw.go).
+func servedFast(t *testing.T, log string) (runs, warm, fast int) {
+	m := regexp.MustCompile(`served (\d+) runs, (\d+) of them in a warm sandbox, (\d+) for a fast client; \d+ handed back`).FindStringSubmatch(log)
 	if m == nil {
 		t.Fatalf("sbx serve did not say what it served: %s", log)
 	}
 	runs, _ = strconv.Atoi(m[1])
 	warm, _ = strconv.Atoi(m[2])
-	return runs, warm
+	fast, _ = strconv.Atoi(m[3])
+	return runs, warm, fast
 }
 
 // TestScriptsService runs the CLI's scripts (testdata/script) with every sbx exec handed to one sbx
@@ -202,6 +209,11 @@ func TestServiceWarm(t *testing.T) {
 	}
 	warm := 0
 	for i := range 6 {
+		// Every other run by the CLI's own client (the fast one when it can: serve_raw.go).
+		env := env
+		if i%2 == 1 {
+			env = append(env, "_SBX_NO_FAST=1")
+		}
 		out, errs, code := sbxRun(t, work, env, cmd...)
 		if code != exitViolation {
 			t.Fatalf("run %d through the service: status %d, want %d; stderr %s", i, code, exitViolation, errs)
@@ -241,8 +253,8 @@ func TestServiceWarm(t *testing.T) {
 		t.Errorf("after the working directory was replaced: status %d, stdout %q, stderr %s", code, out, errs)
 	}
 	log := s.stop(t)
-	if runs, _ := served(t, log); runs != 7 {
-		t.Errorf("the service carried out %d runs, want 7: %s", runs, log)
+	if runs, _, fast := servedFast(t, log); runs != 7 || fast != 4 {
+		t.Errorf("the service carried out %d runs, %d for the fast client, want 7 and 4: %s", runs, fast, log)
 	}
 	if err := checkClean(s.stateRoot); err != nil {
 		t.Errorf("after the service stopped: %v", err)
@@ -435,7 +447,7 @@ func TestPlanSurvivesJSON(t *testing.T) {
 	}
 	check(reflect.TypeOf(policy.Plan{}), "Plan")
 	for _, name := range policy.Builtins() {
-		plan, err := compilePlan(name, t.TempDir(), os.Environ(), policy.Overrides{RW: []string{"/tmp"}, Allow: []string{"10.0.0.1:443"}})
+		plan, err := compilePlan("", name, t.TempDir(), os.Environ(), policy.Overrides{RW: []string{"/tmp"}, Allow: []string{"10.0.0.1:443"}})
 		if err != nil {
 			t.Fatal(name, err)
 		}
@@ -533,8 +545,8 @@ func TestServiceRootless(t *testing.T) {
 		t.Errorf("root's sbx exec at the user's socket: status %d, stderr %s", code, errs)
 	}
 	log := stop()
-	if runs, w := served(t, log); runs != 4 || w != warm {
-		t.Errorf("the user's service served %d runs (%d warm), want 4 (%d): %s", runs, w, warm, log)
+	if runs, w, fast := servedFast(t, log); runs != 4 || w != warm || fast != 4 {
+		t.Errorf("the user's service served %d runs (%d warm, %d for the fast client), want 4 (%d, 4): %s", runs, w, fast, warm, log)
 	}
 	if left, _ := os.ReadDir(filepath.Join(state, "runs")); len(left) > 0 {
 		t.Errorf("%d run dirs left in the user's state root", len(left))
@@ -608,12 +620,19 @@ except (ConnectionResetError, BrokenPipeError): print(0)`
 	if runs, _ := served(t, s.stop(t)); runs != 0 {
 		t.Errorf("served %d runs", runs)
 	}
-	// A listener in another user namespace that answers "ready" to anyone.
+	// A listener in another user namespace that answers "ready" to anyone (and "exit 0" to a fast client).
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "sbx.sock")
 	server := `import socket,sys,json,struct
 l=socket.socket(socket.AF_UNIX); l.bind(sys.argv[1]); l.listen(1); print("up", flush=True)
-c,_=l.accept(); b=json.dumps({"ready":True}).encode(); c.sendall(struct.pack(">I",len(b))+b); c.recv(1<<20)`
+for _ in range(2):  # the fast client's connection, then the CLI's
+    c,_=l.accept()
+    try:
+        head=c.recv(13)
+        # To the fast client, were it to ask: "exit 0" (the command never ran)
+        b=b"exit\x000" if head[4:]==b"sbx-raw 1" else json.dumps({"ready":True}).encode()
+        c.sendall(struct.pack(">I",len(b))+b); c.recv(1<<20)
+    except OSError: pass`
 	fake := exec.Command("unshare", "--user", "--map-root-user", "/usr/bin/python3", "-c", server, sock)
 	up, _ := fake.StdoutPipe()
 	if err := fake.Start(); err != nil {

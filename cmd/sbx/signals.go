@@ -47,6 +47,11 @@ func signalName(s os.Signal) string {
 // signalContext is ctx, cancelled with a signalError cause when one of sigs arrives.
 func signalContext(ctx context.Context, sigs ...os.Signal) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	if callerOf(ctx) != nil {
+		// The service's CLI for a fast client: the signals are the client's (serve_raw.go), not the
+		// service's process's.
+		return ctx, func() { cancel(nil) }
+	}
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, sigs...)
 	go func() {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sbx-dev/sbx/internal/supervisor"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -273,4 +275,14 @@ func runWithClosed(t *testing.T, closed []bool) string {
 	out, _ := io.ReadAll(r)
 	p.Wait()
 	return strings.TrimSpace(string(out))
+}
+
+// TestFastExitSetup: the fast client's status for sbx's own failure is sbx exec's.
+func TestFastExitSetup(t *testing.T) {
+	if !cgoBuilt {
+		t.Skip("built without cgo: no fast client")
+	}
+	if got := fastExitSetup(); got != supervisor.ExitSetup {
+		t.Errorf("fastclient.h's SBX_EXIT_SETUP is %d, sbx exec's status %d", got, supervisor.ExitSetup)
+	}
 }

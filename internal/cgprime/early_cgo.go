@@ -10,6 +10,7 @@ package cgprime
 // extern int sbx_nofile_known;
 // extern int sbx_closed_stdio;
 // #include <stdlib.h>
+// #include "fastclient.h"
 // extern char sbx_cgprime_path[4352];
 // extern int sbx_cgprime_climbs(const char *rel);
 import "C"
@@ -53,3 +54,9 @@ func CallerTimerSlack() uint64 { return uint64(C.sbx_timer_slack) }
 func CallerNoFile() (soft uint64, ok bool) {
 	return uint64(C.sbx_nofile_soft), C.sbx_nofile_known != 0
 }
+
+// fastExitSetup is the status the fast client exits with when sbx failed (fastclient.h), for the tests
+// to hold it to sbx's.
+func fastExitSetup() int { return C.SBX_EXIT_SETUP }
+
+const cgoBuilt = true

@@ -26,3 +26,8 @@ func ClosedStdio() [3]bool { return [3]bool{} }
 // CallerNoFile: without cgo there is no constructor to read the caller's soft limit of open files
 // before Go's runtime raised it.
 func CallerNoFile() (soft uint64, ok bool) { return 0, false }
+
+// fastExitSetup: without cgo there is no fast client.
+func fastExitSetup() int { return 0 }
+
+const cgoBuilt = false

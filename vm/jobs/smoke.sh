@@ -220,6 +220,7 @@ serve_root() {
 		want "grep -q '^status 3$' $W/serve2.out" "the command's status" &&
 		want "grep -q 'went through the sbx service' $W/serve-sudo.out" "a run under sudo through it too" &&
 		want "journalctl -u sbx.service --no-pager -o cat | grep -q 'served 3 runs'" "the service says what it served" &&
+		want "journalctl -u sbx.service --no-pager -o cat | grep -Eq 'served 3 runs, [0-9]+ of them in a warm sandbox, [23] for a fast client'" "handed over by the fast client" &&
 		want "[ -z \"$(ls /run/sbx/runs 2>/dev/null)\" ]" "no run left"
 }
 check "sbx serve: root's, socket-activated" serve_root

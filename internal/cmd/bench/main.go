@@ -46,6 +46,7 @@ func main() {
 	quick := flag.Bool("quick", false, "only the headline ratios: cold sbx exec, runc, bwrap and a warm sbx_run")
 	files := flag.Int("files", 100000, "files of the create/delete/create cycle (0: none)")
 	filesOnly := flag.Bool("files-only", false, "only the create/delete/create cycle")
+	flag.BoolVar(&runsOnly, "runs", false, "only the interleaved single runs (cold, rootless, runc, bwrap, warm, through sbx serve)")
 	flag.Parse()
 
 	if *filesOnly {
@@ -190,7 +191,7 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool, files int) err
 		return err
 	}
 	defer usvc.close()
-	cs = append(cs, serviceContender(sbx, svc),
+	cs = append(cs, serviceContender(sbx, svc), goClientContender(sbx, svc),
 		&contender{name: "sbx exec -- true, sbx serve (user)", dir: u.work, settle: true, argv: func(int) []string {
 			return u.argvEnv(usvc.env(), sbx, "exec", "-q", "--", "true")
 		}})
@@ -209,6 +210,9 @@ func benchmark(sbx string, n, rounds int, burstsOnly, quick bool, files int) err
 	targets(cs)
 	fmt.Printf("peak RSS of the sbx mcp server (pool of 2): %.1f MB\n", float64(srv.peakRSS())/(1<<20))
 	fmt.Printf("peak RSS of sbx serve (pool of 2): %.1f MB\n", float64(svc.peakRSS())/(1<<20))
+	if runsOnly {
+		return nil
+	}
 	if err := benchBursts(sbx, dir, runc, rounds); err != nil {
 		return err
 	}
@@ -255,7 +259,7 @@ func benchQuick(sbx, dir string, runc func(int) []string, n int) error {
 		{name: "runc run (busybox)", argv: runc},
 		{name: "bwrap --unshare-all", argv: bwrapArgv},
 		warm,
-		serviceContender(sbx, svc),
+		serviceContender(sbx, svc), goClientContender(sbx, svc),
 	}
 	if err := runAll(cs, n, dir); err != nil {
 		return err
@@ -276,8 +280,17 @@ func warmContender(sbx, dir string) (*mcpServer, *contender, error) {
 }
 
 // serviceContender is sbx exec of true handed to the sbx serve svc (its pool of warm sandboxes).
+// runsOnly: -runs, only the interleaved single runs.
+var runsOnly bool
+
 func serviceContender(sbx string, svc *service) *contender {
 	return &contender{name: "sbx exec -- true, sbx serve", env: svc.env(), settle: true,
+		argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }}
+}
+
+// goClientContender is serviceContender with the CLI's Go client (_SBX_NO_FAST: no fast client).
+func goClientContender(sbx string, svc *service) *contender {
+	return &contender{name: "sbx exec -- true, sbx serve, Go client", env: append(svc.env(), "_SBX_NO_FAST=1"), settle: true,
 		argv: func(int) []string { return []string{sbx, "exec", "-q", "--", "true"} }}
 }
 
