@@ -101,12 +101,12 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	// In the service, for a fast client (serve_raw.go), the caller's environment and working directory
 	// are cl's, not the process's.
 	cl := callerOf(ctx)
-	env, getenv, base := os.Environ(), os.Getenv, ""
+	env, getenv, base, closed := os.Environ(), os.Getenv, "", cgprime.ClosedStdio()
 	if cl != nil {
 		if err := cl.check(f); err != nil {
 			return err
 		}
-		env, getenv, base = cl.env, cl.getenv, cl.cwd
+		env, getenv, base, closed = cl.env, cl.getenv, cl.cwd, cl.closed
 		f.changes = cl.abs(f.changes)
 	} else {
 		f.coldWhy = coldStart()
@@ -135,9 +135,8 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	// From here on the run's own handling: signals are forwarded to the command, which gets a grace
 	// period; a second one tears down at once (runner.Options.Signals). ctx's cancellation by a signal
 	// does not end the run (WithoutCancel); one that came before the run started stops sbx here.
-	sigs := make(chan os.Signal, 2)
+	sigs := make(chan os.Signal, 4)
 	if cl != nil {
-		sigs = make(chan os.Signal, 4)
 		cl.sigs = sigs // the client's, once it said go
 	} else {
 		signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
@@ -156,13 +155,7 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	}
 	opts := runner.Options{
 		Plan: plan, Args: args, Cwd: cwd, Stdin: io.in, Stdout: commandStdout(io, f.jsonOut), Stderr: io.err, Signals: sigs,
-		Closed: closedStdio(f.jsonOut), StateRoot: f.stateRoot, Changes: f.changes, CallerHome: sandbox.CallerHomeFrom(getenv),
-	}
-	if cl != nil {
-		opts.Closed = cl.closed
-		if f.jsonOut == "-" {
-			opts.Closed[1] = opts.Closed[2]
-		}
+		Closed: closedStdio(closed, f.jsonOut), StateRoot: f.stateRoot, Changes: f.changes, CallerHome: sandbox.CallerHomeFrom(getenv),
 	}
 	rep, rend, err := runCommand(ctx, io, f, opts)
 	if err != nil {
@@ -195,7 +188,7 @@ func runCommand(ctx context.Context, io stdio, f execFlags, opts runner.Options)
 		}
 		rep, rend, err := cl.run(f, opts)
 		if f.verbose && cl.started {
-			fmt.Fprintf(io.err, "sbx: the run went through the sbx service at %s%s\n", cl.socket, warmNote(cl.warm))
+			sayServed(io.err, cl.socket, cl.warm)
 		}
 		return rep, rend, err
 	}
@@ -204,7 +197,7 @@ func runCommand(ctx context.Context, io stdio, f execFlags, opts runner.Options)
 		run, w, ok := viaService(opts, req, func() { warnCallerFDs(io.err, opts.Args) })
 		if ok {
 			if f.verbose {
-				fmt.Fprintf(io.err, "sbx: the run went through the sbx service at %s%s\n", serviceSocket(), warmNote(run.warm))
+				sayServed(io.err, serviceSocket(), run.warm)
 			}
 			return run.rep, run.rend, run.err
 		}
@@ -305,10 +298,9 @@ func commandStdout(io stdio, jsonOut string) goio.Writer {
 	return io.out
 }
 
-// closedStdio are the command's stdio to close, as sbx's caller closed them (cgprime.ClosedStdio); with
-// --json - the command's stdout is sbx's stderr.
-func closedStdio(jsonOut string) [3]bool {
-	c := cgprime.ClosedStdio()
+// closedStdio are the command's stdio to close, as sbx's caller closed them (c: cgprime.ClosedStdio,
+// or a fast client's); with --json - the command's stdout is sbx's stderr.
+func closedStdio(c [3]bool, jsonOut string) [3]bool {
 	if jsonOut == "-" {
 		c[1] = c[2]
 	}

@@ -109,10 +109,11 @@ func openReportTarget(base, path string) (*reportTarget, error) {
 	if path == "" || path == "-" {
 		return t, nil
 	}
-	abs, err := filepath.Abs(path)
+	abs := path
 	if base != "" && !filepath.IsAbs(path) {
-		abs, err = filepath.Join(base, path), nil
+		abs = filepath.Join(base, path)
 	}
+	abs, err := filepath.Abs(abs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

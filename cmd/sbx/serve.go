@@ -108,7 +108,7 @@ func serve(ctx context.Context, io stdio, f serveFlags) error {
 	}
 	warn := func(err error) { fmt.Fprintf(io.err, "sbx: warning: %v\n", err) }
 	s := &server{
-		pool: runner.NewPool(f.warm, stateRoot(), warn), stateRoot: stateRoot(), build: buildID(), rawBuild: rawBuild(), env: serviceEnvValues(), limits: ownCallerLimits(),
+		pool: runner.NewPool(f.warm, stateRoot(), warn), stateRoot: stateRoot(), build: buildID(), rawBuild: binaryID(), env: serviceEnvValues(), limits: ownCallerLimits(),
 		slots: make(chan struct{}, f.runs), warn: warn, runs: map[chan os.Signal]struct{}{},
 	}
 	fmt.Fprintf(io.err, "sbx: serving sbx exec on %s (uid %d, %d warm)\n", ln.Addr(), os.Geteuid(), f.warm)
@@ -168,7 +168,8 @@ func endRun(sigs chan os.Signal) {
 
 // handle carries out the run of one connection, from an sbx exec of the service's own uid.
 func (s *server) handle(c *net.UnixConn) {
-	if ownPeer(c) != "" {
+	pid, why := ownPeer(c)
+	if why != "" {
 		return // another user's, or a sandbox's: not served, not answered
 	}
 	_ = c.SetDeadline(time.Now().Add(serveRequestWait))
@@ -182,7 +183,7 @@ func (s *server) handle(c *net.UnixConn) {
 		}
 	}()
 	if strings.HasPrefix(string(body), rawMagic+"\x00") {
-		s.handleRaw(c, body, files)
+		s.handleRaw(c, pid, body, files)
 		return
 	}
 	var req serviceRequest
@@ -197,19 +198,13 @@ func (s *server) handle(c *net.UnixConn) {
 		handBack(why)
 		return
 	}
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		handBack(fmt.Sprintf("the service carries out %d runs already (--max-runs)", cap(s.slots)))
-		return
-	}
 	sigs := make(chan os.Signal, 4)
-	if !s.track(sigs) {
-		handBack("the service is stopping")
+	release, why := s.admit(sigs)
+	if why != "" {
+		handBack(why)
 		return
 	}
-	defer s.untrack(sigs)
+	defer release()
 	if err := writeFrame(c, serviceReply{Ready: true}); err != nil {
 		return
 	}
@@ -218,7 +213,11 @@ func (s *server) handle(c *net.UnixConn) {
 		return // the CLI gave up and runs cold
 	}
 	_ = c.SetDeadline(time.Time{})
-	go forwardSignals(c, sigs)
+	go forwardSignals(sigs, func() (int, error) {
+		var msg serviceMsg
+		_, err := readFrame(c, &msg, 0)
+		return msg.Signal, err
+	})
 	o := runner.Options{
 		Plan: req.Plan, Args: req.Args, Cwd: req.Cwd, Stdin: files[0], Stdout: files[1], Stderr: files[2],
 		Closed: req.Closed, StateRoot: req.StateRoot, Changes: req.Changes, Signals: sigs, CallerHome: req.CallerHome,
@@ -290,6 +289,24 @@ func (s *server) refuse(req *serviceRequest) string {
 	return ""
 }
 
+// admit takes a slot for a run whose signals are sigs and tracks them (track); why says why not. release
+// gives both back.
+func (s *server) admit(sigs chan os.Signal) (release func(), why string) {
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return nil, fmt.Sprintf("the service carries out %d runs already (--max-runs)", cap(s.slots))
+	}
+	if !s.track(sigs) {
+		<-s.slots
+		return nil, "the service is stopping"
+	}
+	return func() {
+		s.untrack(sigs)
+		<-s.slots
+	}, ""
+}
+
 // track registers a run's signals for stop; false when the service is stopping.
 func (s *server) track(sigs chan os.Signal) bool {
 	s.mu.Lock()
@@ -307,18 +324,18 @@ func (s *server) untrack(sigs chan os.Signal) {
 	delete(s.runs, sigs)
 }
 
-// forwardSignals passes the signals the CLI sends to the run; when the CLI is gone (killed), the run
-// ends at once, as a cold run ends with its sbx.
-func forwardSignals(c *net.UnixConn, sigs chan os.Signal) {
+// forwardSignals passes the signals the CLI sends (next reads one: 0 for a frame without one) to the
+// run; when the CLI is gone (killed), the run ends at once, as a cold run ends with its sbx.
+func forwardSignals(sigs chan os.Signal, next func() (int, error)) {
 	for {
-		var msg serviceMsg
-		if _, err := readFrame(c, &msg, 0); err != nil {
+		n, err := next()
+		if err != nil {
 			endRun(sigs)
 			return
 		}
-		if msg.Signal > 0 && msg.Signal < 65 {
+		if n > 0 && n < 65 {
 			select {
-			case sigs <- syscall.Signal(msg.Signal):
+			case sigs <- syscall.Signal(n):
 			default:
 			}
 		}

@@ -26,17 +26,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goio "io"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/sbx-dev/sbx/internal/selfexe"
 	"github.com/sbx-dev/sbx/policy"
 	"github.com/sbx-dev/sbx/report"
 	"github.com/sbx-dev/sbx/runner"
@@ -91,7 +88,7 @@ func (cl *fastCaller) getenv(key string) string {
 
 // parseRaw reads a fast client's request.
 func parseRaw(body []byte) (cl *fastCaller, build string, args []string, err error) {
-	f := strings.Split(strings.TrimSuffix(string(body), "\x00"), "\x00")
+	f := strings.Split(string(body), "\x00")
 	const head = 12 // magic .. argc
 	if len(f) < head || f[0] != rawMagic {
 		return nil, "", nil, errors.New("not a request of this protocol")
@@ -107,7 +104,7 @@ func parseRaw(body []byte) (cl *fastCaller, build string, args []string, err err
 		cl.closed[i] = n[0]&(1<<i) != 0
 	}
 	cl.limits = callerLimits{NoFile: n[1], NoFileMax: n[2], Memlock: n[3], MemlockMax: n[4], TimerSlack: n[5]}
-	argc, err := strconv.Atoi(f[head-1+0])
+	argc, err := strconv.Atoi(f[head-1])
 	if err != nil || argc < 1 || head+argc >= len(f) {
 		return nil, "", nil, errors.New("a bad argument count")
 	}
@@ -123,28 +120,9 @@ func parseRaw(body []byte) (cl *fastCaller, build string, args []string, err err
 	return cl, f[1], args, nil
 }
 
-// rawBuild names this build for the fast client, which cannot ask Go for its version: the identity of
-// sbx's binary (selfexe.Path: the service runs from a sealed copy), which an install or a rebuild
-// replaces ("" when unknown). The client stats /proc/self/exe.
-func rawBuild() string {
-	self, err := selfexe.Path()
-	if err != nil {
-		return ""
-	}
-	var st unix.Stat_t
-	if unix.Stat(self, &st) != nil {
-		return ""
-	}
-	return fmt.Sprintf("%d:%d:%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
-}
-
 // writeFields sends a frame of fields.
 func writeFields(c *net.UnixConn, fields ...string) error {
-	body := strings.Join(fields, "\x00")
-	msg := make([]byte, 4, 4+len(body))
-	msg[0], msg[1], msg[2], msg[3] = byte(len(body)>>24), byte(len(body)>>16), byte(len(body)>>8), byte(len(body))
-	_, err := c.Write(append(msg, body...))
-	return err
+	return writeBody(c, []byte(strings.Join(fields, "\x00")))
 }
 
 // readFields reads a frame of fields from the fast client (no descriptors).
@@ -159,8 +137,9 @@ func readFields(c *net.UnixConn) ([]string, error) {
 	return strings.Split(string(body), "\x00"), nil
 }
 
-// handleRaw runs the CLI for a fast client whose request is body, with its stdio files.
-func (s *server) handleRaw(c *net.UnixConn, body []byte, files []*os.File) {
+// handleRaw runs the CLI for a fast client (pid, checked by ownPeer) whose request is body, with its
+// stdio files.
+func (s *server) handleRaw(c *net.UnixConn, pid int, body []byte, files []*os.File) {
 	back := func(why string) {
 		s.handedBack.Add(1)
 		_ = writeFields(c, "back", why)
@@ -174,11 +153,7 @@ func (s *server) handleRaw(c *net.UnixConn, body []byte, files []*os.File) {
 		back("the service runs another build of sbx: restart it (systemctl restart sbx, or --user without root)")
 		return
 	}
-	if cl.pid, err = peerPid(c); err != nil {
-		back(err.Error())
-		return
-	}
-	cl.s, cl.c = s, c
+	cl.s, cl.c, cl.pid = s, c, pid
 	code := runContext(context.WithValue(context.Background(), callerKey{}, cl), args, files[0], files[1], files[2])
 	if cl.why != "" {
 		back(cl.why)
@@ -195,23 +170,6 @@ func (s *server) handleRaw(c *net.UnixConn, body []byte, files []*os.File) {
 	}
 }
 
-// peerPid is the pid of the process at the other end of c (checked by ownPeer).
-func peerPid(c *net.UnixConn) (int, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return 0, err
-	}
-	if cerr != nil {
-		return 0, cerr
-	}
-	return int(cred.Pid), nil
-}
-
 // servedPaths are the paths of an exec's flags the service reads or writes for the caller; one in
 // /proc or /dev names the service's own process (/proc/self, /dev/stdout), and is handed back.
 func servedPaths(f execFlags) []string {
@@ -224,8 +182,7 @@ func servedPaths(f execFlags) []string {
 
 // check hands back an exec the service would not run as the CLI does.
 func (cl *fastCaller) check(f execFlags) error {
-	switch {
-	case f.probe:
+	if f.probe {
 		return cl.back("--probe runs cold")
 	}
 	for _, p := range servedPaths(f) {
@@ -289,18 +246,13 @@ func (cl *fastCaller) run(f execFlags, opts runner.Options) (*report.Report, ren
 	if why := cl.view(more).differs(ownView(more)); why != "" {
 		return nil, rendered{}, cl.back(why)
 	}
-	select {
-	case cl.s.slots <- struct{}{}:
-		defer func() { <-cl.s.slots }()
-	default:
-		return nil, rendered{}, cl.back(fmt.Sprintf("the service carries out %d runs already (--max-runs)", cap(cl.s.slots)))
+	release, why := cl.s.admit(cl.sigs)
+	if why != "" {
+		return nil, rendered{}, cl.back(why)
 	}
-	if !cl.s.track(cl.sigs) {
-		return nil, rendered{}, cl.back("the service is stopping")
-	}
-	defer cl.s.untrack(cl.sigs)
+	defer release()
 	var lost bytes.Buffer
-	printError(&lost, errServiceLost, hintFor(setupError(errServiceLost, "")))
+	printError(&lost, errServiceLost, hintFor(errServiceLost))
 	_ = cl.c.SetDeadline(time.Now().Add(serveRequestWait))
 	if err := writeFields(cl.c, "ready", lost.String()); err != nil {
 		return nil, rendered{}, cl.back("the client is gone")
@@ -311,7 +263,14 @@ func (cl *fastCaller) run(f execFlags, opts runner.Options) (*report.Report, ren
 	cl.started = true
 	cl.s.fast.Add(1)
 	_ = cl.c.SetDeadline(time.Time{})
-	go forwardRawSignals(cl.c, cl.sigs)
+	go forwardSignals(cl.sigs, func() (int, error) {
+		m, err := readFields(cl.c)
+		if err != nil || len(m) != 2 || m[0] != "signal" {
+			return 0, err
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n, nil
+	})
 	rep, warm, err := cl.s.carryOut(opts)
 	cl.warm = warm
 	var rend rendered
@@ -321,30 +280,11 @@ func (cl *fastCaller) run(f execFlags, opts runner.Options) (*report.Report, ren
 	return rep, rend, err
 }
 
-// forwardRawSignals is forwardSignals for the fast client's frames.
-func forwardRawSignals(c *net.UnixConn, sigs chan os.Signal) {
-	for {
-		m, err := readFields(c)
-		if err != nil {
-			endRun(sigs)
-			return
-		}
-		if len(m) != 2 || m[0] != "signal" {
-			continue
-		}
-		if n, err := strconv.Atoi(m[1]); err == nil && n > 0 && n < 65 {
-			select {
-			case sigs <- syscall.Signal(n):
-			default:
-			}
-		}
-	}
-}
-
-// warmNote is what -v adds when the run had a sandbox of the pool.
-func warmNote(warm bool) string {
+// sayServed is -v's line for a run that went through the service at socket.
+func sayServed(w goio.Writer, socket string, warm bool) {
+	note := ""
 	if warm {
-		return " (a warm sandbox)"
+		note = " (a warm sandbox)"
 	}
-	return ""
+	fmt.Fprintf(w, "sbx: the run went through the sbx service at %s%s\n", socket, note)
 }

@@ -122,9 +122,20 @@ func serviceSocket() string {
 	return filepath.Join("/run/user", strconv.Itoa(os.Geteuid()), "sbx.sock")
 }
 
-// buildID names this build of sbx: its version and the identity of its binary's file, which an
-// install or a rebuild replaces. A service of another build is not used.
+// buildID names this build of sbx: its version and the identity of its binary's file (binaryID). A
+// service of another build is not used.
 func buildID() string {
+	id := binaryID()
+	if id == "" {
+		return ""
+	}
+	return buildVersion() + " " + id
+}
+
+// binaryID is the identity of sbx's binary file (selfexe.Path: also from the sealed copy a service
+// runs from), which an install or a rebuild replaces; "" when unknown. The fast client names its build
+// so (fastclient.c stats /proc/self/exe): it cannot ask Go for the version.
+func binaryID() string {
 	self, err := selfexe.Path()
 	if err != nil {
 		return ""
@@ -133,7 +144,7 @@ func buildID() string {
 	if err := unix.Stat(self, &st); err != nil {
 		return ""
 	}
-	return fmt.Sprintf("%s %d:%d:%d:%d.%d", buildVersion(), st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+	return fmt.Sprintf("%d:%d:%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
 }
 
 // callerLimits are what the command inherits from the sbx that runs it, as its caller started it
@@ -276,16 +287,16 @@ func serviceEnvValues() map[string]string {
 const soPeerPidfd = 77
 
 // ownPeer says why the process at the other end of c is not of this process's uid, in its user and
-// pid namespaces ("" when it is). A process in a sandbox has a user namespace of its own but may have
+// pid namespaces ("" when it is, with its pid). A process in a sandbox has a user namespace of its own but may have
 // the caller's uid on the host (without root), and may reach the socket through a share, or a profile
 // that does not hide it: it must neither hand the service a run (whose plan it writes: a share of the
 // whole home) nor pose as the service (and forge a verdict). The peer is named by a pidfd where the
 // kernel gives one, checked alive once its namespaces were read, so that its pid was not reused
 // meanwhile; else by the pid SO_PEERCRED gives (0 for a peer in a pid namespace this one cannot see).
-func ownPeer(c *net.UnixConn) string {
+func ownPeer(c *net.UnixConn) (pid int, why string) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return err.Error()
+		return 0, err.Error()
 	}
 	var cred *unix.Ucred
 	var cerr error
@@ -296,33 +307,33 @@ func ownPeer(c *net.UnixConn) string {
 			pidfd = v
 		}
 	}); err != nil {
-		return err.Error()
+		return 0, err.Error()
 	}
 	if pidfd >= 0 {
 		defer unix.Close(pidfd)
 	}
 	if cerr != nil {
-		return cerr.Error()
+		return 0, cerr.Error()
 	}
 	if int(cred.Uid) != os.Geteuid() {
-		return fmt.Sprintf("it is uid %d's", cred.Uid)
+		return 0, fmt.Sprintf("it is uid %d's", cred.Uid)
 	}
 	if cred.Pid <= 0 {
-		return "its process is not one this sbx can see"
+		return 0, "its process is not one this sbx can see"
 	}
 	for _, ns := range []string{"user", "pid"} {
 		own, err := os.Readlink("/proc/self/ns/" + ns)
 		if err != nil {
-			return err.Error()
+			return 0, err.Error()
 		}
 		if its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", cred.Pid, ns)); err != nil || its != own {
-			return "it runs in another " + ns + " namespace (a sandbox's?)"
+			return 0, "it runs in another " + ns + " namespace (a sandbox's?)"
 		}
 	}
 	if pidfd >= 0 && unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil {
-		return "its process ended"
+		return 0, "its process ended"
 	}
-	return ""
+	return int(cred.Pid), ""
 }
 
 // writeFrame sends v as one frame, with fds (if any) as SCM_RIGHTS on its first byte.
@@ -331,6 +342,11 @@ func writeFrame(c *net.UnixConn, v any, fds ...int) error {
 	if err != nil {
 		return err
 	}
+	return writeBody(c, b, fds...)
+}
+
+// writeBody sends b as one frame, with fds as writeFrame.
+func writeBody(c *net.UnixConn, b []byte, fds ...int) error {
 	if len(b) > maxServiceFrame {
 		return fmt.Errorf("a frame of %d bytes exceeds the bound of %d", len(b), maxServiceFrame)
 	}

@@ -61,7 +61,7 @@ func viaService(o runner.Options, req serviceRequest, beforeGo func()) (run serv
 	}
 	c := conn.(*net.UnixConn)
 	defer c.Close()
-	if why := ownPeer(c); why != "" {
+	if _, why := ownPeer(c); why != "" {
 		return serviceRun{}, fmt.Sprintf("the service at %s is not the caller's: %s", path, why), false
 	}
 	req.Proto, req.Build, req.Env, req.Limits = serviceProto, buildID(), serviceEnvValues(), ownCallerLimits()

@@ -31,7 +31,7 @@
 
 int sbx_cgprime_started;
 int sbx_private_mounts; // the process has a mount namespace of its own (see sbx_cgprime)
-int sbx_service_seen;   // sbx exec found its caller's sbx service (see service_socket)
+int sbx_service_seen;   // sbx exec found its caller's sbx service (see the constructor)
 char sbx_cgprime_path[4352]; // the file written, once found (for the tests)
 
 // oncgroupfs says whether fd is on a cgroup file system (v1 or v2).
@@ -194,21 +194,6 @@ static int builds(const char *cmd)
 	       strcmp(cmd, "serve") == 0;
 }
 
-// service_socket says whether root's sbx exec finds a socket of its sbx service, which it will hand the
-// run to (cmd/sbx's service.go; its own checks come later): $SBX_SERVICE, else /run/sbx.sock, a socket
-// of root's. Then none of a cold run's early work is started: a run that falls back to cold goes
-// without it (slower to start, the same run).
-static int service_socket(void)
-{
-	const char *p = getenv("SBX_SERVICE");
-	if (p && strcmp(p, "off") == 0)
-		return 0;
-	if (!p || !*p)
-		p = "/run/sbx.sock";
-	struct stat st;
-	return lstat(p, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_uid == geteuid();
-}
-
 // fast_path is the socket of the caller's sbx service as the CLI's serviceSocket names it: $SBX_SERVICE,
 // else root's /run/sbx.sock, another user's sbx.sock in $XDG_RUNTIME_DIR or /run/user/UID; NULL for
 // SBX_SERVICE=off.
@@ -263,18 +248,22 @@ __attribute__((constructor)) static void sbx_cgprime(int argc, char **argv)
 	if (!server && slack > 0 && prctl(PR_SET_TIMERSLACK, SBX_SLACK_NS, 0, 0, 0) == 0)
 		sbx_timer_slack = slack;
 	if (strcmp(argv[1], "exec") == 0) {
-		// The fast client (fastclient.c): returns only when the service did not take the run.
 		char buf[4200];
 		const char *path = fast_path(buf, sizeof(buf));
-		if (path && sbx_fast_socket(path))
+		if (path && sbx_fast_socket(path)) {
+			// The fast client (fastclient.c): returns only when the service did not take the run.
 			sbx_fast_exec(argc, argv, path, slack > 0 ? (unsigned long)slack : 0, sbx_closed_stdio);
+			// Root's sbx exec hands the run to the service's Go client then (cmd/sbx's
+			// service_client.go): none of a cold run's early work is started; a run that falls
+			// back to cold goes without it (slower to start, the same run).
+			if (geteuid() == 0) {
+				sbx_service_seen = 1;
+				return;
+			}
+		}
 	}
 	if (geteuid() != 0)
 		return;
-	if (strcmp(argv[1], "exec") == 0 && service_socket()) {
-		sbx_service_seen = 1;
-		return;
-	}
 	// A mount namespace of sbx's own, a slave of the host's, while the process has one thread: the
 	// run's overlays, layer and binds (a server's whole pool) never enter the host's mount table, where
 	// every other run's sandbox would copy them into its own namespace (and detach them again), and
