@@ -145,13 +145,18 @@ type bgSbx struct {
 
 // sampleHWM follows sbx's VmHWM until it exits. The exit record's ru_maxrss would not do: a process
 // started from Go keeps, at its exec, the high-water mark of the test process it was forked from.
+// Nor does a sample taken while /proc still shows the test binary at the pid (seen in a slow VM, tens
+// of milliseconds after Start returned): that is the test process's memory, not sbx's.
 func (b *bgSbx) sampleHWM() {
-	status := fmt.Sprintf("/proc/%d/status", b.cmd.Process.Pid)
+	proc := fmt.Sprintf("/proc/%d/", b.cmd.Process.Pid)
+	self, _ := os.Executable()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if kb := vmHWM(status); kb > b.hwm.Load() {
-			b.hwm.Store(kb)
+		if exe, err := os.Readlink(proc + "exe"); err == nil && exe != self {
+			if kb := vmHWM(proc + "status"); kb > b.hwm.Load() {
+				b.hwm.Store(kb)
+			}
 		}
 		select {
 		case <-b.done:
@@ -273,7 +278,7 @@ func cmdSbxSig(ts *testscript.TestScript, neg bool, args []string) {
 // sbx itself), no sooner than MIN and within MAX (Go durations; default: within 30s; MAX stretched by
 // SBX_TEST_TIME_SCALE) of the last sbxsig, or of its start. Its stdout
 // (the first 64 KiB) and stderr become the script's stdout and stderr; $BYTES is the stdout's size and
-// $MAXRSS_KB sbx's peak resident memory (sampled every 10 ms while it ran).
+// $MAXRSS_KB sbx's peak resident memory (sampled every 10 ms while it ran; empty without a sample).
 func cmdSbxWait(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 2 || len(args) > 3 {
 		ts.Fatalf("usage: sbxwait NAME STATUS [[MIN-]MAX]")
@@ -304,7 +309,12 @@ func cmdSbxWait(ts *testscript.TestScript, neg bool, args []string) {
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		got = 128 + int(ws.Signal())
 	}
-	ts.Setenv("MAXRSS_KB", strconv.FormatInt(b.hwm.Load(), 10))
+	// No sample of sbx itself (it ended before one): unset, so that a script that reads it fails.
+	rss := ""
+	if kb := b.hwm.Load(); kb > 0 {
+		rss = strconv.FormatInt(kb, 10)
+	}
+	ts.Setenv("MAXRSS_KB", rss)
 	ts.Setenv("BYTES", strconv.FormatInt(b.out.n, 10))
 	fmt.Fprintf(ts.Stdout(), "%s", b.out.head.String())
 	ts.Logf("sbx %s: status %d after %v; stdout %d bytes; stderr:\n%s", args[0], got, b.elapsed.Round(time.Millisecond), b.out.n, b.errb.String())
