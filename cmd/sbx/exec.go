@@ -120,7 +120,11 @@ func runExec(ctx context.Context, io stdio, f execFlags, args []string) error {
 	if err != nil {
 		return setupError(err, "give an existing directory; the sandbox sees the host's files through its overlay")
 	}
-	plan, err := compilePlan(base, f.profile, cwd, env, f.overrides)
+	compile := compilePlan
+	if cl != nil {
+		compile = cl.s.plans.compile
+	}
+	plan, err := compile(base, f.profile, cwd, env, f.overrides)
 	if err != nil {
 		return setupError(err, "")
 	}

@@ -77,6 +77,7 @@ type server struct {
 	limits    callerLimits
 	slots     chan struct{} // one per run in progress
 	warn      func(error)
+	plans     planCache // of the fast clients' runs
 
 	served, warm atomic.Int64 // runs carried out, and of those in a sandbox of the pool
 	handedBack   atomic.Int64 // requests answered with a reason to run cold
