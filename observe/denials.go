@@ -63,6 +63,9 @@ type DenialsCollector struct {
 	synced  chan struct{}
 	once    sync.Once
 	stopped sync.Once
+	// checked carries checkLogging's answer (see awaitCheck).
+	checked   chan checkResult
+	checkOnce sync.Once
 
 	mu       sync.Mutex
 	seccomp  map[seccompKey]int
@@ -93,11 +96,17 @@ type procOfEvent struct {
 }
 
 // StartDenials starts listening. It never fails: a collector that cannot report anything says why
-// in what Stop returns.
+// in what Stop returns. What the kernel logs (audit on, seccomp's logged actions, Landlock's ABI) is
+// asked beside the listening, which is all the command must wait for: asking audit for its status
+// costs a kernel thread's start per question, on the path of every run.
 func StartDenials() *DenialsCollector {
 	c := &DenialsCollector{fd: -1, seccomp: map[seccompKey]int{}, syscalls: map[uint64]procOfEvent{},
-		domains: map[string]int{}}
-	if err := c.start(); err != nil {
+		domains: map[string]int{}, checked: make(chan checkResult, 1)}
+	go func() {
+		partial, err := checkLogging()
+		c.checked <- checkResult{partial, err}
+	}()
+	if err := c.listen(); err != nil {
 		c.reason = err
 		if c.fd >= 0 {
 			unix.Close(c.fd)
@@ -107,13 +116,21 @@ func StartDenials() *DenialsCollector {
 	return c
 }
 
-func (c *DenialsCollector) start() error {
+// checkResult is what checkLogging found.
+type checkResult struct {
+	partial string
+	err     error
+}
+
+// checkLogging says what the kernel logs: an error when it logs no denial sbx could read, else what
+// part it does not log ("" all of it).
+func checkLogging() (partial string, err error) {
 	enabled, err := auditEnabled()
 	if err != nil {
-		return fmt.Errorf("%w: reading the audit status: %v", ErrAuditUnavailable, err)
+		return "", fmt.Errorf("%w: reading the audit status: %v", ErrAuditUnavailable, err)
 	}
 	if !enabled {
-		return fmt.Errorf("%w: kernel audit is off, so the kernel logs no seccomp or Landlock denials "+
+		return "", fmt.Errorf("%w: kernel audit is off, so the kernel logs no seccomp or Landlock denials "+
 			"(auditctl -e 1 turns it on; sbx leaves that host setting alone)", ErrAuditUnavailable)
 	}
 	var missing []string
@@ -124,9 +141,13 @@ func (c *DenialsCollector) start() error {
 		missing = append(missing, fmt.Sprintf("landlock denials need landlock ABI 7, this kernel has %d", abi))
 	}
 	if len(missing) == 2 {
-		return fmt.Errorf("%w: %s", ErrAuditUnavailable, strings.Join(missing, "; "))
+		return "", fmt.Errorf("%w: %s", ErrAuditUnavailable, strings.Join(missing, "; "))
 	}
-	c.partial = strings.Join(missing, "; ")
+	return strings.Join(missing, "; "), nil
+}
+
+// listen joins the audit log group and starts reading it.
+func (c *DenialsCollector) listen() error {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_AUDIT)
 	if err != nil {
 		return fmt.Errorf("%w: opening an audit socket: %v", ErrAuditUnavailable, err)
@@ -147,6 +168,24 @@ func (c *DenialsCollector) start() error {
 	c.done, c.synced = make(chan struct{}), make(chan struct{})
 	go c.read()
 	return nil
+}
+
+// awaitCheck takes checkLogging's answer, once: a kernel that logs nothing sbx can read is the reason,
+// before any failure to listen (as when it was asked first).
+func (c *DenialsCollector) awaitCheck() {
+	c.checkOnce.Do(func() {
+		r := <-c.checked
+		c.mu.Lock()
+		c.partial = r.partial
+		c.mu.Unlock()
+		if r.err == nil {
+			return
+		}
+		if c.reason == nil {
+			c.stopped.Do(c.quit) // listening for records audit does not send: no end marker comes back either
+		}
+		c.reason = r.err
+	})
 }
 
 // auditEnabled asks the kernel for its audit status (AUDIT_GET), which any process may read.
@@ -346,6 +385,7 @@ func (e *Events) tree(root int) []int {
 // auditd keeps one "sbx-denials-end=..." line per run in its log.
 func (c *DenialsCollector) Stop(scope DenialsScope) report.Denials {
 	d := report.Denials{Seccomp: []report.SeccompDenial{}, Landlock: []report.LandlockDenial{}, Writes: []report.WriteDenial{}}
+	c.awaitCheck()
 	if c.reason != nil {
 		d.Reason = strings.TrimPrefix(c.reason.Error(), ErrAuditUnavailable.Error()+": ")
 		d.Sources = []report.DenialSource{{Name: SourceAudit, Covers: auditCovers, Reason: d.Reason}}
@@ -448,6 +488,11 @@ func (c *DenialsCollector) stop() {
 			c.mu.Unlock()
 		}
 	}
+	c.quit()
+}
+
+// quit ends the reader and closes what it read.
+func (c *DenialsCollector) quit() {
 	_, _ = unix.Write(c.wake[1], []byte{0})
 	<-c.done
 	unix.Close(c.fd)
