@@ -236,9 +236,17 @@ func TestChangesCopyStopsOnSignal(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "changes")
 	big := filepath.Join(out, "tmp", "big")
 	sigs := make(chan os.Signal, 1)
-	// The file appears in DIR only once the copy has begun, after the command exited.
+	// The file appears in DIR only once the copy has begun, after the command exited: watched for until
+	// the run returns, however long the command takes to write it (minutes in an emulated VM).
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
 			if _, err := os.Lstat(big); err == nil {
 				sigs <- unix.SIGINT
 				return
