@@ -38,6 +38,61 @@ type FileChanges struct {
 	// without a content comparison).
 	Problems []string
 	Notes    []string
+
+	// dirs is what an unbounded reading (sbx's own, [Changes]) saw of each directory it read whole, by
+	// path ("" for the top); start is the moment [FileChanges.Started] took. A later reading passes
+	// over a directory unchanged since (see [FileChanges.Started]).
+	dirs  map[string]*dirStamp
+	start unix.Timespec
+	// replayed and read count the directories passed over and those read whole (for tests).
+	replayed, read int
+}
+
+// dirStamp is what a reading saw of one upper directory: its identity, its timestamps and its names.
+type dirStamp struct {
+	ino          uint64
+	mtime, ctime unix.Timespec
+	opaque       bool
+	entries      []stampEntry
+}
+
+// stampEntry is one name of a dirStamp and what it was.
+type stampEntry struct {
+	name string
+	kind entryKind
+}
+
+type entryKind byte
+
+const (
+	kindUnread entryKind = iota // could not be looked at
+	kindWhiteout
+	kindDir
+	kindOther // a file, a link, anything else
+)
+
+// Started marks a reading taken before the command as complete: called just before the command
+// starts, once nothing of sbx's own changes the layer any more. It reads the clock file systems stamp
+// changes with (CLOCK_REALTIME_COARSE). A later [ChangesSince] passes over a directory whose inode,
+// mtime and ctime are this reading's and whose ctime lies before that moment, and looks again only at
+// the names it had then (each but a whiteout, which the overlay shows as nothing and so no one can
+// touch through it):
+//
+// Any change of a directory's names (one created, removed, renamed into or out of it, linked) and of
+// its own attributes sets its ctime to the file system's current time, which is never before the
+// coarse clock at that moment (fine-grained timestamps, Linux 6.13 on, are later, not earlier). So a
+// change made after Started stamps a ctime at or after the moment it read, and a directory whose ctime
+// is still one from before that moment has the names it had. A directory stamped in the same tick of
+// the coarse clock as Started could change again within that tick and keep its ctime: it is read
+// whole. Files are judged the same way, by their own ctime (a write, a chmod, a new link moves it).
+func (fc *FileChanges) Started() {
+	if fc == nil {
+		return
+	}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &ts) == nil {
+		fc.start = ts
+	}
 }
 
 // Limits bound one reading of the changes. Zero fields take the defaults.
@@ -143,8 +198,16 @@ func read(before *FileChanges, upper, lower string, lim Limits) (*FileChanges, e
 
 func readDir(before *FileChanges, up *os.File, lower string, lim Limits) *FileChanges {
 	w := &walker{d: newDiffer(before, lim), stop: lim.Stop}
+	if lim.MaxEntries < 0 {
+		w.d.out.dirs = map[string]*dirStamp{} // sbx's own reading: the later one passes over what stays
+	} else if before != nil && before.start != (unix.Timespec{}) {
+		w.prior, w.start = before.dirs, before.start
+	}
+	var st unix.Stat_t
+	statErr := unix.Fstat(int(up.Fd()), &st)
+	opaque := isOpaque(up)
 	var low *os.File
-	if lower != "" && !isOpaque(up) {
+	if lower != "" && !opaque {
 		var err error
 		if low, err = openDirAt(unix.AT_FDCWD, lower, true); err != nil {
 			w.d.problem("lower layer %s: %v", lower, err)
@@ -153,8 +216,16 @@ func readDir(before *FileChanges, up *os.File, lower string, lim Limits) *FileCh
 			defer low.Close()
 		}
 	}
-	w.dir(up, low, "", 0)
+	switch s := w.unchanged("", &st); {
+	case statErr == nil && s != nil:
+		w.replay(up, &lowDir{f: low, opened: true}, "", 0, s)
+	case statErr == nil:
+		w.dir(up, low, "", 0, &st, opaque)
+	default:
+		w.dir(up, low, "", 0, nil, opaque)
+	}
 	w.d.finish()
+	w.d.out.replayed, w.d.out.read = w.replayed, w.read
 	return w.d.out
 }
 
@@ -177,11 +248,22 @@ type walker struct {
 	d       *differ
 	stop    <-chan struct{}
 	stopped bool
+	// prior and start are the earlier reading's directories and the moment the command started
+	// (FileChanges.Started): a directory unchanged since is passed over (replay).
+	prior          map[string]*dirStamp
+	start          unix.Timespec
+	replayed, read int // directories passed over, read whole
 }
 
 // dir reads the entries of the upper directory up (at rel, "" for the top) against the lower directory
-// low (nil: none there, or hidden by an opaque upper directory).
-func (w *walker) dir(up, low *os.File, rel string, depth int) {
+// low (nil: none there, or hidden by an opaque upper directory). st is up's stat (nil: unknown), opaque
+// whether it is an opaque directory; a reading of sbx's own keeps them, with its names (dirStamp).
+func (w *walker) dir(up, low *os.File, rel string, depth int, st *unix.Stat_t, opaque bool) {
+	w.read++
+	var stamp *dirStamp
+	if w.d.out.dirs != nil && st != nil {
+		stamp = &dirStamp{ino: st.Ino, mtime: st.Mtim, ctime: st.Ctim, opaque: opaque}
+	}
 	for {
 		if w.stopping() {
 			w.d.skipped(rel)
@@ -189,16 +271,104 @@ func (w *walker) dir(up, low *os.File, rel string, depth int) {
 		}
 		names, err := up.Readdirnames(256)
 		for _, name := range names {
-			w.entry(up, low, rel, name, depth)
+			k := w.entry(up, low, rel, name, depth)
+			if stamp != nil {
+				stamp.entries = append(stamp.entries, stampEntry{name, k})
+			}
 		}
 		if err == io.EOF {
-			return
+			break
 		}
 		if err != nil {
 			w.d.problem("%s: reading the directory: %v", orRoot(rel), err)
 			w.d.skipped(rel)
 			return
 		}
+	}
+	if stamp != nil && !slices.ContainsFunc(stamp.entries, func(e stampEntry) bool { return e.kind == kindUnread }) {
+		w.d.out.dirs[rel] = stamp
+	}
+}
+
+// unchanged returns the earlier reading's stamp of the directory at rel when st shows it unchanged
+// since: the same inode, mtime and ctime, that ctime before the command started (FileChanges.Started).
+func (w *walker) unchanged(rel string, st *unix.Stat_t) *dirStamp {
+	s := w.prior[rel]
+	if s == nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Ino != s.ino || st.Mtim != s.mtime || st.Ctim != s.ctime || !before(st.Ctim, w.start) {
+		return nil
+	}
+	return s
+}
+
+func before(a, b unix.Timespec) bool {
+	return a.Sec < b.Sec || a.Sec == b.Sec && a.Nsec < b.Nsec
+}
+
+// lowDir is the lower directory of a directory passed over, opened only when one of its entries must
+// be read whole after all.
+type lowDir struct {
+	parent *lowDir
+	name   string
+	f      *os.File
+	opened bool
+	opaque bool // the upper directory is opaque: nothing of lower shows below it
+}
+
+func (l *lowDir) get() *os.File {
+	if l == nil || l.opened {
+		if l == nil {
+			return nil
+		}
+		return l.f
+	}
+	l.opened = true
+	if pf := l.parent.get(); pf != nil && !l.opaque {
+		if f, err := openDirAt(int(pf.Fd()), l.name, true); err == nil {
+			l.f = f
+		}
+	}
+	return l.f
+}
+
+func (l *lowDir) close() {
+	if l.parent != nil && l.f != nil {
+		l.f.Close() // the top's is its caller's
+	}
+}
+
+// replay passes over the upper directory up (at rel), unchanged since the earlier reading's stamp s:
+// its names are s's. Each but a whiteout is looked at again: a directory unchanged in turn is passed
+// over too, a file with its stat of the earlier reading (and a ctime from before the start) is seen,
+// anything else is read as in a whole reading.
+func (w *walker) replay(up *os.File, low *lowDir, rel string, depth int, s *dirStamp) {
+	w.replayed++
+	for _, e := range s.entries {
+		if w.stopping() {
+			w.d.skipped(rel)
+			return
+		}
+		if e.kind == kindWhiteout {
+			continue
+		}
+		p := rel + "/" + e.name
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(up.Fd()), e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			if cs := w.unchanged(p, &st); e.kind == kindDir && cs != nil && depth+1 < maxDepth {
+				if sub, err := openDirAt(int(up.Fd()), e.name, true); err == nil {
+					w.d.seen(p)
+					sl := &lowDir{parent: low, name: e.name, opaque: cs.opaque}
+					w.replay(sub, sl, p, depth+1, cs)
+					sl.close()
+					sub.Close()
+					continue
+				}
+			}
+			if e.kind == kindOther && w.d.sameAsBefore(p, &st, w.start) {
+				w.d.seen(p)
+				continue
+			}
+		}
+		w.entry(up, low.get(), rel, e.name, depth)
 	}
 }
 
@@ -215,13 +385,14 @@ func (w *walker) stopping() bool {
 	return w.stopped
 }
 
-// entry classifies one name of up and descends into it when it is a directory.
-func (w *walker) entry(up, low *os.File, rel, name string, depth int) {
+// entry classifies one name of up and descends into it when it is a directory. It returns what the
+// name is, for the stamp of a reading of sbx's own.
+func (w *walker) entry(up, low *os.File, rel, name string, depth int) entryKind {
 	p := rel + "/" + name
 	var st unix.Stat_t
 	if err := unix.Fstatat(int(up.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		w.d.problem("%s: %v", p, err)
-		return
+		return kindUnread
 	}
 	var lst unix.Stat_t
 	inLower := low != nil && unix.Fstatat(int(low.Fd()), name, &lst, unix.AT_SYMLINK_NOFOLLOW) == nil
@@ -229,14 +400,14 @@ func (w *walker) entry(up, low *os.File, rel, name string, depth int) {
 		if inLower {
 			w.d.whiteout(change(p, &lst, Deleted))
 		}
-		return
+		return kindWhiteout
 	}
 	c := change(p, &st, Created)
 	if inLower && c.Kind != "dir" {
 		c.Change = Modified
 		if c.Kind == "file" && w.d.before[p] == nil && w.d.copiedUnchanged(up, low, p, name, &st, &lst) {
 			w.d.seen(p)
-			return
+			return kindOther
 		}
 	}
 	if c.Kind == "file" && w.d.wantsMetacopy(p) {
@@ -244,7 +415,7 @@ func (w *walker) entry(up, low *os.File, rel, name string, depth int) {
 	}
 	if c.Kind != "dir" {
 		w.d.entry(c, func(budget *int64) (bool, bool) { return sameContent(up, low, name, c.Size, budget) })
-		return
+		return kindOther
 	}
 	switch {
 	case !inLower:
@@ -258,7 +429,8 @@ func (w *walker) entry(up, low *os.File, rel, name string, depth int) {
 	if !inLower {
 		low = nil
 	}
-	w.descend(up, low, p, name, depth)
+	w.descend(up, low, p, name, depth, &st)
+	return kindDir
 }
 
 // copiedUnchanged says whether the regular file name of up is lower's copied up and nothing else: a new
@@ -332,12 +504,25 @@ func xattrValue(path, attr string) (string, error) {
 	return string(v[:n]), nil
 }
 
-// descend reads the subdirectory name of up. Below a created or opaque directory nothing of lower shows.
-func (w *walker) descend(up, low *os.File, p, name string, depth int) {
+// descend reads the subdirectory name of up, whose stat is st. Below a created or opaque directory
+// nothing of lower shows. One unchanged since the earlier reading is passed over (replay).
+func (w *walker) descend(up, low *os.File, p, name string, depth int, st *unix.Stat_t) {
 	if depth+1 >= maxDepth {
 		w.d.problem("%s: nested deeper than %d levels, not read", p, maxDepth)
 		w.d.skipped(p)
 		return
+	}
+	if s := w.unchanged(p, st); s != nil {
+		if sub, err := openDirAt(int(up.Fd()), name, true); err == nil {
+			sl := &lowDir{f: low, opened: true}
+			if low != nil {
+				sl = &lowDir{parent: &lowDir{f: low, opened: true}, name: name, opaque: s.opaque}
+			}
+			w.replay(sub, sl, p, depth+1, s)
+			sl.close()
+			sub.Close()
+			return
+		}
 	}
 	sub, err := openDirAt(int(up.Fd()), name, false)
 	if err != nil {
@@ -346,15 +531,16 @@ func (w *walker) descend(up, low *os.File, p, name string, depth int) {
 		return
 	}
 	defer sub.Close()
+	opaque := isOpaque(sub)
 	var subLow *os.File
-	if low != nil && !isOpaque(sub) {
+	if low != nil && !opaque {
 		if subLow, err = openDirAt(int(low.Fd()), name, true); err == nil {
 			defer subLow.Close()
 		} else {
 			subLow = nil
 		}
 	}
-	w.dir(sub, subLow, p, depth+1)
+	w.dir(sub, subLow, p, depth+1, st, opaque)
 }
 
 func orRoot(rel string) string {
@@ -540,6 +726,18 @@ func (d *differ) entry(c report.FileChange, cmp func(budget *int64) (same, ok bo
 		c.Change = Created
 		d.add(c)
 	}
+}
+
+// sameAsBefore says whether the entry at p, not a directory, is still the earlier reading's, by its
+// stat alone: kind, size, mode, mtime and a ctime from before start (FileChanges.Started).
+func (d *differ) sameAsBefore(p string, st *unix.Stat_t, start unix.Timespec) bool {
+	pr := d.before[p]
+	if pr == nil || pr.c.Change == Deleted || !before(st.Ctim, start) {
+		return false
+	}
+	c := change(p, st, pr.c.Change)
+	c.Metacopy = pr.c.Metacopy // a copy-up of the data moves the ctime
+	return c.Kind != "dir" && sameEntry(pr.c, c) && pr.c.Mode == c.Mode && pr.c.CTime.Equal(c.CTime)
 }
 
 // unchanged tells, for an entry whose kind, size and mtime match, whether anything else moved.

@@ -368,3 +368,130 @@ func TestChangesLinkNotModified(t *testing.T) {
 		})
 	}
 }
+
+// TestChangesPassesOverUnchanged: a reading after the command passes over the directories of sbx's
+// preparation that nothing changed since (FileChanges.Started), and finds exactly what a whole reading
+// finds: a decoy written, removed or chmodded in a directory passed over, a name added, a directory
+// made below one, a directory changed in the same tick of the clock as the start.
+func TestChangesPassesOverUnchanged(t *testing.T) {
+	prepare := func(t *testing.T) *testOverlay {
+		o := newTestOverlay(t)
+		for _, f := range []string{"/root/.aws/credentials", "/root/.ssh/id_rsa", "/root/.config/gh/hosts.yml", "/etc/decoy"} {
+			writeFile(t, o.merged+f, "decoy "+f)
+		}
+		return o
+	}
+	cases := map[string]struct {
+		change func(m string) error
+		full   int // directories read whole at most
+	}{
+		"nothing":      {func(string) error { return nil }, 0},
+		"decoy read":   {func(m string) error { _, err := os.ReadFile(m + "/root/.aws/credentials"); return err }, 0},
+		"decoy write":  {func(m string) error { return os.WriteFile(m+"/root/.aws/credentials", []byte("stolen!"), 0o644) }, 0},
+		"decoy chmod":  {func(m string) error { return os.Chmod(m+"/root/.ssh/id_rsa", 0o600) }, 0},
+		"decoy gone":   {func(m string) error { return os.Remove(m + "/root/.config/gh/hosts.yml") }, 1},
+		"name added":   {func(m string) error { return os.WriteFile(m+"/root/.ssh/authorized_keys", []byte("k"), 0o644) }, 1},
+		"dir below":    {func(m string) error { return os.MkdirAll(m+"/root/.config/gh/x/y", 0o755) }, 3},
+		"lower copied": {func(m string) error { return os.WriteFile(m+"/etc/keep.conf", []byte("changed"), 0o644) }, 1},
+		"tmp written":  {func(m string) error { return os.WriteFile(m+"/tmp/new", []byte("n"), 0o644) }, 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o := prepare(t)
+			before, err := Changes(o.upper, o.lower)
+			mustOK(t, err)
+			if len(before.dirs) < 5 {
+				t.Fatalf("the reading kept %d directories, want every one of the preparation", len(before.dirs))
+			}
+			time.Sleep(30 * time.Millisecond) // past the coarse clock's tick: the preparation is older
+			before.Started()
+			mustOK(t, tc.change(o.merged))
+			got, err := ChangesSince(before, o.upper, o.lower, Limits{})
+			mustOK(t, err)
+			whole := *before
+			whole.start = unix.Timespec{}
+			want, err := ChangesSince(&whole, o.upper, o.lower, Limits{})
+			mustOK(t, err)
+			sameChanges(t, got, want)
+			if want.replayed != 0 || got.replayed == 0 || got.read > tc.full {
+				t.Errorf("passed over %d, read %d directories whole (a whole reading: %d, %d); want at most %d read",
+					got.replayed, got.read, want.replayed, want.read, tc.full)
+			}
+			if name != "nothing" && name != "decoy read" && len(got.Created)+len(got.Modified)+len(got.Deleted) == 0 {
+				t.Errorf("the change was not found")
+			}
+		})
+	}
+	// A change in the same tick as the start: the directory's ctime may be the one of the reading, so
+	// it is read whole, never passed over. Many rounds: most fall within one tick.
+	t.Run("same tick", func(t *testing.T) {
+		o := prepare(t)
+		for i := range 30 {
+			d := o.merged + "/root/.aws/d" + itoa(i)
+			mustOK(t, os.Mkdir(d, 0o755))
+			before, err := Changes(o.upper, o.lower)
+			mustOK(t, err)
+			before.Started()
+			writeFile(t, d+"/new", "n")
+			got, err := ChangesSince(before, o.upper, o.lower, Limits{})
+			mustOK(t, err)
+			if p := paths(got.Created); !slices.Equal(p, []string{"/root/.aws/d" + itoa(i) + "/new"}) {
+				t.Fatalf("round %d: created %v, want the new file", i, p)
+			}
+		}
+	})
+	// Without Started (a reading not taken before a command) nothing is passed over.
+	t.Run("not started", func(t *testing.T) {
+		o := prepare(t)
+		before, err := Changes(o.upper, o.lower)
+		mustOK(t, err)
+		time.Sleep(30 * time.Millisecond)
+		got, err := ChangesSince(before, o.upper, o.lower, Limits{})
+		mustOK(t, err)
+		if got.replayed != 0 {
+			t.Errorf("passed over %d directories without a start", got.replayed)
+		}
+	})
+}
+
+func sameChanges(t *testing.T, got, want *FileChanges) {
+	t.Helper()
+	for _, l := range []struct {
+		name      string
+		got, want []report.FileChange
+	}{{"created", got.Created, want.Created}, {"modified", got.Modified, want.Modified}, {"deleted", got.Deleted, want.Deleted}} {
+		if !slices.EqualFunc(l.got, l.want, func(a, b report.FileChange) bool { return a == b }) {
+			t.Errorf("%s = %v, a whole reading: %v", l.name, paths(l.got), paths(l.want))
+		}
+	}
+	if !slices.Equal(got.Problems, want.Problems) || !slices.Equal(got.Notes, want.Notes) {
+		t.Errorf("problems %q notes %q, a whole reading: %q %q", got.Problems, got.Notes, want.Problems, want.Notes)
+	}
+}
+
+// TestUnchangedNeedsEarlierTick: a directory is passed over only when its ctime lies strictly before
+// the start: one stamped in the start's own tick of the coarse clock may have changed since.
+func TestUnchangedNeedsEarlierTick(t *testing.T) {
+	start := unix.Timespec{Sec: 100, Nsec: 4000000}
+	s := &dirStamp{ino: 7, mtime: unix.Timespec{Sec: 99}, ctime: unix.Timespec{Sec: 100, Nsec: 3999999}}
+	w := &walker{prior: map[string]*dirStamp{"/d": s}, start: start}
+	st := unix.Stat_t{Mode: unix.S_IFDIR | 0o755, Ino: 7, Mtim: s.mtime, Ctim: s.ctime}
+	if w.unchanged("/d", &st) != s {
+		t.Errorf("a directory stamped before the start's tick is not passed over")
+	}
+	for name, f := range map[string]func(*unix.Stat_t){
+		"same tick": func(st *unix.Stat_t) { st.Ctim = start },
+		"inode":     func(st *unix.Stat_t) { st.Ino = 8 },
+		"mtime":     func(st *unix.Stat_t) { st.Mtim.Nsec++ },
+		"not a dir": func(st *unix.Stat_t) { st.Mode = unix.S_IFREG | 0o644 },
+	} {
+		st2 := st
+		f(&st2)
+		s2 := *s
+		s2.ctime = st2.Ctim
+		w.prior["/d"] = &s2
+		if w.unchanged("/d", &st2) != nil {
+			t.Errorf("%s: passed over", name)
+		}
+	}
+}

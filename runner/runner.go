@@ -257,6 +257,9 @@ func (r *run) execute(ctx context.Context, t0 time.Time) error {
 	}
 	var code int
 	var end ending
+	for _, b := range r.filesBefore {
+		b.Started() // nothing of sbx's writes the layers from here on
+	}
 	cmd, err := r.sb.Start()
 	switch {
 	case err == nil:
