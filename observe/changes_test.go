@@ -25,13 +25,13 @@ type testOverlay struct {
 // newTestOverlay builds lower with a few files, pre-creates an opaque /tmp and a whiteout for
 // /etc/shadow in upper (what sbx does before the command runs), and mounts the overlay. Everything is
 // unmounted in t.Cleanup.
-func newTestOverlay(t *testing.T) *testOverlay {
+func newTestOverlay(t testing.TB) *testOverlay {
 	t.Helper()
 	return newTestOverlayOpts(t, "")
 }
 
 // newTestOverlayOpts is newTestOverlay with more mount options (",metacopy=on").
-func newTestOverlayOpts(t *testing.T, more string) *testOverlay {
+func newTestOverlayOpts(t testing.TB, more string) *testOverlay {
 	t.Helper()
 	testutil.RequireRoot(t, "creates pid and net namespaces, reads other processes' /proc entries")
 	base := t.TempDir()
@@ -63,7 +63,7 @@ func newTestOverlayOpts(t *testing.T, more string) *testOverlay {
 	return o
 }
 
-func mount(t *testing.T, source, target, fstype, data string) {
+func mount(t testing.TB, source, target, fstype, data string) {
 	t.Helper()
 	if err := unix.Mount(source, target, fstype, 0, data); err != nil {
 		t.Fatalf("mount %s on %s: %v", fstype, target, err)
@@ -75,7 +75,7 @@ func mount(t *testing.T, source, target, fstype, data string) {
 	})
 }
 
-func writeFile(t *testing.T, p, content string) {
+func writeFile(t testing.TB, p, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -493,5 +493,32 @@ func TestUnchangedNeedsEarlierTick(t *testing.T) {
 		if w.unchanged("/d", &st2) != nil {
 			t.Errorf("%s: passed over", name)
 		}
+	}
+}
+
+// BenchmarkChangesSincePrepared reads, after a command that changed nothing, an upper layer holding what
+// sbx prepares in a root layer (decoys in 20 directories below a hidden home, whiteouts): whole, and
+// passing over what is unchanged since the reading before the start.
+func BenchmarkChangesSincePrepared(b *testing.B) {
+	o := newTestOverlay(b)
+	for i := range 20 {
+		writeFile(b, o.merged+"/root/.d"+itoa(i)+"/sub/credentials", "decoy")
+	}
+	before, err := Changes(o.upper, o.lower)
+	if err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	before.Started()
+	whole := *before
+	whole.start = unix.Timespec{}
+	for name, bf := range map[string]*FileChanges{"whole": &whole, "passing-over": before} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := ChangesSince(bf, o.upper, o.lower, Limits{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
