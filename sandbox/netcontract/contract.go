@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -104,7 +105,7 @@ func loadContract(c *nftables.Conn, in contractInput) (map[byte]*contractSets, e
 		sets[f.nfproto] = s
 		addRefuseChain(c, t, f, s.denied)
 		s.deniedIn = deniedSet(t, f.inbound())
-		if err := c.AddSet(s.deniedIn, nil); err != nil {
+		if err := addSet(c, s.deniedIn, nil); err != nil {
 			return nil, fmt.Errorf("declaring set %s: %w", s.deniedIn.Name, err)
 		}
 		addRefuseChain(c, t, f.inbound(), s.deniedIn)
@@ -135,11 +136,25 @@ func addSets(c *nftables.Conn, t *nftables.Table, f family, in contractInput) (*
 		if f.nfproto == unix.NFPROTO_IPV6 {
 			elems = v6
 		}
-		if err := c.AddSet(p.set, elems); err != nil {
+		if err := addSet(c, p.set, elems); err != nil {
 			return nil, fmt.Errorf("declaring set %s: %w", p.set.Name, err)
 		}
 	}
 	return s, nil
+}
+
+// setIDs numbers the sets sbx declares, every batch's from one counter.
+var setIDs atomic.Uint32
+
+// addSet declares set in c's batch with an id of its own (the batch's rules refer to a new set by it).
+// The library numbers a set that has none from a global counter it increments unguarded, so that two
+// sandboxes built at once (a pool's refill beside a run) raced on it, and a set could get the id of
+// another of its own batch.
+func addSet(c *nftables.Conn, set *nftables.Set, elems []nftables.SetElement) error {
+	if set.ID == 0 {
+		set.ID = setIDs.Add(1)
+	}
+	return c.AddSet(set, elems)
 }
 
 // deniedSet is the dynamic record of refused attempts of f, with a packet counter per key.

@@ -250,7 +250,7 @@ func loadNoneTable(c *nftables.Conn) (map[byte]*contractSets, error) {
 	for _, f := range []family{fam4, fam6} {
 		s := &contractSets{denied: deniedSet(t, f), deniedIn: deniedSet(t, f.inbound())}
 		for _, set := range []*nftables.Set{s.denied, s.deniedIn} {
-			if err := c.AddSet(set, nil); err != nil {
+			if err := addSet(c, set, nil); err != nil {
 				return nil, fmt.Errorf("declaring set %s: %w", set.Name, err)
 			}
 		}
