@@ -289,9 +289,11 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 	// The preparation is sent while the init starts: it waits in the socket, and the supervisor reads
 	// it as soon as it runs. (A preparation larger than the socket's buffer completes once the
 	// supervisor reads; Destroy's close of the socket ends the write if it never does.)
-	// Start waits for it (awaitReady).
+	// Start waits for it (awaitReady). It is made here, in Create: the send may come after Use has given
+	// a pooled sandbox its run's plan.
 	s.prepared = make(chan error, 1)
-	sendPrepare := func() { s.prepared <- s.ctl.SendPrepare(s.supervisorPrepare()) }
+	prep := s.supervisorPrepare()
+	sendPrepare := func() { s.prepared <- s.ctl.SendPrepare(prep) }
 	if err := s.startInit(spec, config, ctlChild, consoleChild, sendPrepare, tr); err != nil {
 		return err
 	}
