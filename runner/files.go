@@ -62,8 +62,8 @@ func openChangesDir(dir, stateRoot string, shares []policy.Share) (*os.File, err
 // never fails: what it could not read is a note and makes the run incomplete (observe.incomplete), what
 // it could not copy is a note.
 func (r *run) fileChanges() {
-	stop, release := r.stopOnSignal()
-	defer release()
+	stop := r.observeStop()
+	defer r.releaseStop()
 	lim := observe.Limits{Stop: stop}
 	cp := &observe.Copier{Stop: stop, Budget: r.sb.DiskBytes()}
 	var created, modified, deleted []report.FileChange
@@ -78,9 +78,19 @@ func (r *run) fileChanges() {
 		total.Deleted += fc.Total.Deleted
 		truncated = truncated || fc.Truncated
 	}
+	early := r.layerReading
+	if early != nil {
+		<-early.done
+	}
 	for i, l := range r.layers() {
-		lim.Keep = r.keepIn(l.At)
-		fc, err := observe.ChangesSince(r.filesBefore[i], l.Upper, l.Lower, lim)
+		var fc *observe.FileChanges
+		var err error
+		if early != nil {
+			fc, err = early.changes[i], early.errs[i]
+		} else {
+			lim.Keep = r.keepIn(l.At)
+			fc, err = observe.ChangesSince(r.filesBefore[i], l.Upper, l.Lower, lim)
+		}
 		r.fileNotes(l.At, fc, err)
 		// Deletions of every layer go into one DELETED.txt at the top, with their sandbox paths (below).
 		r.copyLayer(cp, l.Upper, nil, l.At, slices.Concat(fc.Created, fc.Modified))
@@ -228,6 +238,47 @@ func (r *run) stopOnSignal() (<-chan struct{}, func()) {
 		close(stop)
 	}()
 	return stop, func() { close(done) }
+}
+
+// layerReading is the reading of the writable layers begun by readLayersEarly.
+type layerReading struct {
+	done    chan struct{} // closed when changes and errs are set
+	changes []*observe.FileChanges
+	errs    []error
+}
+
+// readLayersEarly begins the reading of each writable layer as soon as nothing in the sandbox can
+// change it any more (the command reaped, the sandbox frozen or down to its init), beside the after
+// snapshot and the collectors' ends, instead of after them: fileChanges takes its result. It reads
+// only the layers and, for what to keep past the lists' bounds, the files there (persistenceFinding);
+// nothing of the report.
+func (r *run) readLayersEarly() {
+	layers := r.layers()
+	lr := &layerReading{done: make(chan struct{}), changes: make([]*observe.FileChanges, len(layers)), errs: make([]error, len(layers))}
+	stop := r.observeStop()
+	go func() {
+		defer close(lr.done)
+		for i, l := range layers {
+			lr.changes[i], lr.errs[i] = observe.ChangesSince(r.filesBefore[i], l.Upper, l.Lower, observe.Limits{Stop: stop, Keep: r.keepIn(l.At)})
+		}
+	}()
+	r.layerReading = lr
+}
+
+// observeStop is closed when a signal comes or the run is cancelled while the file changes are read
+// and copied: one for the early reading of the layers and fileChanges, ended by releaseStop.
+func (r *run) observeStop() <-chan struct{} {
+	if r.obsStop == nil {
+		r.obsStop, r.obsRelease = r.stopOnSignal()
+	}
+	return r.obsStop
+}
+
+func (r *run) releaseStop() {
+	if r.obsRelease != nil {
+		r.obsRelease()
+		r.obsStop, r.obsRelease = nil, nil
+	}
 }
 
 // fileNotes turns what a reading could not see into notes that make the run incomplete.

@@ -223,11 +223,15 @@ type run struct {
 	changesDir  *os.File        // --changes DIR, opened once before the command runs
 	mounts      []ownMount      // the sandbox's /dev/shm and /dev/mqueue, opened once the command started
 	layerList   []sandbox.Layer // see layers
-	started     time.Time       // just before the command started: what a writable share shows changed since is the run's
-	shareWatch  *observe.ShareWatch
-	hostCwd     *os.File // the host's working directory, opened before the command when its changes may be applied
-	hostCwdErr  error
-	decoyRead   bool // the command touched a decoy: its value may be in what it sent or left
+	// layerReading is the reading of the layers begun by readLayersEarly, nil before or without it.
+	layerReading *layerReading
+	obsStop      <-chan struct{} // see observeStop
+	obsRelease   func()
+	started      time.Time // just before the command started: what a writable share shows changed since is the run's
+	shareWatch   *observe.ShareWatch
+	hostCwd      *os.File // the host's working directory, opened before the command when its changes may be applied
+	hostCwdErr   error
+	decoyRead    bool // the command touched a decoy: its value may be in what it sent or left
 	// inTree says whether a pid was the sandbox's at some time of a window (exec stream), nil without it.
 	inTree func(pid int, from, to uint64) bool
 }
@@ -485,6 +489,7 @@ func (r *run) observe() {
 			r.rep.MarkIncomplete("freezing the sandbox", err)
 		}
 	}
+	r.readLayersEarly()
 	after := r.snapshotAfter(onlyInit)
 	r.rep.Processes.LeftRunning = nonNil(observe.LeftRunning(nil, after))
 	r.rep.Sockets.Listening = nonNil(r.notFilter(after.Listening))
