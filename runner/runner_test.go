@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -237,5 +239,37 @@ func TestSocketWithoutProcess(t *testing.T) {
 	}
 	if rep.Verdict != report.VerdictViolation {
 		t.Errorf("verdict %s, want a violation for the listener", rep.Verdict)
+	}
+}
+
+// TestRunsAtOnce: runs started at once (the MCP server's concurrent runs, a pool's refill beside a run)
+// each get their own sandbox and report: each lists the one file it wrote in its own working
+// directory, and nothing of the others'. make test runs this package with the race detector too, where
+// sandboxes built at once raced on state libcontainer's and nftables' packages keep in globals.
+func TestRunsAtOnce(t *testing.T) {
+	testutil.RequireRoot(t, "creates namespaces, cgroups and mounts")
+	const n = 4
+	state := testutil.StateRoot(t)
+	reps := make([]*report.Report, n)
+	cwds := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		cwds[i] = t.TempDir()
+		wg.Go(func() {
+			var out bytes.Buffer
+			reps[i], errs[i] = Run(context.Background(), Options{Plan: plan(t), Args: []string{"sh", "-c", "echo " + itoa(i) + " > mine" + itoa(i)},
+				Cwd: cwds[i], Stdout: &out, Stderr: &out, StateRoot: state})
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("run %d: %v", i, errs[i])
+		}
+		r := reps[i]
+		if want := []string{filepath.Join(cwds[i], "mine"+itoa(i))}; r.ExitCode != 0 || !slices.Equal(r.Files.Created, want) || len(r.Files.Modified)+len(r.Files.Deleted) != 0 {
+			t.Errorf("run %d: exit %d, created %v modified %v deleted %v; want exit 0 and created %v", i, r.ExitCode, r.Files.Created, r.Files.Modified, r.Files.Deleted, want)
+		}
 	}
 }

@@ -171,7 +171,7 @@ func (s *Sandbox) startDirect(bin string, setup *supervisor.Setup, config *confi
 	c := &directContainer{m: m}
 	s.container = c
 	// Limits and device rules hold before anything runs in the cgroups.
-	if err := m.Set(config.Cgroups.Resources); err != nil {
+	if err := setLimits(m, config.Cgroups.Resources); err != nil {
 		return nil, fmt.Errorf("setting the sandbox's limits: %w", err)
 	}
 	// The supervisor's binary and every bind's source are opened here, with the host root's rights: the

@@ -428,7 +428,7 @@ func (s *Sandbox) delegatedManager(config *configs.Config) (cgroups.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox's cgroup: %w", err)
 	}
-	if err := m.Set(config.Cgroups.Resources); err != nil {
+	if err := setLimits(m, config.Cgroups.Resources); err != nil {
 		return nil, fmt.Errorf("setting the sandbox's limits in %s: %w", m.Path(""), err)
 	}
 	return m, nil

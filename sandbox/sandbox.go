@@ -12,10 +12,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sbx-dev/sbx/internal/cgprime"
 
+	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
@@ -265,7 +267,7 @@ func (s *Sandbox) startContainer(tr *tracer) error {
 		}
 		spec.Linux.Seccomp = nil
 	}
-	config, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: s.ID, Spec: spec,
+	config, err := libcontainerConfig(&specconv.CreateOpts{CgroupName: s.ID, Spec: spec,
 		RootlessEUID: Rootless(), RootlessCgroups: Rootless()})
 	if err != nil {
 		return specError(err)
@@ -584,6 +586,37 @@ func crossMountEnv(env []string) []string {
 		return env
 	}
 	return append(slices.Clip(env), gitAcrossMounts+"=1")
+}
+
+// libcontainerMu guards what libcontainer's packages keep in globals and change unguarded, for
+// sandboxes built at once (a pool's refill beside a run, the MCP server's concurrent runs): specconv
+// gives every config the same default device nodes (AllowedDevices) and sets their owner to the
+// config's root; the cgroup v1 blkio controller, shared by every manager, detects its file names on
+// its first Set.
+var libcontainerMu sync.Mutex
+
+// libcontainerConfig is specconv.CreateLibcontainerConfig with device nodes of the config's own.
+func libcontainerConfig(opts *specconv.CreateOpts) (*configs.Config, error) {
+	libcontainerMu.Lock()
+	defer libcontainerMu.Unlock()
+	config, err := specconv.CreateLibcontainerConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range config.Devices {
+		own := *d
+		config.Devices[i] = &own
+	}
+	return config, nil
+}
+
+// setLimits writes r into m's cgroups, one sandbox at a time (libcontainerMu).
+func setLimits(m interface {
+	Set(*cgroups.Resources) error
+}, r *cgroups.Resources) error {
+	libcontainerMu.Lock()
+	defer libcontainerMu.Unlock()
+	return m.Set(r)
 }
 
 // supervisorPrepare is what the supervisor prepares as soon as it runs: the command's Landlock ruleset.
