@@ -82,11 +82,11 @@ install-apparmor:
 # table and ip_forward of host-uplink runs) and check that it is restored, which another package's test
 # running at the same time would disturb. Within a package, tests still run in parallel.
 # Then the packages that build and observe sandboxes at once (a pool's refill beside a run, the
-# collectors' goroutines) again under the race detector.
+# collectors' goroutines) again under the race detector, whose builds run slower: their waits are stretched.
 RACE_PKGS := ./runner ./sandbox/... ./observe
 test: deps
 	$(GO) test -tags $(TAGS) -count=1 -p 1 ./...
-	$(GO) test -race -tags $(TAGS) -count=1 -p 1 $(RACE_PKGS)
+	SBX_TEST_TIME_SCALE=$${SBX_TEST_TIME_SCALE:-4} $(GO) test -race -tags $(TAGS) -count=1 -p 1 $(RACE_PKGS)
 
 # The tests in a Debian 12 VM (systemd, cgroup v2, Debian's stock kernels) under qemu: vm/image.sh
 # builds the image once (cached in $(SBX_VM_CACHE), keyed on the script), vm/run.sh boots it with no
