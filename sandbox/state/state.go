@@ -42,7 +42,7 @@ func RunsDir(root string) string { return filepath.Join(root, "runs") }
 // dir are searchable for that, never listable.
 func Claim(root, id string, ownerUID, ownerGID int) (*Run, error) {
 	runs := RunsDir(root)
-	tmp := filepath.Join(runs, newPrefix+id)
+	tmp := filepath.Join(runs, newPrefix+strconv.Itoa(os.Getpid())+"-"+id)
 	if ownerUID == os.Geteuid() {
 		// The sandbox's root is sbx's own user (rootless): nobody else needs in.
 		if err := os.MkdirAll(runs, 0o700); err != nil {
@@ -293,8 +293,18 @@ func GC(root string) (GCResult, error) {
 }
 
 // gcNewRunDir removes a run dir whose owner died while creating it, before it built anything: one whose
-// lock nobody holds and that is older than creating it takes (microseconds; a second is generous).
+// creator (named in it: .new-PID-ID) is gone, whose lock nobody holds and that is older than creating
+// it takes (microseconds; a second is generous). The creator's pid is what tells: by its age alone, a
+// run dir whose creator stalled for a second before it made the lock (an emulated VM under load, a
+// clock that jumped) was removed under it, and the removal, walking the directory by its descriptor,
+// followed it past its rename into the layer mounted there and emptied that (Linux 6.1 under TCG:
+// upper-cwd gone before the command ran).
 func gcNewRunDir(dir string) {
+	if pid, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(dir), newPrefix), "-"); ok {
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && alive(n) {
+			return
+		}
+	}
 	st, err := os.Stat(dir)
 	if err != nil || time.Since(st.ModTime()) < time.Second {
 		return
@@ -306,6 +316,12 @@ func gcNewRunDir(dir string) {
 		}
 	}
 	removeRunDir(dir)
+}
+
+// alive says whether a process of pid exists (in this pid namespace); EPERM is one of another user's.
+func alive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 // claimDead takes the lock of a run dir if its owner is gone.
