@@ -269,7 +269,9 @@ func TestRunsAtOnce(t *testing.T) {
 		}
 		r := reps[i]
 		if want := []string{filepath.Join(cwds[i], "mine"+itoa(i))}; r.ExitCode != 0 || !slices.Equal(r.Files.Created, want) || len(r.Files.Modified)+len(r.Files.Deleted) != 0 {
-			t.Errorf("run %d: exit %d, created %v modified %v deleted %v; want exit 0 and created %v", i, r.ExitCode, r.Files.Created, r.Files.Modified, r.Files.Deleted, want)
+			_, onHost := os.Stat(filepath.Join(cwds[i], "mine"+itoa(i)))
+			t.Errorf("run %d: exit %d, created %v modified %v deleted %v; want exit 0 and created %v (notes %q, incomplete %v, on the host: %v)",
+				i, r.ExitCode, r.Files.Created, r.Files.Modified, r.Files.Deleted, want, r.Notes, r.Incomplete, onHost)
 		}
 	}
 }
