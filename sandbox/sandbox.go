@@ -611,9 +611,7 @@ func libcontainerConfig(opts *specconv.CreateOpts) (*configs.Config, error) {
 }
 
 // setLimits writes r into m's cgroups, one sandbox at a time (libcontainerMu).
-func setLimits(m interface {
-	Set(*cgroups.Resources) error
-}, r *cgroups.Resources) error {
+func setLimits(m cgroups.Manager, r *cgroups.Resources) error {
 	libcontainerMu.Lock()
 	defer libcontainerMu.Unlock()
 	return m.Set(r)

@@ -296,9 +296,8 @@ func GC(root string) (GCResult, error) {
 // creator (named in it: .new-PID-ID) is gone, whose lock nobody holds and that is older than creating
 // it takes (microseconds; a second is generous). The creator's pid is what tells: by its age alone, a
 // run dir whose creator stalled for a second before it made the lock (an emulated VM under load, a
-// clock that jumped) was removed under it, and the removal, walking the directory by its descriptor,
-// followed it past its rename into the layer mounted there and emptied that (Linux 6.1 under TCG:
-// upper-cwd gone before the command ran).
+// clock that jumped) would be removed under it, and the removal, walking the directory by its
+// descriptor, would follow it past its rename into the layer mounted there and empty that.
 func gcNewRunDir(dir string) {
 	if pid, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(dir), newPrefix), "-"); ok {
 		if n, err := strconv.Atoi(pid); err == nil && n > 0 && alive(n) {
